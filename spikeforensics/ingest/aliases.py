@@ -1,0 +1,128 @@
+"""One alias table: how frameworks spell a metric or a column -> our canonical name.
+
+Keys are compared after `normalise_name` (lower case, non-alphanumerics as `_`), so
+`train/grad_norm`, `Grad Norm` and `grad-norm` are all `train_grad_norm` /
+`grad_norm`. Users extend the table with a TOML file (`--aliases FILE`, or the
+environment variable SPIKEFORENSICS_ALIASES) holding `[metrics]` and/or
+`[layer_columns]`, `[batch_columns]` tables of `alias = "canonical"`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import polars as pl
+
+# Step-record metrics. Left: normalised spelling seen in the wild; right: canonical.
+METRIC_ALIASES: dict[str, str] = {
+    # loss
+    "lm_loss": "loss", "train_loss": "loss", "trl": "loss", "train_crossentropyloss": "loss",
+    "train_ce_loss": "loss", "loss_metrics_global_avg_loss": "loss", "train_train_loss": "loss",
+    "reduced_train_loss": "loss", "train_loss_step": "loss", "loss_step": "loss",
+    # grad norm
+    "grad_norm": "grad_norm", "gnorm": "grad_norm", "grad_l2": "grad_norm", "total_norm": "grad_norm",
+    "train_grad_norm": "grad_norm", "norm": "grad_norm", "optim_total_grad_norm": "grad_norm",
+    "grad_norm_grad_norm": "grad_norm", "gradient_norm": "grad_norm", "global_grad_norm": "grad_norm",
+    "grad_norm_preclip": "grad_norm", "grad_norm_pre_clip": "grad_norm",
+    "grad_norm_clipped": "grad_norm_clipped", "grad_norm_post_clip": "grad_norm_clipped",
+    "grad_norm_postclip": "grad_norm_clipped", "clipped_grad_norm": "grad_norm_clipped",
+    # learning rate
+    "lr": "lr", "learning_rate": "lr", "train_learning_rate": "lr", "optim_lr": "lr",
+    "learning_rate_learning_rate": "lr", "lr_abs": "lr",
+    # loss scale
+    "loss_scale": "loss_scale", "loss_scale_loss_scale": "loss_scale", "scale": "loss_scale",
+    # eval
+    "eval_loss": "eval_loss", "val_loss": "eval_loss", "valid_loss": "eval_loss",
+    "validation_loss": "eval_loss", "eval_lm_loss": "eval_loss", "tel": "eval_loss",
+    "lm_loss_value": "eval_loss", "eval_loss_eval_loss": "eval_loss", "val_loss_epoch": "eval_loss",
+    # counters
+    "epoch": "epoch", "train_epoch": "epoch",
+    "consumed_samples": "consumed_samples", "consumed_tokens": "consumed_tokens",
+    "num_input_tokens_seen": "consumed_tokens", "total_tokens": "consumed_tokens",
+    "throughput_total_tokens": "consumed_tokens",
+    "elapsed_time_per_iteration_ms": "step_time_ms", "time_ms": "step_time_ms",
+    "step_time_ms": "step_time_ms", "iteration_time_ms": "step_time_ms",
+    "tps": "tokens_per_s", "tok_s": "tokens_per_s", "tokens_per_s": "tokens_per_s",
+    "tokens_per_second": "tokens_per_s", "throughput_tps": "tokens_per_s",
+    "mfu": "mfu", "mfu_pct": "mfu",
+    "number_of_skipped_iterations": "skipped_iters", "skipped_iters": "skipped_iters",
+    "number_of_nan_iterations": "nan_iters", "nan_iters": "nan_iters",
+    "num_zeros": "num_zeros", "num_zeros_in_grad": "num_zeros",
+}
+
+# Columns of per-layer gradient dumps.
+LAYER_COLUMN_ALIASES: dict[str, str] = {
+    "step": "step", "iteration": "step", "iter": "step", "global_step": "step", "_step": "step",
+    "rank": "rank", "global_rank": "rank", "local_rank": "rank",
+    "layer": "layer", "name": "layer", "param": "layer", "parameter": "layer", "module": "layer",
+    "grad_norm": "grad_norm", "grad_l2": "grad_norm", "norm": "grad_norm", "l2": "grad_norm",
+    "gnorm": "grad_norm", "l2_norm": "grad_norm", "grad_l2_norm": "grad_norm",
+    "zero_frac": "zero_frac", "zero_fraction": "zero_frac", "frac_zero": "zero_frac", "gzero": "zero_frac",
+    "pos_frac": "pos_frac", "positive_frac": "pos_frac", "sign_ratio": "pos_frac", "frac_pos": "pos_frac",
+    "max_abs": "max_abs", "abs_max": "max_abs", "gmax": "max_abs", "max": "max_abs",
+    "numel": "numel", "param_norm": "param_norm", "weight_norm": "param_norm",
+    "update_norm": "update_norm",
+}
+
+# Columns of batch manifests.
+BATCH_COLUMN_ALIASES: dict[str, str] = {
+    "step": "step", "iteration": "step", "iter": "step", "global_step": "step",
+    "rank": "rank", "micro": "micro", "micro_batch": "micro", "microbatch": "micro", "micro_step": "micro",
+    "sample_id": "sample_id", "sample_ids": "sample_ids", "ids": "sample_ids", "sample": "sample_id",
+    "sample_loss": "sample_loss", "sample_losses": "sample_losses", "losses": "sample_losses",
+    "tokens": "tokens", "num_tokens": "tokens", "n_tokens": "tokens", "length": "tokens",
+    "source": "sample_source", "sample_source": "sample_source", "dataset": "sample_source",
+}
+
+_USER_TABLES = {"metrics": METRIC_ALIASES, "layer_columns": LAYER_COLUMN_ALIASES,
+                "batch_columns": BATCH_COLUMN_ALIASES}
+
+
+def load_user_aliases(path: str | os.PathLike | None = None) -> None:
+    """Merge a user's alias TOML into the tables (raises ValueError naming the file)."""
+    path = path or os.environ.get("SPIKEFORENSICS_ALIASES")
+    if not path:
+        return
+    from spikeforensics.ingest.base import normalise_name
+
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read alias file: {exc}") from exc
+    for section, table in data.items():
+        if section not in _USER_TABLES or not isinstance(table, dict):
+            raise ValueError(f"{path}: unknown section [{section}] (expected one of {sorted(_USER_TABLES)})")
+        for alias, canonical in table.items():
+            if not isinstance(canonical, str):
+                raise ValueError(f"{path}: [{section}] {alias} must map to a string")
+            _USER_TABLES[section][normalise_name(alias)] = canonical
+
+
+def canonical_metric(name: str) -> str:
+    from spikeforensics.ingest.base import normalise_name
+
+    key = normalise_name(name)
+    return METRIC_ALIASES.get(key, key)
+
+
+def canonical_metric_expr(expr: pl.Expr) -> pl.Expr:
+    from spikeforensics.ingest.base import normalise_name_expr
+
+    key = normalise_name_expr(expr)
+    return key.replace(METRIC_ALIASES)
+
+
+def rename_columns(columns: list[str], table: dict[str, str]) -> dict[str, str]:
+    """Map a file's column names to canonical ones (first match wins; others untouched)."""
+    from spikeforensics.ingest.base import normalise_name
+
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for col in columns:
+        canonical = table.get(normalise_name(col))
+        if canonical and canonical not in taken:
+            out[col] = canonical
+            taken.add(canonical)
+    return out

@@ -1,0 +1,136 @@
+"""A run loaded from the store, with the series views that detectors and the report use.
+
+`RunData` holds the five data tables and the sources manifest of one run as polars
+frames. Detectors never read files: they take a `RunData` (or a hand-made one in
+tests, see `RunData.from_frames`) and return findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from spikeforensics import schema
+
+
+@dataclass
+class RunData:
+    run_id: str
+    metrics: pl.DataFrame
+    events: pl.DataFrame
+    layers: pl.DataFrame
+    batches: pl.DataFrame
+    telemetry: pl.DataFrame
+    sources: pl.DataFrame
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, store, run_id: str) -> "RunData":
+        return cls(
+            run_id=run_id,
+            sources=store.sources(run_id),
+            **{t: store.table(run_id, t) for t in schema.DATA_TABLES},
+        )
+
+    @classmethod
+    def from_frames(cls, run_id: str = "test", **frames: pl.DataFrame) -> "RunData":
+        """Build a run from hand-made frames (missing tables are empty, columns conformed)."""
+        tables = {}
+        for table in (*schema.DATA_TABLES, "sources"):
+            frame = frames.get(table)
+            tables[table] = schema.empty(table) if frame is None else schema.conform(table, frame)
+        return cls(run_id=run_id, **tables)
+
+    # -- metric series -----------------------------------------------------------
+    def metric_names(self) -> list[str]:
+        return sorted(self.metrics.get_column("name").unique().to_list())
+
+    def has_metric(self, name: str) -> bool:
+        return self.metrics.filter(pl.col("name") == name).height > 0
+
+    def primary_source(self, name: str) -> str | None:
+        """The source that logs `name` for the most step records (the run's main log)."""
+        rows = self.metrics.filter((pl.col("name") == name) & pl.col("record").is_not_null())
+        if rows.height == 0:
+            return None
+        counts = rows.group_by("source").agg(pl.len().alias("n")).sort(["n", "source"], descending=[True, False])
+        return counts.get_column("source")[0]
+
+    def series(self, name: str, per_rank: bool = False) -> pl.DataFrame:
+        """One metric as a training timeline from its primary source.
+
+        Columns: `t` (0.. position in training order: attempt, then record), `step`,
+        `attempt`, `rank`, `value`, `line`, `source`, `time`. Rows are step records only.
+        With `per_rank=False` the global rows (rank null) are returned when there are any,
+        else rank-level rows are kept as they are.
+        """
+        key = ("series", name, per_rank)
+        if key in self._cache:
+            return self._cache[key]
+        source = self.primary_source(name)
+        if source is None:
+            out = pl.DataFrame(schema={"t": pl.Int64, "step": pl.Int64, "attempt": pl.Int32, "rank": pl.Int32,
+                                       "value": pl.Float64, "line": pl.Int64, "source": pl.String, "time": schema.TIME})
+        else:
+            rows = self.metrics.filter(
+                (pl.col("name") == name) & (pl.col("source") == source) & pl.col("record").is_not_null()
+            )
+            if not per_rank and rows.get_column("rank").null_count() > 0:
+                rows = rows.filter(pl.col("rank").is_null())
+            rows = rows.sort(["attempt", "record"])
+            out = rows.with_columns(pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t")).select(
+                "t", "step", "attempt", "rank", "value", "line", "source", "time"
+            )
+        self._cache[key] = out
+        return out
+
+    def grad_norm_series(self) -> tuple[pl.DataFrame, bool]:
+        """Global grad norm per step: the logged one, else derived from the per-layer dump.
+
+        Returns (series frame like `series()`, derived: bool). The derived norm is the L2
+        over layers of each (step, rank) in the layer dump.
+        """
+        logged = self.series("grad_norm")
+        if logged.height > 0:
+            return logged, False
+        if self.layers.height == 0:
+            return logged, False
+        derived = (
+            self.layers.group_by("step", "rank", maintain_order=True)
+            .agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value"), pl.col("line").min(), pl.col("source").first())
+            .sort("step", "rank", nulls_last=True)
+        )
+        ranks = derived.get_column("rank").drop_nulls().unique()
+        if ranks.len() > 1:
+            # global norm after all-reduce is not the sum over ranks: keep per rank, and
+            # expose the mean over ranks as the global view
+            derived = derived.group_by("step", maintain_order=True).agg(
+                pl.col("value").mean(), pl.col("line").min(), pl.col("source").first()
+            ).with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
+        derived = derived.with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("t"),
+            pl.lit(0, dtype=pl.Int32).alias("attempt"),
+            pl.lit(None, dtype=schema.TIME).alias("time"),
+        ).select("t", "step", "attempt", "rank", "value", "line", "source", "time")
+        return derived, True
+
+    # -- other views -------------------------------------------------------------
+    def ranks(self) -> list[int]:
+        found = set(self.metrics.get_column("rank").drop_nulls().unique().to_list())
+        found |= set(self.layers.get_column("rank").drop_nulls().unique().to_list())
+        return sorted(found)
+
+    def layer_names(self) -> list[str]:
+        return self.layers.get_column("layer").unique(maintain_order=True).to_list()
+
+    def events_of(self, *kinds: str) -> pl.DataFrame:
+        return self.events.filter(pl.col("kind").is_in(list(kinds)))
+
+    def step_range(self) -> tuple[int | None, int | None, int]:
+        steps = self.metrics.filter(pl.col("record").is_not_null()).get_column("step").drop_nulls()
+        if steps.len() == 0:
+            steps = self.layers.get_column("step").drop_nulls()
+        if steps.len() == 0:
+            return None, None, 0
+        return int(steps.min()), int(steps.max()), int(steps.n_unique())
