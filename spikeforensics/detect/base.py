@@ -66,3 +66,29 @@ class Finding:
         out = asdict(self)
         out["evidence"] = [e.as_dict() for e in self.evidence]
         return out
+
+
+@dataclass
+class Incident:
+    """Findings that overlap in steps, grouped; one severity (the highest).
+
+    Built by `detect/incidents.py`; attribution (`attribute/`) fills `root_cause`,
+    `confidence`, `alternatives`, `explanation`, `sample_ids`, `actions`.
+    """
+
+    id: str  # "inc-1", "inc-2", ... in step order
+    kind: str  # primary detector kind (the strongest finding)
+    kinds: list[str]
+    severity: str
+    step_start: int
+    step_end: int
+    peak_step: int
+    findings: list[Finding]
+    ranks: list[int] = field(default_factory=list)
+    layers: list[str] = field(default_factory=list)
+    attempt: int = 0
+    facts: dict = field(default_factory=dict)  # merged shape facts (onset, recovery, lead...)
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        return [e for f in self.findings for e in f.evidence]
