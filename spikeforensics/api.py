@@ -95,17 +95,24 @@ def export(run_id: str, table: str, store: str | os.PathLike | Store | None = No
     return export_frame(table, frame)
 
 
+def _as_run(run, store):
+    from spikeforensics.rundata import RunData
+
+    return run if isinstance(run, RunData) else load_run(run, store)
+
+
 def diagnose(
-    run_id: str,
+    run,
     store: str | os.PathLike | Store | None = None,
     params=None,
     rule_dirs: list[str | os.PathLike] | None = None,
 ) -> dict:
-    """Detect, group and attribute the incidents of a run: the diagnosis.json dict."""
+    """Detect, group and attribute the incidents of a run (a run id or a loaded
+    `RunData`): the diagnosis.json dict."""
     from spikeforensics.attribute import diagnose_run
     from spikeforensics.params import Params
 
-    run = load_run(run_id, store)
+    run = _as_run(run, store)
     return diagnose_run(run, params or Params.load(), rule_dirs=[Path(d) for d in rule_dirs or []])
 
 
@@ -119,22 +126,24 @@ def default_report_paths(run_id: str, store: str | os.PathLike | Store | None = 
 
 def write_reports(
     diagnosis: dict,
-    run_id: str,
+    run,
     store: str | os.PathLike | Store | None = None,
     out: str | os.PathLike | None = None,
     json_path: str | os.PathLike | None = None,
     max_points: int = 2000,
 ) -> dict[str, Path]:
-    """Write report.html, diagnosis.json, skiplist.json and report.md; return their paths."""
+    """Write report.html, diagnosis.json, skiplist.json and report.md for a run (id or
+    `RunData`); return their paths."""
     import json
 
     from spikeforensics.attribute.diagnosis import json_safe
     from spikeforensics.report import write_reports as _write
 
+    run = _as_run(run, store)
+    run_id = run.run_id
     html, js, skip, md = default_report_paths(run_id, store, out, json_path)
     for p in (html, js, skip, md):
         p.parent.mkdir(parents=True, exist_ok=True)
-    run = load_run(run_id, store)
     written = dict(_write(diagnosis, run, html_path=html, json_path=js, md_path=md, max_points=max_points))
     skiplist = diagnosis.get("skiplist") or {"run_id": run_id, "steps": [], "sample_ids": []}
     skip.write_text(json.dumps(json_safe(skiplist), indent=2) + "\n", encoding="utf-8")

@@ -218,9 +218,10 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
             raise InputError(f"nothing usable in {', '.join(map(str, paths))}")
         run_id = report.run_id
     params = Params.load(params_file, list(overrides))
+    run = api.load_run(run_id, store)  # an unknown run fails here, before any progress output
     note(f"diagnosing run {run_id}", quiet)
-    diagnosis = api.diagnose(run_id, store=store, params=params, rule_dirs=list(rule_dirs))
-    written = api.write_reports(diagnosis, run_id, store=store, out=out, json_path=json_path, max_points=max_points)
+    diagnosis = api.diagnose(run, params=params, rule_dirs=list(rule_dirs))
+    written = api.write_reports(diagnosis, run, store=store, out=out, json_path=json_path, max_points=max_points)
     if out_format == "json":
         from spikeforensics.attribute.diagnosis import json_safe
 

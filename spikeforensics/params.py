@@ -13,15 +13,245 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 # --- detection sections (owned by the detectors; one dataclass per detector) ------------
-# (filled in by the detector modules' author)
+
+
+@dataclass
+class SeriesParams:
+    """Shared robust-baseline settings for per-step series (loss, grad norm, layer norms)."""
+
+    window: int = 50  # why: two-sided baseline half-width W in records (DETECTION-ANCHORS §2.2)
+    guard: int = 3  # why: excluded band |i-t| <= g, so a spike and its echo cannot hide in their own baseline
+    min_side: int = 5  # why: a side with fewer finite records than this is no baseline (first steps of a run)
+    mad_window: int = 501  # why: residual scale over ~500 records (DETECTION-ANCHORS §2.2)
+    sigma_floor_loss: float = 0.01  # why: 1% of loss is the noise floor; quantised or flat logs give MAD 0
+    sigma_floor_grad: float = 0.05  # why: grad norms print with 2 decimals (llm.c 0.27/0.28): ~5% quantisation
+    max_bins: int = 200  # why: super-linear tests (Theil-Sen is O(n^2)) run on <= this many bins of a long series
+
+
+@dataclass
+class HardSpikeParams:
+    z_threshold: float = 6.0  # why: OLMo-core skip rule is 6 sigma; OLMo 2 spike score uses 7
+    loss_ratio_floor: float = 1.3  # why: a loss step under 30% above both sides is noise or drift, not a hard spike
+    grad_ratio_floor: float = 3.0  # why: grad norms are heavy-tailed; under 3x of both sides is ordinary variation
+    loss_ratio_critical: float = 2.0  # why: DOMAIN: loss >= 2x its recent level is a hard spike (LLM Foundry 2x)
+    grad_ratio_critical: float = 10.0  # why: Megatron large-grad check uses 10x
+    group_gap: int = 5  # why: flags closer than 5 steps are one incident (DETECTION-ANCHORS §2.3)
+    layer_ratio_min: float = 2.0  # why: a layer is named as the spike's location only if it rose >= 2x its own baseline
+    early_skip_frac: float = 0.0  # why: share of the first records never flagged (0: the two-sided test already ignores falling early loss)
+
+
+@dataclass
+class ShapeParams:
+    onset_z: float = 2.0  # why: walk back from the peak while z > 2 (DETECTION-ANCHORS §2.3)
+    recover_z: float = 2.0  # why: recovered once z < 2 ...
+    recover_hold: int = 20  # why: ... for 20 consecutive records
+    fast_recovery: int = 50  # why: recovery within 50 steps is fast (stas00), later is slow
+    lead_max: int = 20  # why: a lead over 20 steps is a separate event, not grad norm leading loss
+    plateau_window: int = 200  # why: AdamW's inflated second moment slows learning for hundreds of steps
+    plateau_tol: float = 0.005  # why: loss within 0.5% of the pre-spike level counts as not yet improved
+
+
+@dataclass
+class NonfiniteParams:
+    signals: tuple = ("loss", "grad_norm", "grad_norm_clipped", "eval_loss", "lr")  # why: NaN in any of these is an incident
+    group_gap: int = 10  # why: NaN steps closer than this are one outbreak
+    ignore_handled_overflow: bool = True  # why: an fp16 overflow step the scaler skipped is loss_scale's business
+
+
+@dataclass
+class LossScaleParams:
+    min_halvings: float = 4.0  # why: >= 4 net halvings without regrowth is a collapse (DETECTION-ANCHORS §2.7)
+    window_steps: int = 2000  # why: DeepSpeed/GradScaler regrow after 1000-2000 clean steps
+    calibration_steps: int = 100  # why: the first halvings from 2^16/2^32 are calibration, not collapse
+    min_scale: float = 1.0  # why: DeepSpeed min_loss_scale default; at the floor is critical (OPT)
+    storm_count: int = 10  # why: 10 overflows inside storm_window steps is an overflow storm
+    storm_window: int = 200  # why: healthy fp16 overflows about once per loss_scale_window (1000) steps
+
+
+@dataclass
+class UnderflowParams:
+    trend_p: float = 0.01  # why: Mann-Kendall p < 0.01 on binned zero fractions (DETECTION-ANCHORS §2.8)
+    rise_ratio: float = 3.0  # why: > 3x the layer's early median
+    min_abs_rise: float = 0.02  # why: zero fraction rising less than 2 points is numerically irrelevant
+    early_frac: float = 0.1  # why: the first 10% of the dump is the layer's early reference
+    late_frac: float = 0.1  # why: the last 10% is compared against it
+    bins: int = 50  # why: trend test over ~50 bins is robust to per-step noise
+
+
+@dataclass
+class SignRatioParams:
+    extreme: float = 0.1  # why: under 10% or over 90% positive (among non-zeros) is "nearly all one sign"
+    mild: float = 0.3  # why: outside 30-70% is unusual (healthy 40-60%, DOMAIN) but only a note
+    sustain_frac: float = 0.5  # why: the layer must sit in the band for half of a window
+    window: int = 50  # why: judged over 50-record windows, not single steps
+    min_numel: int = 64  # why: tiny tensors (a bias of 4 elements) can be one-signed legitimately
+
+
+@dataclass
+class ClippingParams:
+    threshold: float = 0.0  # why: 0 = infer from pre/post norms or the log's configured value; set it to force
+    tolerance: float = 0.01  # why: a pre-clip norm within 1% of the threshold is not clipped (printing rounds)
+    window: int = 100  # why: clip rate per 100 steps (DETECTION-ANCHORS §2.6)
+    healthy_high: float = 0.08  # why: DOMAIN: 1-8% healthy
+    lr_band: float = 0.20  # why: DOMAIN: > 20% means LR too high or threshold too tight
+    tight_band: float = 0.50  # why: DOMAIN: > 50% means threshold too small
+    loose_band: float = 0.001  # why: DOMAIN: < 0.1% means threshold too loose
+    consecutive: int = 3  # why: DOMAIN: 3 clipped steps in a row is an alert (a note unless corroborated)
+    sustained_run: int = 20  # why: 20+ clipped steps in a row with rising loss is an incident
+    unscale_factor: float = 100.0  # why: median norm >= 100x threshold with ~all steps clipped = clip before unscale
+    unscale_rate: float = 0.9  # why: "nearly every step clipped"
+    dominant_share: float = 0.5  # why: one layer carrying > 50% of the squared norm on clipped steps dominates it
+    min_steps: int = 50  # why: a clip rate over fewer steps says nothing
+    settle_factor: float = 1.25  # why: the early phase (initial norms above the run median) clips by design ...
+    settle_smooth: int = 25  # why: ... and ends when the 25-record rolling median is within 1.25x of the run median
+
+
+@dataclass
+class LayerOutlierParams:
+    ratio: float = 10.0  # why: one layer >= 10x its own baseline ...
+    global_ratio_max: float = 2.0  # why: ... while the global norm moves < 2x (DETECTION-ANCHORS §2.9)
+    z_threshold: float = 6.0  # why: same robust z as hard spikes
+    group_gap: int = 5  # why: as hard spikes
+
+
+@dataclass
+class VanishingParams:
+    ratio: float = 0.1  # why: norm < 0.1x its reference ...
+    min_records: int = 200  # why: ... for >= 200 steps (DETECTION-ANCHORS §2.10)
+    smooth: int = 25  # why: rolling median over 25 records before comparing
+    reference_window: int = 500  # why: the reference is the highest 500-record median level seen since the early phase
+    early_frac: float = 0.1  # why: the first 10% of a run (large initial norms falling) is never a reference
+    early_min: int = 100  # why: and at least the first 100 records
+    loss_ratio: float = 0.5  # why: loss collapsing below half its reference corroborates (e.g. label leakage)
+
+
+@dataclass
+class OscillationParams:
+    window: int = 100  # why: local volatility of detrended log-loss over 100 records
+    detrend: int = 201  # why: trend = rolling median over ~200 records
+    vol_ratio: float = 3.0  # why: volatility >= 3x the run's typical level ...
+    min_records: int = 100  # why: ... sustained for >= 100 records
+    abs_vol: float = 0.15  # why: or a detrended MAD above 15% of the loss (log units) ...
+    stall_tol: float = 0.10  # why: ... while the loss falls less than 10% per 1000 records over the stretch (early training falls far faster)
+    group_gap: int = 50  # why: high-volatility stretches closer than this are one episode
+
+
+@dataclass
+class SoftDriftParams:
+    loss_rise: float = 0.05  # why: DOMAIN: loss rising > 5% ...
+    loss_span: int = 50  # why: ... over 50 consecutive steps
+    smooth: int = 25  # why: judged on a rolling median, not single steps
+    long_rise: float = 0.10  # why: a slow climb: loss >= 10% above its lowest level ...
+    long_span: int = 500  # why: ... of the previous 500 records (catches drifts slower than 5% per 50 steps)
+    grad_rise: float = 2.0  # why: grad norm level >= 2x the preceding level
+    level_window: int = 100  # why: left/right windows of the level-shift test (ADTK LevelShiftAD)
+    level_c: float = 6.0  # why: ADTK LevelShiftAD default c = 6 (in noise units)
+    early_frac: float = 0.05  # why: the first 5% of records (fast-falling loss) are never a drift
+    early_min: int = 50  # why: at least the first 50 records
+
+
+@dataclass
+class IncidentParams:
+    merge_gap: int = 5  # why: findings within 5 steps of each other are one incident
+    kind_priority: tuple = (
+        "hard_spike", "loss_scale_collapse", "nonfinite", "layer_outlier", "clip_rate_anomaly",
+        "soft_drift", "loss_oscillation", "vanishing_gradients", "underflow_zeros", "sign_ratio_anomaly",
+    )  # why: at equal severity the incident's kind is the most specific primary signal
 
 
 # --- attribution / calibration sections ----------------------------------------------
+
+@dataclass
+class AttributionParams:
+    """Evidence features and rule scoring (spikeforensics/attribute/)."""
+
+    unknown_floor: float = 1.0  # score `unknown` always has: a single weak rule cannot claim high confidence
+    max_alternatives: int = 3  # ranked alternatives listed per incident
+    min_alternative_confidence: float = 0.05  # alternatives below 5% are noise, not worth listing
+    pad_steps: int = 2  # steps added either side of an incident when looking up events and ranks
+    pad_seconds: float = 300.0  # Xid/ECC/telemetry counted within 5 min of the incident (log clocks are coarse)
+    rank_outlier_ratio: float = 3.0  # a rank counts as the odd one out at >= 3x the median of the other ranks
+    rank_agree_rtol: float = 1e-3  # post-all-reduce norms must agree to 1e-3 relative (Megatron grad tolerance)
+    replay_spike_ratio: float = 1.5  # a replayed step "spikes again" when its value is >= 1.5x its healthy baseline
+    replay_match_rtol: float = 0.05  # replayed value within 5% of the original: the spike reproduced
+    baseline_window: int = 50  # steps before onset forming the healthy baseline (DETECTION-ANCHORS W=50)
+    drift_ratio: float = 1.5  # median grad norm before onset >= 1.5x the earlier baseline = precursor drift
+    plateau_window: int = 100  # steps after recovery checked for a loss plateau (AdamW second-moment lag)
+    plateau_ratio: float = 1.05  # loss after the incident >= 5% above before it = plateau / no recovery
+    early_frac: float = 0.1  # first 10% of training is "early" (warmup, front-of-stream data)
+    layer_share_high: float = 0.5  # one layer holding >= 50% of the peak squared norm = concentrated
+    zero_frac_stuck: float = 0.99  # a layer whose gradient is >= 99% exact zeros is masked / frozen
+    sign_stuck: float = 0.95  # pos_frac >= 0.95 or <= 0.05: nearly all one sign (structural bias; DOMAIN 40-60%)
+    astronomical_norm: float = 1e4  # a logged grad norm >= 1e4 before a NaN means clipping was not in effect
+    loss_scale_unscaled_ratio: float = 1e3  # norms >= 1000x the threshold: clipping sees loss-scaled grads
+    enrichment_min_batches: int = 3  # need >= 3 spike-batch samples before an enrichment ratio means anything
+    oscillation_spikes: int = 4  # >= 4 spike incidents in a run = recurring, systematic instability
+    xid_strong_codes: tuple = (48, 63, 64, 74, 79, 92, 94, 95)  # ECC / row remap / NVLink / off the bus (DETECTION-ANCHORS 4)
+    xid_medium_codes: tuple = (62, 119, 120)  # micro-controller halt, GSP timeout/error: hardware or firmware
+    xid_weak_codes: tuple = (13, 31, 43, 45)  # engine exception, MMU fault, cleanup: usually the application
+    xid_strong_weight: float = 1.0  # hardware weight of a strong Xid
+    xid_medium_weight: float = 0.8
+    xid_weak_weight: float = 0.3
+    xid_other_weight: float = 0.5  # an Xid code not in the lists: unknown, half weight
+
+
+@dataclass
+class TracingParams:
+    """Step -> sample tracing and the skip list (spikeforensics/attribute/tracing.py)."""
+
+    steps_before: int = 1  # implicate the step before the spike too (Lightning skip_batches [idx-1, idx])
+    max_samples: int = 20  # implicated samples listed per incident
+    w_peak: float = 1.0  # score for being in the peak step's batch
+    w_before: float = 0.6  # score for being in an implicated earlier step (weights may already be damaged)
+    w_recurrence: float = 2.0  # per other spike incident the sample also appears in (DOMAIN: recurrence = data)
+    w_healthy: float = 0.75  # penalty per healthy step the sample was seen in (exoneration; OLMo 2 caveat: soft)
+    w_loss: float = 1.5  # per log2 of the sample's loss over the step's median sample loss
+    w_nonfinite_loss: float = 6.0  # a sample whose own loss is NaN/Inf is the prime suspect
+    w_rank: float = 1.0  # the sample sat on the rank the incident is confined to
+    w_source: float = 0.5  # per log2 of its source's enrichment in spike batches vs healthy ones
+    w_length: float = 0.5  # per log2 of its length over the median length
+    skip_min_confidence: float = 0.3  # data incidents below 30% confidence do not feed the skip list
+    skip_score_frac: float = 0.75  # skip the samples scoring >= 75% of the top suspect (at most 5 per incident)
+
+
+@dataclass
+class CalibrationParams:
+    """Clip-threshold calibration (spikeforensics/attribute/calibration.py)."""
+
+    quantile: float = 0.99  # P99 of pre-clip grad norm over healthy steps (DOMAIN)
+    margin: float = 2.0  # x2 margin on top of P99 (DOMAIN: P99 0.5 -> threshold 1.0)
+    burn_in_frac: float = 0.02  # skip the first 2% of steps: initial norms are not the regime to calibrate on
+    min_healthy_steps: int = 20  # fewer healthy steps than this: no recommendation
+    current_clip_norm: float = 0.0  # the run's max_norm when known (0 = infer from grad_norm_clipped or detectors)
+    healthy_low: float = 0.01  # clip rate 1-8% is healthy (DOMAIN)
+    healthy_high: float = 0.08
+    high: float = 0.20  # > 20%: LR too high or threshold too tight
+    very_high: float = 0.50  # > 50%: threshold too small
+    too_loose: float = 0.001  # < 0.1%: threshold too loose
+    layer_min_steps: int = 20  # per-layer thresholds need >= 20 healthy steps of that layer
 
 
 @dataclass
 class Params:
     """All sections. Add a section by adding a field with a dataclass default_factory."""
+
+    series: SeriesParams = field(default_factory=SeriesParams)
+    hard_spike: HardSpikeParams = field(default_factory=HardSpikeParams)
+    shape: ShapeParams = field(default_factory=ShapeParams)
+    nonfinite: NonfiniteParams = field(default_factory=NonfiniteParams)
+    loss_scale: LossScaleParams = field(default_factory=LossScaleParams)
+    underflow: UnderflowParams = field(default_factory=UnderflowParams)
+    sign_ratio: SignRatioParams = field(default_factory=SignRatioParams)
+    clipping: ClippingParams = field(default_factory=ClippingParams)
+    layer_outlier: LayerOutlierParams = field(default_factory=LayerOutlierParams)
+    vanishing: VanishingParams = field(default_factory=VanishingParams)
+    oscillation: OscillationParams = field(default_factory=OscillationParams)
+    soft_drift: SoftDriftParams = field(default_factory=SoftDriftParams)
+    incidents: IncidentParams = field(default_factory=IncidentParams)
+
+    attribution: AttributionParams = field(default_factory=AttributionParams)
+    tracing: TracingParams = field(default_factory=TracingParams)
+    calibration: CalibrationParams = field(default_factory=CalibrationParams)
 
     def section(self, name: str):
         return getattr(self, name)

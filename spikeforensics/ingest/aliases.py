@@ -2,9 +2,10 @@
 
 Keys are compared after `normalise_name` (lower case, non-alphanumerics as `_`), so
 `train/grad_norm`, `Grad Norm` and `grad-norm` are all `train_grad_norm` /
-`grad_norm`. Users extend the table with a TOML file (`--aliases FILE`, or the
-environment variable SPIKEFORENSICS_ALIASES) holding `[metrics]` and/or
-`[layer_columns]`, `[batch_columns]` tables of `alias = "canonical"`.
+`grad_norm`. Users extend the tables with a TOML file (`--aliases FILE`, or the
+environment variable SPIKEFORENSICS_ALIASES) holding `[metrics]`, `[layer_columns]`,
+`[batch_columns]` and/or `[telemetry_fields]` tables of `alias = "canonical"`.
+docs/formats.md lists the tables.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ METRIC_ALIASES: dict[str, str] = {
     "step_time_ms": "step_time_ms", "iteration_time_ms": "step_time_ms",
     "tps": "tokens_per_s", "tok_s": "tokens_per_s", "tokens_per_s": "tokens_per_s",
     "tokens_per_second": "tokens_per_s", "throughput_tps": "tokens_per_s",
+    "tokens_per_sec": "tokens_per_s", "tok_per_s": "tokens_per_s",
     "mfu": "mfu", "mfu_pct": "mfu",
     "number_of_skipped_iterations": "skipped_iters", "skipped_iters": "skipped_iters",
     "number_of_nan_iterations": "nan_iters", "nan_iters": "nan_iters",
@@ -76,8 +78,46 @@ BATCH_COLUMN_ALIASES: dict[str, str] = {
     "source": "sample_source", "sample_source": "sample_source", "dataset": "sample_source",
 }
 
+# Telemetry fields: nvidia-smi query names (units stripped), `nvidia-smi dmon` columns,
+# DCGM `dcgmi dmon` short names and dcgm-exporter metric names (after `normalise_name`).
+TELEMETRY_FIELD_ALIASES: dict[str, str] = {
+    # nvidia-smi --query-gpu
+    "temperature_gpu": "temperature", "temperature_memory": "temperature_memory",
+    "power_draw": "power", "power_draw_instant": "power", "power_draw_average": "power",
+    "power_limit": "power_limit", "enforced_power_limit": "power_limit",
+    "utilization_gpu": "utilization", "utilization_memory": "utilization_memory",
+    "memory_used": "memory_used", "memory_total": "memory_total", "memory_free": "memory_free",
+    "fan_speed": "fan_speed", "clocks_current_graphics": "clock_graphics", "clocks_gr": "clock_graphics",
+    "clocks_current_sm": "clock_sm", "clocks_sm": "clock_sm",
+    "clocks_current_memory": "clock_memory", "clocks_mem": "clock_memory",
+    "ecc_errors_corrected_volatile_total": "ecc_corrected",
+    "ecc_errors_uncorrected_volatile_total": "ecc_uncorrected",
+    "ecc_errors_corrected_aggregate_total": "ecc_corrected_aggregate",
+    "ecc_errors_uncorrected_aggregate_total": "ecc_uncorrected_aggregate",
+    "retired_pages_pending": "retired_pages_pending", "pstate": "pstate",
+    "clocks_throttle_reasons_active": "throttle_reasons", "clocks_event_reasons_active": "throttle_reasons",
+    # nvidia-smi dmon
+    "pwr": "power", "gtemp": "temperature", "temp": "temperature", "mtemp": "temperature_memory",
+    "sm": "sm_util", "mem": "memory_util", "mclk": "clock_memory", "pclk": "clock_graphics",
+    "sbecc": "ecc_corrected", "dbecc": "ecc_uncorrected", "fb": "memory_used", "bar1": "bar1_used",
+    "pviol": "power_violation", "tviol": "thermal_violation", "rxpci": "pcie_rx", "txpci": "pcie_tx",
+    # DCGM dcgmi dmon short names
+    "tmptr": "temperature", "power": "power", "xider": "xid", "mmtmp": "temperature_memory",
+    "smact": "sm_active", "smocc": "sm_occupancy", "gract": "gr_active", "drama": "dram_active",
+    "fbusd": "memory_used", "fbfre": "memory_free", "gputl": "utilization", "smclk": "clock_sm",
+    "mmclk": "clock_memory",
+    # dcgm-exporter (DCGM_FI_DEV_* / DCGM_FI_PROF_*, prefix removed)
+    "gpu_temp": "temperature", "memory_temp": "temperature_memory", "power_usage": "power",
+    "gpu_util": "utilization", "mem_copy_util": "memory_util", "fb_used": "memory_used",
+    "fb_free": "memory_free", "sm_clock": "clock_sm", "mem_clock": "clock_memory",
+    "xid_errors": "xid", "ecc_sbe_vol_total": "ecc_corrected", "ecc_dbe_vol_total": "ecc_uncorrected",
+    "ecc_sbe_agg_total": "ecc_corrected_aggregate", "ecc_dbe_agg_total": "ecc_uncorrected_aggregate",
+    "sm_active": "sm_active", "sm_occupancy": "sm_occupancy", "gr_engine_active": "gr_active",
+    "dram_active": "dram_active", "total_energy_consumption": "energy",
+}
+
 _USER_TABLES = {"metrics": METRIC_ALIASES, "layer_columns": LAYER_COLUMN_ALIASES,
-                "batch_columns": BATCH_COLUMN_ALIASES}
+                "batch_columns": BATCH_COLUMN_ALIASES, "telemetry_fields": TELEMETRY_FIELD_ALIASES}
 
 
 def load_user_aliases(path: str | os.PathLike | None = None) -> None:

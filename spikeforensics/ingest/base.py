@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -116,6 +117,8 @@ def lines_from_bytes(data: bytes, first_line: int = 1) -> pl.DataFrame:
     """Split bytes into physical lines; CRLF, invalid UTF-8 and NUL bytes are tolerated."""
     if not data:
         return pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+    if b"\x1f" in data:  # the column separator below must not occur in the text
+        data = data.replace(b"\x1f", b" ")
     frame = pl.read_csv(
         io.BytesIO(data),
         has_header=False,
@@ -134,29 +137,47 @@ def lines_from_bytes(data: bytes, first_line: int = 1) -> pl.DataFrame:
 def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
     """Split each physical line on carriage returns (tqdm redraws) and on the literal
     two characters `^M` of pasted logs, keeping the physical line number of every piece.
-    Empty pieces are dropped."""
-    return (
-        lines.with_columns(pl.col("text").str.replace_all(r"\^M", "\r").str.split("\r"))
-        .explode("text")
-        .filter(pl.col("text").str.strip_chars() != "")
-    )
+    Empty pieces are dropped. (Only lines that hold a CR are split: the common case
+    costs one literal scan.)"""
+    text = pl.col("text")
+    has_cr = text.str.contains("\r", literal=True) | text.str.contains("^M", literal=True)
+    marked = lines.with_columns(has_cr.alias("_cr"))
+    if not marked.get_column("_cr").any():
+        out = lines
+    else:
+        pieces = (
+            marked.filter(pl.col("_cr")).drop("_cr")
+            .with_columns(text.str.replace_all("^M", "\r", literal=True).str.split("\r"))
+            .explode("text")
+        )
+        out = pl.concat([marked.filter(~pl.col("_cr")).drop("_cr"), pieces]).sort("line", maintain_order=True)
+    return out.filter(text.str.contains(r"\S"))
+
+
+# Cheap anchored test for "this line may carry a prefix" (most lines do not).
+PREFIX_HINT_RE = r"^(?:[>+]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: )"
 
 
 def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
-    """Remove ANSI codes and launcher/paste prefixes; add `prefix_rank` (Int32, null if none)."""
-    text = pl.col("text").str.replace_all(ANSI_RE, "")
-    caps = text.str.extract_groups(PREFIX_RE)
-    return (
-        lines.with_columns(text.alias("text"))
-        .with_columns(
-            pl.coalesce(
-                caps.struct.field("rank"), caps.struct.field("rank2"), caps.struct.field("rank3")
-            )
-            .cast(pl.Int32, strict=False)
-            .alias("prefix_rank"),
-            pl.col("text").str.replace(PREFIX_RE, "").alias("text"),
-        )
+    """Remove ANSI codes and launcher/paste prefixes; add `prefix_rank` (Int32, null if none).
+    The regexes run only on the lines a cheap test flags (ANSI escape, prefix-like start)."""
+    text = pl.col("text")
+    lines = lines.with_columns(
+        pl.when(text.str.contains("\x1b", literal=True)).then(text.str.replace_all(ANSI_RE, "")).otherwise(text).alias("text")
     )
+    hinted = text.str.contains(PREFIX_HINT_RE)
+    marked = lines.with_columns(hinted.alias("_pfx"))
+    plain = marked.filter(~pl.col("_pfx")).drop("_pfx").with_columns(pl.lit(None, dtype=pl.Int32).alias("prefix_rank"))
+    if plain.height == lines.height:
+        return plain
+    caps = marked.filter(pl.col("_pfx")).drop("_pfx").with_columns(text.str.extract_groups(PREFIX_RE).alias("_c"))
+    fixed = caps.with_columns(
+        pl.coalesce(
+            pl.col("_c").struct.field("rank"), pl.col("_c").struct.field("rank2"), pl.col("_c").struct.field("rank3")
+        ).cast(pl.Int32, strict=False).alias("prefix_rank"),
+        text.str.replace(PREFIX_RE, "").alias("text"),
+    ).drop("_c")
+    return pl.concat([plain, fixed]).sort("line", maintain_order=True)
 
 
 def prepared_lines(src: SourceFile) -> pl.DataFrame:
@@ -203,67 +224,262 @@ def json_safe(expr: pl.Expr) -> pl.Expr:
 
 
 # ---------------------------------------------------------------------------
-# From a wide per-record frame to the canonical long metrics table
+# Times and event details
 
 
-def records_to_metrics(
-    wide: pl.DataFrame, source: str, value_columns: list[str] | None = None
-) -> pl.DataFrame:
-    """Turn one row per record into the `metrics` table (one row per record x metric).
+# `2023-04-28 06:51:29,903`, `2024-08-06T09:59:26.181`, `2023-03-22 09:30:39`
+TIME_ISO_RE = r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
+# `01/17/2024 13:47:27` (nanotron)
+TIME_US_RE = r"(\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2})"
 
-    `wide` has `line` and optionally `step` (Int64), `prefix_rank` (Int32), `time`,
-    `record_kind` ("train" default, "eval", "summary"), plus one Float64 column per
-    metric (canonical names). Applies the contract's rules:
 
-    - consecutive train rows of one stream (same prefix rank) with the same step are one
-      record, the first line's values;
-    - `record` numbers train records 0.. in file order; eval/summary rows get null;
-    - `attempt` goes up each time the step counter goes back within a stream;
-    - `rank` is the prefix rank only when more than one rank prints values in the source;
-    - a metric a record does not carry produces no row (NaN does produce a row).
-    """
-    if wide.height == 0:
-        return schema.empty("metrics")
-    frame = wide
+def extract_time(expr: pl.Expr) -> pl.Expr:
+    """The first wall-clock time with a year found in a line (null if none)."""
+    iso = expr.str.extract(TIME_ISO_RE, 1).str.replace(",", ".").str.replace("T", " ")
+    us = expr.str.extract(TIME_US_RE, 1)
+    return pl.coalesce(
+        iso.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"),
+        us.str.to_datetime("%m/%d/%Y %H:%M:%S", strict=False, time_unit="us"),
+    ).cast(schema.TIME)
+
+
+def detail_expr(
+    ints: dict[str, pl.Expr] | None = None,
+    floats: dict[str, pl.Expr] | None = None,
+    strings: dict[str, pl.Expr] | None = None,
+    bools: dict[str, pl.Expr] | None = None,
+) -> pl.Expr:
+    """A JSON object per row, built from expressions (the vectorised `detail_json`).
+
+    Null fields are left out; non-finite floats are written as the strings
+    "nan"/"inf"/"-inf"; keys are sorted, as `detail_json` does."""
+    pieces: dict[str, pl.Expr] = {}
+    for key, e in (ints or {}).items():
+        pieces[key] = e.cast(pl.Int64, strict=False).cast(pl.String)
+    for key, e in (floats or {}).items():
+        f = e.cast(pl.Float64, strict=False)
+        pieces[key] = (
+            pl.when(f.is_nan()).then(pl.lit('"nan"'))
+            .when(f == float("inf")).then(pl.lit('"inf"'))
+            .when(f == float("-inf")).then(pl.lit('"-inf"'))
+            .otherwise(f.cast(pl.String))
+        )
+    for key, e in (strings or {}).items():
+        escaped = (
+            e.cast(pl.String).str.replace_all("\\", "\\\\", literal=True)
+            .str.replace_all('"', '\\"', literal=True)
+            .str.replace_all(r"[\x00-\x1f]", " ")
+        )
+        pieces[key] = pl.concat_str(pl.lit('"'), escaped, pl.lit('"'))
+    for key, e in (bools or {}).items():
+        pieces[key] = pl.when(e).then(pl.lit("true")).when(~e).then(pl.lit("false"))
+    items = [
+        pl.when(v.is_not_null()).then(pl.concat_str(pl.lit(f'"{k}": '), v))
+        for k, v in sorted(pieces.items())
+    ]
+    if not items:
+        return pl.lit("{}")
+    return pl.concat_str(pl.lit("{"), pl.concat_list(items).list.drop_nulls().list.join(", "), pl.lit("}"))
+
+
+# ---------------------------------------------------------------------------
+# From per-record frames to the canonical long metrics table
+
+_META = {"line", "step", "prefix_rank", "time", "record_kind", "record", "attempt", "rank"}
+
+
+@dataclass
+class RecordState:
+    """What numbering needs to carry from one chunk of a source to the next (streaming
+    parsers); a parser that handles a whole file at once never sees it."""
+
+    records: int = 0  # train records numbered so far
+    last_step: dict[int, int | None] = field(default_factory=dict)  # stream -> last step seen
+    attempt: dict[int, int] = field(default_factory=dict)  # stream -> current attempt
+    ranks: set[int] = field(default_factory=set)  # prefix ranks that printed train records
+
+
+def _with_meta(frame: pl.DataFrame) -> pl.DataFrame:
     for col, dtype in (("step", pl.Int64), ("prefix_rank", pl.Int32), ("time", schema.TIME)):
         if col not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=dtype).alias(col))
     if "record_kind" not in frame.columns:
         frame = frame.with_columns(pl.lit("train").alias("record_kind"))
-    meta = {"line", "step", "prefix_rank", "time", "record_kind", "record", "attempt", "rank"}
-    if value_columns is None:
-        value_columns = [c for c in frame.columns if c not in meta]
-    frame = frame.sort("line")
-    is_train = pl.col("record_kind") == "train"
-    stream = pl.col("prefix_rank").fill_null(-1)
+    return frame.with_columns(
+        pl.col("step").cast(pl.Int64, strict=False), pl.col("prefix_rank").cast(pl.Int32, strict=False)
+    )
 
-    train = frame.filter(is_train)
-    prev_step = pl.col("step").shift(1).over(stream.alias("_s"))
-    train = train.filter(
-        pl.col("step").is_null() | prev_step.is_null() | (pl.col("step") != prev_step)
+
+def number_records(frame: pl.DataFrame, state: RecordState | None = None) -> pl.DataFrame:
+    """Apply the contract's record rules to one row per record (`line`, `step`,
+    `prefix_rank`, `record_kind`, ...); returns the kept rows with `record`, `attempt`.
+
+    - consecutive train rows of one stream (same prefix rank) with the same step are one
+      record, the first line's values;
+    - `record` numbers train records 0.. in file order; eval/summary rows get null;
+    - `attempt` goes up each time the step counter goes back within a stream; eval and
+      summary rows take the attempt of the train record before them.
+    `state` (updated in place) carries the numbering across chunks of one source.
+    """
+    state = state if state is not None else RecordState()
+    frame = _with_meta(frame).sort("line").with_columns(
+        pl.col("prefix_rank").fill_null(-1).alias("_stream")
     )
-    went_back = (pl.col("step") < pl.col("step").shift(1)).fill_null(False)
+    is_train = pl.col("record_kind") == "train"
+    seed = pl.DataFrame(
+        {
+            "_stream": list(state.last_step),
+            "_seed_step": list(state.last_step.values()),
+            "_seed_attempt": [state.attempt.get(k, 0) for k in state.last_step],
+        },
+        schema={"_stream": pl.Int32, "_seed_step": pl.Int64, "_seed_attempt": pl.Int32},
+    )
+    train = frame.filter(is_train).join(seed, on="_stream", how="left", maintain_order="left")
+    first = pl.int_range(pl.len()).over("_stream") == 0
+    prev = pl.when(first).then(pl.col("_seed_step")).otherwise(pl.col("step").shift(1).over("_stream"))
+    train = train.with_columns(prev.alias("_prev"))
+    train = train.filter(pl.col("step").is_null() | pl.col("_prev").is_null() | (pl.col("step") != pl.col("_prev")))
+    went_back = (pl.col("step") < pl.col("_prev")).fill_null(False).cast(pl.Int32)
     train = train.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("record"),
-        went_back.cum_sum().over(stream.alias("_s")).cast(pl.Int32).alias("attempt"),
+        (pl.int_range(pl.len(), dtype=pl.Int64) + state.records).alias("record"),
+        (went_back.cum_sum().over("_stream") + pl.col("_seed_attempt").fill_null(0)).cast(pl.Int32).alias("attempt"),
     )
+    if train.height:
+        last = train.group_by("_stream").agg(pl.col("step").last(), pl.col("attempt").last())
+        for stream, step, attempt in last.iter_rows():
+            state.last_step[stream] = step
+            state.attempt[stream] = attempt
+        state.records += train.height
+        state.ranks.update(train.get_column("prefix_rank").drop_nulls().unique().to_list())
     other = frame.filter(~is_train).with_columns(
         pl.lit(None, dtype=pl.Int64).alias("record"), pl.lit(None, dtype=pl.Int32).alias("attempt")
     )
-    both = pl.concat([train, other], how="diagonal_relaxed").sort("line")
-    # eval/summary rows inherit the attempt of the train record before them
-    both = both.with_columns(pl.col("attempt").forward_fill().fill_null(0))
-    multi_rank = train.get_column("prefix_rank").drop_nulls().n_unique() > 1
+    both = pl.concat(
+        [train.drop("_seed_step", "_seed_attempt", "_prev"), other], how="diagonal_relaxed"
+    ).sort("line")
+    carried = max(state.attempt.values(), default=0)
+    return both.with_columns(pl.col("attempt").forward_fill().fill_null(carried)).drop("_stream")
+
+
+def metrics_from_long(
+    records: pl.DataFrame,
+    values: pl.DataFrame,
+    source: str,
+    state: RecordState | None = None,
+    multi_rank: bool | None = None,
+) -> pl.DataFrame:
+    """The `metrics` table from one row per record (`line`, `step`, `prefix_rank`, `time`,
+    `record_kind`) and its values in long form (`line`, `name`, `value`; a name twice in
+    one record keeps the first). `multi_rank` None decides from these records (keep the
+    prefix rank only when several ranks print records); streaming parsers pass True and
+    null the rank afterwards if the whole file turns out single-rank."""
+    if records.height == 0:
+        return schema.empty("metrics")
+    kept = number_records(records, state)
+    if multi_rank is None:
+        multi_rank = kept.filter(pl.col("record_kind") == "train").get_column("prefix_rank").drop_nulls().n_unique() > 1
     rank = pl.col("prefix_rank") if multi_rank else pl.lit(None, dtype=pl.Int32)
-    both = both.with_columns(rank.cast(pl.Int32).alias("rank"))
-    long = both.unpivot(
-        index=["line", "step", "record", "attempt", "rank", "time"],
-        on=[c for c in value_columns if c in both.columns],
-        variable_name="name",
-        value_name="value",
+    kept = kept.select("line", "step", "record", "attempt", rank.cast(pl.Int32).alias("rank"), "time")
+    vals = values.select(
+        "line", pl.col("name").cast(pl.String), pl.col("value").cast(pl.Float64, strict=False)
     ).filter(pl.col("value").is_not_null())
-    long = long.with_columns(pl.lit(source).alias("source"))
-    return schema.conform("metrics", long).sort("line", "name")
+    # a name twice in one record keeps the first: dedupe on an integer key (names are few)
+    codes = {n: i for i, n in enumerate(vals.get_column("name").unique().to_list())}
+    key = pl.col("line") * max(len(codes), 1) + pl.col("name").replace_strict(codes, return_dtype=pl.Int64)
+    vals = vals.filter(key.is_first_distinct())
+    long = kept.join(vals, on="line", how="inner", maintain_order="right").with_columns(pl.lit(source).alias("source"))
+    return schema.conform("metrics", long)
+
+
+def records_to_metrics(
+    wide: pl.DataFrame,
+    source: str,
+    value_columns: list[str] | None = None,
+    state: RecordState | None = None,
+) -> pl.DataFrame:
+    """Turn one row per record into the `metrics` table (one row per record x metric).
+
+    `wide` has `line` and optionally `step` (Int64), `prefix_rank` (Int32), `time`,
+    `record_kind` ("train" default, "eval", "summary"), plus one Float64 column per
+    metric (canonical names). Record rules: see `number_records`. `rank` is the prefix
+    rank only when more than one rank prints values in the source; a metric a record
+    does not carry produces no row (NaN does produce a row).
+    """
+    if wide.height == 0:
+        return schema.empty("metrics")
+    if value_columns is None:
+        value_columns = [c for c in wide.columns if c not in _META]
+    value_columns = [c for c in value_columns if c in wide.columns]
+    values = wide.select(
+        "line", *[pl.col(c).cast(pl.Float64, strict=False) for c in value_columns]
+    ).unpivot(index="line", variable_name="name", value_name="value")
+    records = wide.select([c for c in wide.columns if c in _META])
+    return metrics_from_long(records, values, source, state)
+
+
+# ---------------------------------------------------------------------------
+# Events: attach a step and attempt
+
+# Events that stand for one skipped optimizer step (fp16 overflow, hysteresis, llm.c
+# z-score guard, Megatron bad grad norm).
+SKIP_KIND = "skipped_step"
+OVERFLOW_KINDS = ("overflow", "hysteresis", SKIP_KIND)
+
+
+def attach_steps(events: pl.DataFrame, wide_records: pl.DataFrame, mode: str = "done") -> pl.DataFrame:
+    """Give each event the step and attempt of the nearest preceding train record.
+
+    `events` has `line` and optionally `step` (a step the event's own text names, e.g.
+    `loading checkpoint ... at iteration N`; kept when present). `wide_records` has
+    `line`, `step` and optionally `prefix_rank`, `record_kind`, `attempt`.
+
+    `mode` says what the format's step counter means:
+    - "done": the record for step N is printed after step N finished (Megatron,
+      DeepSpeed, HF tqdm, nanoGPT, llm.c, torchtitan ...). An overflow/hysteresis/skip
+      message after it belongs to a later step: the k-th such message after record N gets N + k
+      (each message is one skipped step; the counters count skipped steps too).
+    - "current": the step counter names the step in progress; events take it as is.
+    A resume event takes the step and attempt of the first record after it (where
+    training continues) unless its text names the step. Other events take the
+    preceding record's step; events before any record keep a null step, attempt 0.
+    """
+    if events.height == 0:
+        return events
+    ev = events
+    if "step" not in ev.columns:
+        ev = ev.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    ev = ev.with_columns(pl.col("step").cast(pl.Int64, strict=False).alias("_hint"), pl.col("line").cast(pl.Int64))
+    recs = _with_meta(wide_records) if wide_records.height else _with_meta(
+        pl.DataFrame(schema={"line": pl.Int64})
+    )
+    recs = recs.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null())
+    if "attempt" not in recs.columns:
+        recs = number_records(recs, RecordState())
+    recs = recs.select(
+        pl.col("line").cast(pl.Int64).alias("_rline"),
+        pl.col("step").alias("_rstep"),
+        pl.col("attempt").cast(pl.Int32).alias("_rattempt"),
+    ).sort("_rline")
+    ev = ev.sort("line")
+    back = ev.join_asof(recs, left_on="line", right_on="_rline", strategy="backward", allow_exact_matches=False)
+    fwd = ev.select("line").with_row_index("_i").join_asof(
+        recs.rename({"_rline": "_nline", "_rstep": "_nstep", "_rattempt": "_nattempt"}),
+        left_on="line", right_on="_nline", strategy="forward",
+    )
+    out = pl.concat([back, fwd.drop("line", "_i")], how="horizontal")
+    is_ovf = pl.col("kind").is_in(list(OVERFLOW_KINDS))
+    nth = (pl.int_range(pl.len()).over(pl.col("_rline").fill_null(-1), is_ovf) + 1).cast(pl.Int64)
+    bump = pl.when(is_ovf & (pl.lit(mode) == "done")).then(nth).otherwise(0)
+    is_resume = pl.col("kind") == "resume"
+    step = (
+        pl.when(pl.col("_hint").is_not_null()).then(pl.col("_hint"))
+        .when(is_resume).then(pl.col("_nstep"))
+        .otherwise(pl.col("_rstep") + bump)
+    )
+    attempt = pl.when(is_resume).then(pl.coalesce("_nattempt", "_rattempt")).otherwise(pl.col("_rattempt"))
+    return out.with_columns(step.alias("step"), attempt.fill_null(0).cast(pl.Int32).alias("attempt")).drop(
+        "_hint", "_rline", "_rstep", "_rattempt", "_nline", "_nstep", "_nattempt"
+    )
 
 
 def nan_events(metrics: pl.DataFrame) -> pl.DataFrame:
@@ -312,3 +528,123 @@ def detail_json(**fields) -> str:
         return v
 
     return json.dumps({k: clean(v) for k, v in fields.items() if v is not None}, sort_keys=True)
+
+
+# ---------------------------------------------------------------------------
+# Key/value fields of text step records (Megatron `name: value |`, nanotron, mmengine,
+# llm.c, generic loops): shared by the text parsers.
+
+# A number token as logs print it: 1,234.5  6.4E+00  634K  16.68%  nan  -inf  Infinity
+NUM_TOKEN = (
+    r"(?:[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[KMGTB]\b|%)?"
+    r"|[-+]?(?:[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)\b)"
+)
+
+
+def parse_numbers(frame: pl.DataFrame, raw: str = "raw", out: str = "value") -> pl.DataFrame:
+    """Add Float64 `out` from the string column `raw`: a plain cast where it works (the
+    common case, fast), `to_float` on the few others (suffixes, separators, percents)."""
+    frame = frame.with_columns(pl.col(raw).str.strip_chars().cast(pl.Float64, strict=False).alias(out))
+    bad = pl.col(out).is_null() & pl.col(raw).is_not_null()
+    if frame.select(bad.any()).item():
+        frame = frame.with_columns(pl.when(bad).then(to_float(pl.col(raw))).otherwise(pl.col(out)).alias(out))
+    return frame
+
+
+def split_fields(frame: pl.DataFrame, sep: str, field_re: str, text: str = "text") -> pl.DataFrame:
+    """One row per field: split `text` on the literal `sep`, keep the pieces that fully
+    match `field_re` (named groups `k` and `v`); returns the frame's other columns plus
+    `k`, `v`."""
+    keep = [c for c in frame.columns if c != text]
+    pieces = frame.select(*keep, pl.col(text).str.split(sep).alias("_p")).explode("_p")
+    groups = pieces.with_columns(pl.col("_p").str.extract_groups(field_re).alias("_g")).unnest("_g")
+    return groups.filter(pl.col("k").is_not_null()).drop("_p")
+
+
+def split_colon_fields(frame: pl.DataFrame, sep: str, text: str = "text") -> pl.DataFrame:
+    """The fast `split_fields` for `name: value` fields (Megatron, nanotron): split on
+    `sep`, then at the first colon; pieces without a colon or with more than one token
+    as value are dropped. Returns the frame's other columns plus `k`, `v`."""
+    keep = [c for c in frame.columns if c != text]
+    pieces = frame.select(*keep, pl.col(text).str.split(sep).alias("_p")).explode("_p")
+    kv = pieces.with_columns(
+        pl.col("_p").str.split_exact(":", 1).struct.rename_fields(["k", "v"]).alias("_g")
+    ).unnest("_g").drop("_p")
+    kv = kv.with_columns(pl.col("v").str.strip_chars()).filter(pl.col("v").is_not_null() & (pl.col("v") != ""))
+    return kv.filter(~pl.col("v").str.contains(" ", literal=True))
+
+
+def find_pairs(frame: pl.DataFrame, pair_re: str, text: str = "text") -> pl.DataFrame:
+    """One row per `key<sep>value` match of `pair_re` (groups `k`, `v`) anywhere in the
+    text; returns the frame's other columns plus `k`, `v`, `_piece` (match index)."""
+    keep = [c for c in frame.columns if c != text]
+    found = frame.select(*keep, pl.col(text).str.extract_all(pair_re).alias("_p")).with_columns(
+        pl.int_ranges(pl.col("_p").list.len()).alias("_piece")
+    ).explode("_p", "_piece").filter(pl.col("_p").is_not_null())
+    return found.with_columns(pl.col("_p").str.extract_groups(pair_re).alias("_g")).unnest("_g").drop("_p")
+
+
+def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.DataFrame:
+    """`k`/`v` pairs -> `name` (canonical metric name via aliases) and Float64 `value`.
+    In rows where `eval_rows` is true, names that are not already eval metrics get an
+    `eval_` prefix (a validation block's `lm loss PPL` is not the training one)."""
+    from spikeforensics.ingest.aliases import canonical_metric
+
+    # names are computed once per distinct key (a log has a few dozen), not per row
+    keys = pairs.get_column("k").unique().drop_nulls().to_list()
+    canon = {k: canonical_metric(k.strip()) for k in keys}
+    evals = {k: "eval_" + re.sub(r"^(?:eval|valid|validation|val)_", "", normalise_name(k.strip())) for k in keys}
+    evals = {k: (canon[k] if canon[k].startswith("eval_") or canon[k] == "epoch" else e) for k, e in evals.items()}
+    name = pl.col("k").replace_strict(canon, default="", return_dtype=pl.String)
+    if eval_rows is not None:
+        name = pl.when(eval_rows).then(pl.col("k").replace_strict(evals, default="", return_dtype=pl.String)).otherwise(name)
+    out = parse_numbers(pairs.with_columns(name.alias("name")), raw="v", out="value")
+    return out.filter(pl.col("value").is_not_null() & (pl.col("name") != ""))
+
+
+def text_result(
+    source: str,
+    lines: pl.DataFrame,
+    records: pl.DataFrame,
+    values: pl.DataFrame,
+    unparsed: pl.DataFrame | None = None,
+    mode: str = "done",
+    extra_events: pl.DataFrame | None = None,
+    max_examples: int = 5,
+) -> ParseResult:
+    """Assemble a text parser's result: metrics from records + long values, events
+    from the shared text patterns (`text_events.extract_events`) with steps attached
+    from the records (`attach_steps`, `mode`), unparsed count and examples."""
+    from spikeforensics.ingest.text_events import extract_events
+
+    out = ParseResult()
+    records = records.join(values.select("line").unique(), on="line", how="semi")
+    metrics = metrics_from_long(records, values, source)
+    out.add("metrics", metrics)
+    out.records = records.height
+    recs = step_records(metrics)
+    events = extract_events(lines.select("line", "text", "prefix_rank"))
+    if extra_events is not None and extra_events.height:
+        events = pl.concat([events, extra_events.select(events.columns).cast(events.schema)])
+    if events.height:
+        out.add("events", attach_steps(events, recs, mode=mode).sort("line"))
+    if unparsed is not None and unparsed.height:
+        unparsed = unparsed.select("line", "text").unique("line").sort("line")
+        out.unparsed = unparsed.height
+        out.unparsed_examples = list(unparsed.head(max_examples).iter_rows())
+        out.notes.append(f"{out.unparsed} record-like line(s) could not be parsed")
+    return out
+
+
+def step_records(metrics: pl.DataFrame) -> pl.DataFrame:
+    """One row per record that has a step (train, eval, summary): `line`, `step`,
+    `attempt` - what `attach_steps` needs. Eval lines count: a checkpoint saved right
+    after an eval takes the eval's step."""
+    return metrics.filter(pl.col("step").is_not_null()).select("line", "step", "attempt").unique("line").sort("line")
+
+
+def sniff_share(sample: SniffSample, pattern: str) -> int:
+    """How many of the sample's lines match `pattern` (sniffers' building block)."""
+    if not sample.lines:
+        return 0
+    return int(pl.Series(sample.lines, dtype=pl.String).str.contains(pattern).sum())

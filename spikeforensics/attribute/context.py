@@ -1,0 +1,138 @@
+"""Run-level views that every incident's features share, computed once per run.
+
+`RunContext` holds the step-level series (one value per attempt and step, medians over
+ranks when the log only has per-rank rows), the per-rank rows, the set of steps that
+belong to an incident (everything else is "healthy"), the step -> wall-clock map used to
+align kernel and telemetry events, and the clip threshold in effect. Pure: built from a
+`RunData`, the incidents and the parameters; nothing here reads files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from spikeforensics.detect.base import Incident
+from spikeforensics.params import Params
+from spikeforensics.rundata import RunData
+
+STEP_SCHEMA = {"attempt": pl.Int32, "step": pl.Int64, "value": pl.Float64, "time": pl.Datetime("us")}
+
+
+@dataclass
+class RunContext:
+    loss: pl.DataFrame  # attempt, step, value, time (one row per attempt x step)
+    grad: pl.DataFrame  # same, global grad norm (logged, else derived from the layer dump)
+    grad_derived: bool
+    lr: pl.DataFrame
+    loss_scale: pl.DataFrame
+    per_rank: pl.DataFrame  # signal ("loss" / "grad_norm" / "layer_norm"), attempt, step, rank, value
+    unhealthy: pl.DataFrame  # one column `step`: steps inside (padded) warning+ incidents
+    step_time: pl.DataFrame  # attempt, step, time (where the log prints wall-clock times)
+    first_step: int | None
+    last_step: int | None
+    n_ranks: int
+    fp16: bool
+    clip_threshold: float | None  # max_norm in effect (params, detector facts, or inferred)
+    clip_threshold_source: str
+
+    def healthy(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Rows of a step-level frame whose step is outside every incident."""
+        return frame.join(self.unhealthy, on="step", how="anti")
+
+
+def step_level(frame: pl.DataFrame) -> pl.DataFrame:
+    """One value per (attempt, step): the frame itself, or the median over ranks."""
+    if frame.height == 0:
+        return pl.DataFrame(schema=STEP_SCHEMA)
+    rows = frame.filter(pl.col("step").is_not_null())
+    if rows.get_column("rank").null_count() == rows.height:
+        out = rows.select("attempt", "step", "value", "time")
+    else:
+        out = rows.group_by("attempt", "step").agg(
+            pl.col("value").median(), pl.col("time").min(), pl.col("t").min()
+        ).sort("t").drop("t")
+    return out.unique(subset=["attempt", "step"], keep="first", maintain_order=True).cast(STEP_SCHEMA)
+
+
+def _per_rank(run: RunData) -> pl.DataFrame:
+    frames = []
+    for name in ("loss", "grad_norm"):
+        rows = run.series(name, per_rank=True).filter(pl.col("rank").is_not_null())
+        if rows.height:
+            frames.append(rows.select(pl.lit(name).alias("signal"), "attempt", "step", "rank", "value"))
+    layers = run.layers.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+    if layers.height:
+        frames.append(
+            layers.group_by("step", "rank").agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value")).select(
+                pl.lit("layer_norm").alias("signal"), pl.lit(0, dtype=pl.Int32).alias("attempt"), "step", "rank", "value"
+            )
+        )
+    schema = {"signal": pl.String, "attempt": pl.Int32, "step": pl.Int64, "rank": pl.Int32, "value": pl.Float64}
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    return pl.concat([f.cast(schema) for f in frames])
+
+
+def _n_ranks(run: RunData) -> int:
+    ranks = set(run.ranks()) | set(run.batches.get_column("rank").drop_nulls().unique().to_list())
+    return len(ranks)
+
+
+def infer_clip_threshold(run: RunData, incidents: list[Incident], params: Params) -> tuple[float | None, str]:
+    """The clip max_norm in effect: the parameter, a detector's fact, or the logged clipped norm."""
+    if params.calibration.current_clip_norm > 0:
+        return float(params.calibration.current_clip_norm), "parameter calibration.current_clip_norm"
+    configured = getattr(getattr(params, "clipping", None), "threshold", 0.0) or 0.0
+    if configured > 0:
+        return float(configured), "parameter clipping.threshold"
+    for inc in incidents:
+        for f in inc.findings:
+            value = f.facts.get("clip_threshold")
+            if isinstance(value, (int, float)) and value > 0:
+                return float(value), f"{f.kind} detector"
+    pre = step_level(run.series("grad_norm"))
+    post = step_level(run.series("grad_norm_clipped"))
+    if pre.height and post.height:
+        both = pre.join(post, on=["attempt", "step"], suffix="_post").filter(
+            pl.col("value").is_finite() & pl.col("value_post").is_finite()
+            & (pl.col("value_post") < pl.col("value") * (1 - 1e-6))
+        )
+        if both.height:
+            return float(both.get_column("value_post").median()), "logged post-clip grad norm"
+    return None, "unknown"
+
+
+def build_context(run: RunData, incidents: list[Incident], params: Params) -> RunContext:
+    pad = params.attribution.pad_steps
+    grad, derived = run.grad_norm_series()
+    windows = [(i.step_start - pad, i.step_end + pad) for i in incidents if i.severity != "info"]
+    if windows:
+        unhealthy = pl.concat(
+            [pl.DataFrame({"step": pl.int_range(lo, hi + 1, eager=True, dtype=pl.Int64)}) for lo, hi in windows]
+        ).unique()
+    else:
+        unhealthy = pl.DataFrame(schema={"step": pl.Int64})
+    timed = run.metrics.filter(pl.col("time").is_not_null() & pl.col("step").is_not_null() & pl.col("record").is_not_null())
+    step_time = timed.group_by("attempt", "step").agg(pl.col("time").min()).sort("time")
+    first, last, _ = run.step_range()
+    loss_scale = step_level(run.series("loss_scale"))
+    fp16 = loss_scale.height > 0 or run.events_of("overflow", "hysteresis").height > 0
+    clip, clip_source = infer_clip_threshold(run, incidents, params)
+    return RunContext(
+        loss=step_level(run.series("loss")),
+        grad=step_level(grad),
+        grad_derived=derived,
+        lr=step_level(run.series("lr")),
+        loss_scale=loss_scale,
+        per_rank=_per_rank(run),
+        unhealthy=unhealthy,
+        step_time=step_time,
+        first_step=first,
+        last_step=last,
+        n_ranks=_n_ranks(run),
+        fp16=fp16,
+        clip_threshold=clip,
+        clip_threshold_source=clip_source,
+    )

@@ -1,0 +1,228 @@
+"""Incidents -> diagnosis.json (CONTRACT.md, schema_version 1) and skiplist.json.
+
+`build_diagnosis(run, incidents, notes, params, rule_dirs)` computes, per warning+
+incident, the evidence features, the rule-based attribution, the traced samples and
+the raw log lines around the peak; adds the verdict, the step range and the clip
+calibration. Contract fields come first in every object; extras (`notes`,
+`skiplist`, `root_cause_detail`, `features`, `samples`, `consumed_samples_range`,
+`log_lines`, `matched_rules`, ...) follow. `json_safe` is the one place non-finite
+numbers become "nan"/"inf"/"-inf"; every JSON writer goes through it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from datetime import date, datetime
+from pathlib import Path
+
+import polars as pl
+
+from spikeforensics import __version__
+from spikeforensics.attribute.calibration import calibrate
+from spikeforensics.attribute.context import build_context
+from spikeforensics.attribute.features import incident_features, rank_features
+from spikeforensics.attribute.rules import load_rules
+from spikeforensics.attribute.scoring import attribute
+from spikeforensics.attribute.tracing import (
+    build_trace_context, consumed_samples_range, implicated_steps, rank_samples, skip_candidates,
+)
+from spikeforensics.detect.base import SEVERITIES, Finding, Incident, severity_rank
+from spikeforensics.params import Params
+from spikeforensics.rundata import RunData
+
+SCHEMA_VERSION = 1
+DATA_LABELS = ("data_outlier", "data_drift")
+LOG_CONTEXT = 3  # raw log lines either side of the evidence line
+
+
+def json_safe(obj):
+    """Recursively make `obj` JSON-clean: non-finite floats -> "nan"/"inf"/"-inf", tuples -> lists."""
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, int)):
+        return obj
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "nan"
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (datetime, date)):
+        return obj.isoformat()
+    if hasattr(obj, "item"):  # numpy scalars
+        return json_safe(obj.item())
+    return str(obj)
+
+
+def dumps(obj, **kw) -> str:
+    return json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False, **kw)
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+
+def log_lines(run: RunData, inc: Incident) -> list[dict]:
+    """Raw lines around the peak's record in the main log (empty when the file is gone)."""
+    rows = pl.DataFrame()
+    for name in ("loss", "grad_norm"):
+        src = run.primary_source(name)
+        if src is None:
+            continue
+        rows = run.metrics.filter((pl.col("source") == src) & (pl.col("name") == name)
+                                  & (pl.col("step") == inc.peak_step) & pl.col("line").is_not_null())
+        if rows.height:
+            same = rows.filter(pl.col("attempt") == inc.attempt)
+            rows = same if same.height else rows
+            break
+    if rows.height == 0 or run.sources.height == 0:
+        return []
+    source, line = rows.get_column("source")[0], int(rows.get_column("line")[0])
+    paths = run.sources.filter(pl.col("source") == source).get_column("path").drop_nulls()
+    if paths.len() == 0 or not Path(paths[0]).is_file():
+        return []
+    first = max(1, line - LOG_CONTEXT)
+    try:
+        with open(paths[0], encoding="utf-8", errors="replace") as fh:
+            chunk = list(itertools.islice(fh, first - 1, line + LOG_CONTEXT))
+    except OSError:
+        return []
+    return [{"source": source, "line": first + i, "text": text.rstrip("\r\n"), "peak": first + i == line}
+            for i, text in enumerate(chunk)]
+
+
+def _finding_note(f: Finding) -> dict:
+    return {"kind": f.kind, "severity": f.severity, "step_start": f.step_start, "step_end": f.step_end,
+            "peak_step": f.peak_step, "summary": f.summary, "rank": f.rank, "layer": f.layer,
+            "evidence": [e.as_dict() for e in f.evidence]}
+
+
+def _evidence(inc: Incident) -> list[dict]:
+    seen, out = set(), []
+    for e in inc.evidence:
+        d = e.as_dict()
+        key = json.dumps(json_safe(d), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def _samples_json(samples: pl.DataFrame, limit: int) -> list[dict]:
+    return [{k: v for k, v in row.items() if v is not None} for row in samples.head(limit).iter_rows(named=True)]
+
+
+def verdict(incidents: list[dict], steps: dict) -> dict:
+    real = [i for i in incidents if i["severity"] in ("warning", "critical")]
+    if not real:
+        return {"status": "healthy", "root_cause": None,
+                "summary": f"No incident at warning or above in {steps['count']} logged steps."}
+    worst = max(severity_rank(i["severity"]) for i in real)
+    status = "unstable" if SEVERITIES[worst] == "critical" else "degraded"
+    top = next(i for i in real if severity_rank(i["severity"]) == worst)  # earliest of the most severe
+    n_crit = sum(1 for i in real if i["severity"] == "critical")
+    summary = (f"{status.capitalize()}: {len(real)} incident(s), {n_crit} critical; the first most severe "
+               f"({top['id']}, {top['kind']} peaking at step {top['peak_step']}) points at "
+               f"{top['root_cause']} ({top['confidence']:.0%}).")
+    return {"status": status, "root_cause": top["root_cause"], "summary": summary}
+
+
+def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:
+    """What a training script would skip on resume: steps and samples of data-caused incidents."""
+    steps: set[int] = set()
+    ids: list[str] = []
+    reasons = []
+    for inc in incidents:
+        if inc["root_cause"] not in DATA_LABELS or inc["confidence"] < params.tracing.skip_min_confidence:
+            continue
+        steps.update(inc.get("implicated_steps", []))
+        picked = skip_candidates(pl.DataFrame(inc.get("samples") or [], schema_overrides={"score": pl.Float64}),
+                                 params.tracing.skip_score_frac) if inc.get("samples") else []
+        ids += [s for s in picked if s not in ids]
+        reasons.append({"incident": inc["id"], "steps": inc.get("implicated_steps", []), "sample_ids": picked})
+    return {"run_id": run_id, "steps": sorted(steps), "sample_ids": ids, "reasons": reasons}
+
+
+def fail_on_exit_code(diagnosis: dict, severity: str | None) -> int:
+    """3 when an incident at or above `severity` exists (for `--fail-on`), else 0."""
+    if not severity:
+        return 0
+    if severity not in SEVERITIES:
+        raise ValueError(f"--fail-on: unknown severity {severity!r} (one of {', '.join(SEVERITIES)})")
+    level = severity_rank(severity)
+    hit = any(severity_rank(i["severity"]) >= level and i["severity"] != "info" for i in diagnosis["incidents"])
+    return 3 if hit else 0
+
+
+def write_outputs(diagnosis: dict, json_path: str | Path) -> tuple[Path, Path]:
+    """Write diagnosis.json and skiplist.json beside it; returns both paths."""
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(dumps(diagnosis, indent=2) + "\n", encoding="utf-8")
+    skip = diagnosis.get("skiplist") or {"run_id": diagnosis["run_id"], "steps": [], "sample_ids": []}
+    skip_path = json_path.parent / "skiplist.json"
+    skip_path.write_text(dumps(skip, indent=2) + "\n", encoding="utf-8")
+    return json_path, skip_path
+
+
+# --- the whole diagnosis -----------------------------------------------------------------------
+
+
+def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding], params: Params,
+                    rule_dirs: list[str | Path] | None = None) -> dict:
+    ruleset = load_rules(rule_dirs)
+    real = sorted((i for i in incidents if i.severity != "info"), key=lambda i: (i.step_start, i.peak_step))
+    info = [i for i in incidents if i.severity == "info"]
+    ctx = build_context(run, real, params)
+    tc = build_trace_context(run, real, ctx.unhealthy, params)
+    first, last, count = run.step_range()
+    steps = {"first": first, "last": last, "count": count}
+
+    out_incidents = []
+    for inc in real:
+        ranks_f = rank_features(inc, ctx, params.attribution)
+        confined = ranks_f["peak_rank"] if ranks_f["rank_confined"] and ranks_f["peak_rank"] >= 0 else None
+        samples = rank_samples(inc, tc, params.tracing, confined)
+        feats = incident_features(inc, run, ctx, tc, params, real, samples=samples)
+        att = attribute(ruleset, feats, params.attribution)
+        ranks = list(inc.ranks) or ([feats["peak_rank"]] if confined is not None else [])
+        layers = list(inc.layers)
+        if feats["layer_hidden"] and feats["top_layer"] and feats["top_layer"] not in layers:
+            layers.append(feats["top_layer"])
+        sample_evidence = bool((feats["top_sample_loss_ratio"] or 0) >= 4 or feats["sample_loss_nonfinite"]
+                               or feats["sample_recurrence"] or feats["replay_recurred"])
+        implicated = att.root_cause in (*DATA_LABELS, "unknown") or (sample_evidence and att.root_cause != "hardware_fault")
+        samples_list = _samples_json(samples, params.tracing.max_samples)
+        out_incidents.append({
+            "id": inc.id, "kind": inc.kind, "kinds": list(inc.kinds), "severity": inc.severity,
+            "step_start": int(inc.step_start), "step_end": int(inc.step_end), "peak_step": int(inc.peak_step),
+            "ranks": [int(r) for r in ranks], "layers": layers,
+            "root_cause": att.root_cause, "confidence": att.confidence, "alternatives": att.alternatives,
+            "explanation": att.explanation,
+            "sample_ids": [s["sample_id"] for s in samples_list] if implicated else [],
+            "evidence": _evidence(inc), "actions": att.actions,
+            # extras
+            "root_cause_detail": att.detail, "attempt": int(inc.attempt),
+            "implicated_steps": implicated_steps(inc, params.tracing, tc.interval),
+            "consumed_samples_range": consumed_samples_range(run, inc, params.tracing, tc.interval),
+            "samples": samples_list,
+            "features": feats, "matched_rules": att.matched, "gated_labels": att.gated, "label_scores": att.scores,
+            "findings": [f.summary for f in inc.findings],
+            "log_lines": log_lines(run, inc),
+        })
+    diagnosis = {
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "run_id": run.run_id,
+        "steps": steps,
+        "verdict": verdict(out_incidents, steps),
+        "incidents": out_incidents,
+        "calibration": calibrate(run, ctx, params.calibration),
+        "notes": [_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings],
+        "rules": ruleset.files,
+    }
+    diagnosis["skiplist"] = skiplist(run.run_id, out_incidents, params)
+    return json_safe(diagnosis)

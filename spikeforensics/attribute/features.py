@@ -1,0 +1,533 @@
+"""Evidence features of one incident: named facts the rules in `rules/*.toml` test.
+
+`incident_features(incident, run, ctx, tc, params)` is a pure function returning a
+flat dict {feature name: bool | number | str | None}. `FEATURES` documents every name
+(type and meaning) and is what the rule loader validates against, so a rule can only
+name a feature that exists. `None` means "no data to say" and makes every condition on
+that feature false.
+
+Families (one helper each): incident shape and kinds; rank confinement; hardware
+(Xid events, ECC counter deltas, temperature) in the incident's time window; replay
+(the same step trained again after a resume); samples (recurrence, exoneration, loss
+share, source/length enrichment, via tracing.py); clipping; loss scaling; layers
+(concentration, exact zeros, stuck sign); drift before, plateau after; position in
+training and learning rate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+
+import polars as pl
+
+from spikeforensics.attribute.context import RunContext
+from spikeforensics.attribute.tracing import TraceContext, consumed_samples_range, rank_samples, skip_candidates
+from spikeforensics.detect.base import KINDS, Incident
+from spikeforensics.params import AttributionParams, Params
+from spikeforensics.rundata import RunData
+
+B, N, S = "bool", "number", "str"
+FEATURES: dict[str, tuple[str, str]] = {
+    # incident shape
+    "kind": (S, "primary detector kind of the incident"),
+    "severity": (S, "incident severity: warning or critical"),
+    "n_kinds": (N, "how many detectors fired in the incident"),
+    **{f"has_{k}": (B, f"the {k} detector fired in this incident") for k in KINDS},
+    "duration_steps": (N, "step_end - step_start + 1"),
+    "nonfinite": (B, "a NaN/Inf loss or grad norm inside the incident"),
+    "peak_loss_ratio": (N, "loss at the peak / healthy baseline before onset"),
+    "peak_grad_ratio": (N, "grad norm at the peak / healthy baseline before onset"),
+    "peak_grad_norm": (N, "largest finite grad norm inside the incident"),
+    "recovery": (S, "detector's recovery class: fast / slow / never / unknown"),
+    "lead_signal": (S, "which signal moved first (detector fact), or unknown"),
+    "detector_cause": (S, "a cause a detector already recognised (finding fact `cause`, e.g. clip_before_unscale), or empty"),
+    "n_spike_incidents": (N, "warning+ hard_spike/nonfinite incidents in the whole run"),
+    "n_incidents": (N, "warning+ incidents in the whole run"),
+    "spike_interval_shrinking": (B, "gaps between successive spike incidents get shorter"),
+    # ranks
+    "n_ranks": (N, "ranks seen in the run (metrics, layer dump or manifest)"),
+    "multi_rank": (B, "the run has more than one rank"),
+    "has_rank_data": (B, "per-rank values exist around the incident"),
+    "rank_confined": (B, "one rank stands out at the peak while the others stay normal (never true for a single-rank run)"),
+    "rank_all": (B, "per-rank data shows every rank spiking together"),
+    "peak_rank": (N, "the odd rank out, or -1"),
+    "rank_outlier_ratio": (N, "odd rank's value / median of the other ranks at the peak"),
+    "rank_norms_agree_healthy": (B, "per-rank grad norms agree on healthy steps (they are post-all-reduce)"),
+    "rank_mismatch": (B, "per-rank grad norms that agree on healthy steps disagree at the incident"),
+    # hardware
+    "time_aligned": (B, "the incident could be mapped to wall-clock time"),
+    "xid_count": (N, "Xid events in the incident's time window"),
+    "xid_hw_weight": (N, "largest hardware weight of those Xid codes (1 = ECC/NVLink/off-bus, 0.3 = app-level)"),
+    "xid_codes": (S, "Xid codes in the window, comma separated"),
+    "ecc_delta": (N, "increase of ECC error counters (corrected + uncorrected) across the window"),
+    "ecc_uncorrected_delta": (N, "increase of uncorrected ECC counters across the window"),
+    "ecc_gpu": (S, "host:gpu with the largest ECC increase"),
+    "temp_rise": (N, "max GPU temperature in the window minus the run's median (deg C)"),
+    "hw_event_count": (N, "ecc / nccl_timeout / error events in the window"),
+    "xid_unplaced_weight": (N, "largest hardware weight of Xid events that cannot be placed in time (no clock in the log), 0 if none"),
+    "ecc_run_delta": (N, "increase of ECC counters over the whole telemetry, when the incident cannot be placed in time"),
+    "hw_evidence": (B, "any rank, replay or telemetry evidence that could point at hardware"),
+    # replay
+    "replayed": (B, "the peak step was trained again in another attempt (after a resume)"),
+    "replay_recurred": (B, "the spike came back on the replay (None when not replayed)"),
+    "replay_ratio": (N, "replayed value / baseline at the peak step"),
+    # samples
+    "has_manifest": (B, "a batch manifest covers the implicated steps"),
+    "has_sample_losses": (B, "the manifest carries per-sample losses"),
+    "top_samples": (S, "the most suspicious sample IDs, comma separated"),
+    "top_sample_score": (N, "suspicion score of the top sample"),
+    "top_sample_loss_ratio": (N, "top sample's loss / the median sample loss of its step"),
+    "sample_loss_nonfinite": (B, "a sample in the implicated steps has a NaN/Inf loss of its own"),
+    "sample_recurrence": (N, "other spike incidents that contain the top sample"),
+    "sample_exonerated": (N, "healthy steps in which the top sample was also seen"),
+    "source_enrichment": (N, "largest enrichment of a sample source in spike batches vs healthy ones"),
+    "length_enrichment": (N, "mean tokens in spike batches / in healthy batches"),
+    "source_shift": (N, "largest change of a source's share between the 200 steps before the incident and the run's first half"),
+    "tokens_shift": (N, "mean tokens in the steps before the incident / in the run's first half"),
+    "consumed_samples_known": (B, "the log's consumed-samples counter gives the sample range"),
+    # clipping
+    "clip_threshold": (N, "clip max_norm in effect, or None"),
+    "clip_rate": (N, "share of finite steps whose pre-clip norm exceeds the threshold"),
+    "clip_rate_before": (N, "clip rate over the 200 steps before onset"),
+    "norm_over_clip": (N, "median healthy grad norm (all steps if none is healthy) / clip threshold"),
+    # loss scaling
+    "fp16": (B, "a dynamic loss scale is in use (loss_scale metric or overflow events)"),
+    "overflow_count": (N, "overflow events (skipped steps) in the whole run"),
+    "overflow_window": (N, "overflow events within the incident (padded)"),
+    "loss_scale_halvings": (N, "net halvings of the loss scale from run start to the incident end"),
+    "loss_scale_min": (N, "smallest loss scale seen up to the incident end"),
+    # layers
+    "has_layers": (B, "a per-layer gradient dump exists"),
+    "top_layer": (S, "layer with the largest share of the peak squared norm"),
+    "layer_top_share": (N, "that layer's share of the summed squared layer norms at the peak"),
+    "layer_top_ratio": (N, "that layer's norm at the peak / its healthy median"),
+    "layer_hidden": (B, "a layer >= 10x its median while the global norm is < 2x"),
+    "zero_frac_max": (N, "largest exact-zero fraction of any layer within the incident"),
+    "zero_frac_rise": (N, "that layer's zero fraction minus its early median"),
+    "layer_all_zero": (B, "some layer's gradient is (nearly) all exact zeros in the incident"),
+    "sign_stuck": (B, "some layer's positive-element share is stuck near 0 or 1 in the incident"),
+    "grad_fall": (N, "median grad norm over the last 20% of the run / first 20% (vanishing < 0.01)"),
+    # dynamics
+    "drift_before": (N, "median grad norm in the window before onset / the window before that"),
+    "plateau_after": (N, "median loss after the incident / median loss before onset"),
+    "train_frac": (N, "position of the peak in the run, 0 = first step, 1 = last"),
+    "early": (B, "the peak lies in the first early_frac of training"),
+    "lr_at_peak": (N, "learning rate at the peak step"),
+    "lr_trend_before": (N, "relative LR change over the window before onset (+ = rising)"),
+    "in_warmup": (B, "the peak is before the LR maximum while the LR is still rising"),
+    "lr_rising_late": (B, "after the LR maximum the LR rises again by >10% (restarted warmup / wrong schedule)"),
+    "lr_restart": (B, "the LR after a resume jumps back up by > 2x"),
+}
+
+def _f(x) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _median(frame: pl.DataFrame, col: str = "value") -> float | None:
+    vals = frame.filter(pl.col(col).is_finite()).get_column(col) if frame.height else None
+    return _f(vals.median()) if vals is not None and vals.len() else None
+
+
+def _at(frame: pl.DataFrame, attempt: int, lo: int, hi: int) -> pl.DataFrame:
+    rows = frame.filter(pl.col("step").is_between(lo, hi))
+    same = rows.filter(pl.col("attempt") == attempt)
+    return same if same.height else rows.unique(subset=["step"], keep="first")
+
+
+def _onset(inc: Incident) -> int:
+    onset = inc.facts.get("onset")
+    return int(onset) if isinstance(onset, (int, float)) and onset <= inc.peak_step else inc.step_start
+
+
+# --- families --------------------------------------------------------------------------------
+
+
+def shape_features(inc: Incident, incidents: list[Incident], ctx: RunContext, ap: AttributionParams) -> dict:
+    on = _onset(inc)
+    out = {
+        "kind": inc.kind, "severity": inc.severity, "n_kinds": len(inc.kinds),
+        **{f"has_{k}": k in inc.kinds for k in KINDS},
+        "duration_steps": inc.step_end - inc.step_start + 1,
+        "recovery": str(inc.facts.get("recovery", "unknown")),
+        "lead_signal": str(inc.facts.get("lead_signal", "unknown")),
+        "detector_cause": next((str(f.facts["cause"]) for f in inc.findings if f.facts.get("cause")), ""),
+    }
+    spikes = sorted(i.peak_step for i in incidents if i.severity != "info" and {"hard_spike", "nonfinite"} & set(i.kinds))
+    gaps = [b - a for a, b in zip(spikes, spikes[1:])]
+    out["n_spike_incidents"] = len(spikes)
+    out["n_incidents"] = sum(1 for i in incidents if i.severity != "info")
+    out["spike_interval_shrinking"] = len(gaps) >= 2 and all(b <= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] < gaps[0]
+    pad = ap.pad_steps
+    nonfinite = "nonfinite" in inc.kinds
+    for name, frame in (("loss", ctx.loss), ("grad", ctx.grad)):
+        window = _at(frame, inc.attempt, inc.step_start - pad, inc.step_end + pad)
+        base = _median(ctx.healthy(_at(frame, inc.attempt, on - ap.baseline_window, on - 1))) or _median(ctx.healthy(frame))
+        nonfinite = nonfinite or window.filter(pl.col("value").is_nan() | pl.col("value").is_infinite()).height > 0
+        peak = _f(window.filter(pl.col("value").is_finite()).get_column("value").max()) if window.height else None
+        out[f"peak_{name}_ratio"] = peak / base if peak is not None and base else None
+        if name == "grad":
+            out["peak_grad_norm"] = peak
+    out["nonfinite"] = nonfinite
+    return out
+
+
+def rank_features(inc: Incident, ctx: RunContext, ap: AttributionParams) -> dict:
+    out = {"n_ranks": ctx.n_ranks, "multi_rank": ctx.n_ranks > 1, "has_rank_data": False, "rank_confined": False,
+           "rank_all": False, "peak_rank": -1, "rank_outlier_ratio": None, "rank_norms_agree_healthy": False,
+           "rank_mismatch": False}
+    if ctx.n_ranks <= 1 or ctx.per_rank.height == 0:
+        if ctx.n_ranks > 1 and len(inc.ranks) == 1:  # the detector saw one rank only, no per-rank numbers to check
+            out["rank_confined"], out["peak_rank"] = True, int(inc.ranks[0])
+        return out
+    pad = ap.pad_steps
+    best = None
+    for signal in ("grad_norm", "loss", "layer_norm"):
+        rows = ctx.per_rank.filter(pl.col("signal") == signal)
+        if rows.height == 0 or rows.get_column("rank").n_unique() < 2:
+            continue
+        window = _at(rows, inc.attempt, inc.step_start - pad, inc.step_end + pad)
+        healthy = ctx.healthy(rows)
+        base = healthy.group_by("rank").agg(pl.col("value").filter(pl.col("value").is_finite()).median().alias("base"))
+        rel = window.join(base, on="rank").with_columns(
+            pl.when(pl.col("value").is_finite()).then(pl.col("value") / pl.col("base")).otherwise(float("inf")).alias("rel")
+        )
+        if rel.height == 0:
+            continue
+        per_rank = rel.group_by("rank").agg(pl.col("rel").max()).sort("rel", descending=True)
+        top_rank, top = per_rank.row(0)
+        others = per_rank.get_column("rel")[1:]
+        other_med = float(others.median()) if others.len() else 1.0
+        ratio = top / max(other_med, 1e-12)
+        n_high = per_rank.filter(pl.col("rel") >= ap.replay_spike_ratio).height
+        out["has_rank_data"] = True
+        if signal in ("grad_norm", "layer_norm"):
+            spread = healthy.filter(pl.col("value").is_finite()).group_by("attempt", "step").agg(
+                ((pl.col("value").max() - pl.col("value").min()) / pl.col("value").mean().abs()).alias("spread")
+            )
+            agree = spread.height > 0 and float((spread.get_column("spread") <= ap.rank_agree_rtol).mean()) >= 0.9
+            out["rank_norms_agree_healthy"] = out["rank_norms_agree_healthy"] or agree
+            if agree:
+                peak_spread = window.group_by("step").agg(
+                    ((pl.col("value").max() - pl.col("value").min()) / pl.col("value").mean().abs()).alias("s"),
+                    pl.col("value").is_finite().all().alias("fin"),
+                )
+                bad = peak_spread.filter((pl.col("s") > ap.rank_agree_rtol) | ~pl.col("fin"))
+                out["rank_mismatch"] = out["rank_mismatch"] or bad.height > 0
+        if best is None or ratio > best[0]:
+            best = (ratio, top_rank, n_high, per_rank.height)
+    if best is not None:
+        ratio, top_rank, n_high, n = best
+        out["rank_outlier_ratio"] = _f(ratio) if math.isfinite(ratio) else 1e12
+        out["rank_confined"] = ratio >= ap.rank_outlier_ratio and n_high <= max(1, n // 4)
+        out["rank_all"] = n_high == n
+        out["peak_rank"] = int(top_rank) if out["rank_confined"] else -1
+    return out
+
+
+def _time_window(inc: Incident, ctx: RunContext, ap: AttributionParams):
+    rows = ctx.step_time.filter(pl.col("step").is_between(inc.step_start - ap.pad_steps, inc.step_end + ap.pad_steps))
+    same = rows.filter(pl.col("attempt") == inc.attempt)
+    rows = same if same.height else rows
+    if rows.height == 0:
+        return None
+    pad = timedelta(seconds=ap.pad_seconds)
+    return rows.get_column("time").min() - pad, rows.get_column("time").max() + pad
+
+
+def _xid_codes(xids: pl.DataFrame) -> list[int]:
+    codes = []
+    for d in xids.get_column("detail").to_list():
+        try:
+            c = json.loads(d or "{}").get("code")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(c, (int, float)) or (isinstance(c, str) and c.isdigit()):
+            codes.append(int(c))
+    return codes
+
+
+def hardware_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams) -> dict:
+    out = {"time_aligned": False, "xid_count": 0, "xid_hw_weight": 0.0, "xid_codes": "", "ecc_delta": 0.0,
+           "ecc_uncorrected_delta": 0.0, "ecc_gpu": "", "temp_rise": None, "hw_event_count": 0,
+           "xid_unplaced_weight": 0.0, "ecc_run_delta": 0.0}
+    window = _time_window(inc, ctx, ap)
+    in_steps = pl.col("step").is_between(inc.step_start - ap.pad_steps, inc.step_end + ap.pad_steps)
+    weight = lambda c: (ap.xid_strong_weight if c in ap.xid_strong_codes else  # noqa: E731
+                        ap.xid_medium_weight if c in ap.xid_medium_codes else
+                        ap.xid_weak_weight if c in ap.xid_weak_codes else ap.xid_other_weight)
+    unplaced = run.events.filter((pl.col("kind") == "xid") & pl.col("step").is_null()
+                                 & (pl.col("time").is_null() | pl.lit(window is None)))
+    if unplaced.height:
+        out["xid_unplaced_weight"] = max((weight(c) for c in _xid_codes(unplaced)), default=ap.xid_other_weight)
+    if window is None:
+        # no wall clock in the log: only events that carry a step can be placed
+        events = run.events.filter(in_steps.fill_null(False))
+        ecc = run.telemetry.filter(pl.col("field").str.starts_with("ecc") & pl.col("value").is_finite())
+        if ecc.height:
+            span = ecc.group_by("host", "gpu", "field").agg((pl.col("value").max() - pl.col("value").min()).alias("d"))
+            out["ecc_run_delta"] = float(span.get_column("d").sum())
+    else:
+        out["time_aligned"] = True
+        lo, hi = window
+        events = run.events.filter(pl.col("time").is_between(lo, hi).fill_null(False) | in_steps.fill_null(False))
+    xids = events.filter(pl.col("kind") == "xid")
+    if xids.height:
+        codes = _xid_codes(xids)
+        out["xid_count"] = xids.height
+        out["xid_hw_weight"] = max((weight(c) for c in codes), default=ap.xid_other_weight)
+        out["xid_codes"] = ",".join(str(c) for c in sorted(set(codes)))
+    out["hw_event_count"] = events.filter(pl.col("kind").is_in(["ecc", "nccl_timeout", "error"])).height
+    tel = run.telemetry
+    if window is not None and tel.height:
+        lo, hi = window
+        ecc = tel.filter(pl.col("field").str.starts_with("ecc") & pl.col("value").is_finite())
+        if ecc.height:
+            before = ecc.filter(pl.col("time") < lo).sort("time").group_by("host", "gpu", "field").agg(pl.col("value").last().alias("v0"))
+            inside = ecc.filter(pl.col("time").is_between(lo, hi)).sort("time").group_by("host", "gpu", "field").agg(
+                pl.col("value").first().alias("first"), pl.col("value").last().alias("v1"))
+            delta = inside.join(before, on=["host", "gpu", "field"], how="left").with_columns(
+                (pl.col("v1") - pl.coalesce("v0", "first")).clip(lower_bound=0).alias("d"))
+            if delta.height:
+                out["ecc_delta"] = float(delta.get_column("d").sum())
+                out["ecc_uncorrected_delta"] = float(delta.filter(pl.col("field").str.contains("uncorr")).get_column("d").sum())
+                top = delta.sort("d", descending=True).row(0, named=True)
+                if top["d"] > 0:
+                    out["ecc_gpu"] = f"{top['host'] or ''}:{top['gpu']}"
+        temp = tel.filter((pl.col("field") == "temperature") & pl.col("value").is_finite())
+        if temp.height:
+            inside = temp.filter(pl.col("time").is_between(lo, hi))
+            if inside.height:
+                out["temp_rise"] = float(inside.get_column("value").max()) - float(temp.get_column("value").median())
+    return out
+
+
+def replay_features(inc: Incident, ctx: RunContext, ap: AttributionParams) -> dict:
+    """Was the peak step trained again in another attempt, and did it spike again?"""
+    out = {"replayed": False, "replay_recurred": None, "replay_ratio": None}
+    on = _onset(inc)
+    for frame in (ctx.grad, ctx.loss):
+        if frame.height == 0 or frame.get_column("attempt").n_unique() < 2:
+            continue
+        here = frame.filter((pl.col("attempt") == inc.attempt) & pl.col("step").is_between(on, inc.step_end))
+        other = frame.filter((pl.col("attempt") != inc.attempt) & pl.col("step").is_between(on, inc.step_end))
+        if here.height == 0 or other.height == 0:
+            continue
+        base = _median(ctx.healthy(_at(frame, inc.attempt, on - ap.baseline_window, on - 1))) or _median(ctx.healthy(frame))
+        if not base:
+            continue
+        # compare only steps present in both passes
+        both = here.join(other.group_by("step").agg(pl.col("value").max().alias("replay")), on="step")
+        if both.height == 0:
+            continue
+        nonfin = lambda c: pl.col(c).is_nan() | pl.col(c).is_infinite()  # noqa: E731
+        orig = both.select(pl.when(nonfin("value")).then(float("inf")).otherwise(pl.col("value")).max()).item()
+        rep = both.select(pl.when(nonfin("replay")).then(float("inf")).otherwise(pl.col("replay")).max()).item()
+        r0, r1 = orig / base, rep / base
+        if r0 < ap.replay_spike_ratio and r1 < ap.replay_spike_ratio:
+            continue  # this signal did not spike in either pass: no information
+        out["replayed"] = True
+        out["replay_ratio"] = _f(r1) if math.isfinite(r1) else 1e12
+        spiked_again = r1 >= ap.replay_spike_ratio and (
+            not math.isfinite(r0) or math.log(max(r1, 1.0)) >= 0.5 * math.log(max(r0, 1.0)))
+        out["replay_recurred"] = bool(spiked_again) if out["replay_recurred"] is None else (out["replay_recurred"] or spiked_again)
+    return out
+
+
+def sample_features(inc: Incident, run: RunData, ctx: RunContext, tc: TraceContext, params: Params,
+                    samples: pl.DataFrame) -> dict:
+    out = {"has_manifest": samples.height > 0,
+           "has_sample_losses": samples.height > 0 and samples.get_column("sample_loss").null_count() < samples.height,
+           "top_samples": ", ".join(skip_candidates(samples, params.tracing.skip_score_frac, limit=3)
+                                    or samples.head(1).get_column("sample_id").to_list()),
+           "top_sample_score": None, "top_sample_loss_ratio": None, "sample_loss_nonfinite": False,
+           "sample_recurrence": 0, "sample_exonerated": 0, "source_enrichment": None,
+           "length_enrichment": tc.spike_tokens_ratio, "source_shift": None, "tokens_shift": None,
+           "consumed_samples_known": consumed_samples_range(run, inc, params.tracing, tc.interval) is not None}
+    if samples.height:
+        top = samples.row(0, named=True)
+        out["top_sample_score"] = _f(top["score"])
+        out["top_sample_loss_ratio"] = _f(top["loss_ratio"])
+        out["sample_recurrence"] = int(top["recurrence"])
+        out["sample_exonerated"] = int(top["healthy_seen"])
+        losses = samples.get_column("sample_loss").drop_nulls()
+        out["sample_loss_nonfinite"] = bool((~losses.is_finite()).any()) if losses.len() else False
+    if tc.source_enrichment.height:
+        out["source_enrichment"] = _f(tc.source_enrichment.get_column("source_enrichment").max())
+    if tc.has_manifest and ctx.first_step is not None and ctx.last_step is not None:
+        on = _onset(inc)
+        mid = ctx.first_step + (ctx.last_step - ctx.first_step) // 2
+        recent = tc.batches.filter(pl.col("step").is_between(on - 200, inc.peak_step))
+        early = tc.batches.filter(pl.col("step") <= min(mid, on - 200))
+        if recent.height and early.height:
+            if recent.get_column("sample_source").null_count() < recent.height:
+                share = lambda f, n: f.group_by("sample_source").agg((pl.len() / f.height).alias(n))  # noqa: E731
+                both = share(recent, "r").join(share(early, "e"), on="sample_source", how="full", coalesce=True).fill_null(0)
+                out["source_shift"] = float((both.get_column("r") - both.get_column("e")).abs().max())
+            te, tr = early.get_column("tokens").mean(), recent.get_column("tokens").mean()
+            if te and tr is not None:
+                out["tokens_shift"] = float(tr) / float(te)
+    return out
+
+
+def clip_features(inc: Incident, ctx: RunContext, params: Params) -> dict:
+    thr = ctx.clip_threshold
+    out = {"clip_threshold": thr, "clip_rate": None, "clip_rate_before": None, "norm_over_clip": None}
+    if not thr or ctx.grad.height == 0:
+        return out
+    finite = ctx.grad.filter(pl.col("value").is_finite())
+    if finite.height == 0:
+        return out
+    out["clip_rate"] = float((finite.get_column("value") > thr).mean())
+    on = _onset(inc)
+    before = finite.filter(pl.col("step").is_between(on - 200, on - 1))
+    if before.height == 0:  # the incident starts with the run: judge its own first steps
+        before = finite.filter(pl.col("step").is_between(on, on + 199))
+    if before.height:
+        out["clip_rate_before"] = float((before.get_column("value") > thr).mean())
+    med = _median(ctx.healthy(finite)) or _median(finite)
+    out["norm_over_clip"] = med / thr if med is not None else None
+    return out
+
+
+def precision_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams) -> dict:
+    overflow = run.events_of("overflow")
+    counts = overflow.select(pl.col("detail").str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1))
+    in_win = overflow.filter(pl.col("step").is_between(inc.step_start - ap.pad_steps, inc.step_end + ap.pad_steps))
+    out = {"fp16": ctx.fp16, "overflow_count": int(counts.sum().item() or 0) if counts.height else 0,
+           "overflow_window": in_win.height, "loss_scale_halvings": 0, "loss_scale_min": None}
+    scale = ctx.loss_scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+    upto = scale.filter(pl.col("step") <= inc.step_end)
+    if upto.height:
+        top = float(upto.get_column("value").max())
+        low = float(upto.get_column("value").min())
+        out["loss_scale_min"] = low
+        out["loss_scale_halvings"] = int(round(math.log2(top / low))) if low > 0 else 0
+    return out
+
+
+def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams, peak_grad_ratio) -> dict:
+    out = {"has_layers": run.layers.height > 0, "top_layer": "", "layer_top_share": None, "layer_top_ratio": None,
+           "layer_hidden": False, "zero_frac_max": None, "zero_frac_rise": None, "layer_all_zero": False,
+           "sign_stuck": False, "grad_fall": None}
+    if ctx.grad.height >= 10:
+        g = ctx.grad.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")
+        k = max(1, g.len() // 5)
+        first, last = g.head(k).median(), g.tail(k).median()
+        out["grad_fall"] = float(last) / float(first) if first else None
+    layers = run.layers.filter(pl.col("step").is_not_null())
+    if layers.height == 0:
+        return out
+    pad = ap.pad_steps
+    layers = layers.group_by("step", "layer").agg(pl.col("grad_norm", "zero_frac", "pos_frac").mean())
+    window = layers.filter(pl.col("step").is_between(inc.step_start - pad, inc.step_end + pad))
+    if window.height == 0:
+        nearest = layers.select((pl.col("step") - inc.peak_step).abs().min()).item()
+        window = layers.filter((pl.col("step") - inc.peak_step).abs() == nearest)
+    healthy = ctx.healthy(layers)
+    base = healthy.group_by("layer").agg(pl.col("grad_norm").filter(pl.col("grad_norm").is_finite()).median().alias("base"),
+                                         pl.col("zero_frac").sort_by("step").head(20).median().alias("zero_base"))
+    sq = window.filter(pl.col("grad_norm").is_finite()).with_columns((pl.col("grad_norm") ** 2).alias("sq"))
+    if sq.height:
+        peak_step = sq.group_by("step").agg(pl.col("sq").sum()).sort("sq", descending=True).get_column("step")[0]
+        at = sq.filter(pl.col("step") == peak_step).join(base, on="layer", how="left").with_columns(
+            (pl.col("sq") / pl.col("sq").sum()).alias("share"), (pl.col("grad_norm") / pl.col("base")).alias("ratio"))
+        top = at.sort("ratio", descending=True, nulls_last=True).row(0, named=True)
+        by_share = at.sort("share", descending=True).row(0, named=True)
+        out["top_layer"] = by_share["layer"]
+        out["layer_top_share"] = _f(by_share["share"])
+        out["layer_top_ratio"] = _f(top["ratio"])
+        if top["ratio"] is not None and top["ratio"] >= 10 and (peak_grad_ratio is None or peak_grad_ratio < 2):
+            out["layer_hidden"] = True
+            out["top_layer"] = top["layer"]
+    zf = window.filter(pl.col("zero_frac").is_not_null()).join(base, on="layer", how="left")
+    if zf.height:
+        row = zf.sort("zero_frac", descending=True).row(0, named=True)
+        out["zero_frac_max"] = _f(row["zero_frac"])
+        out["zero_frac_rise"] = _f(row["zero_frac"] - (row["zero_base"] or 0.0))
+        out["layer_all_zero"] = row["zero_frac"] >= ap.zero_frac_stuck
+    pf = window.filter(pl.col("pos_frac").is_not_null())
+    if pf.height:
+        stuck = pf.group_by("layer").agg(pl.col("pos_frac").mean()).filter(
+            (pl.col("pos_frac") >= ap.sign_stuck) | (pl.col("pos_frac") <= 1 - ap.sign_stuck))
+        out["sign_stuck"] = stuck.height > 0
+    return out
+
+
+def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams) -> dict:
+    on, w = _onset(inc), ap.baseline_window
+    out = {"drift_before": None, "plateau_after": None, "train_frac": None, "early": False, "lr_at_peak": None,
+           "lr_trend_before": None, "in_warmup": False, "lr_rising_late": False, "lr_restart": False}
+    recent = _median(_at(ctx.grad, inc.attempt, on - w, on - 1))
+    older = _median(_at(ctx.grad, inc.attempt, on - 3 * w, on - w - 1))
+    if recent is not None and older:
+        out["drift_before"] = recent / older
+    before = _median(_at(ctx.loss, inc.attempt, on - w, on - 1))
+    after = _median(_at(ctx.loss, inc.attempt, inc.step_end + 1, inc.step_end + ap.plateau_window))
+    if before and after is not None:
+        out["plateau_after"] = after / before
+    if ctx.first_step is not None and ctx.last_step is not None and ctx.last_step > ctx.first_step:
+        out["train_frac"] = (inc.peak_step - ctx.first_step) / (ctx.last_step - ctx.first_step)
+        out["early"] = out["train_frac"] <= ap.early_frac
+    lr = ctx.lr.filter(pl.col("value").is_finite())
+    if lr.height:
+        first_pass = lr.filter(pl.col("attempt") == inc.attempt)
+        first_pass = first_pass if first_pass.height else lr
+        at = first_pass.filter(pl.col("step") <= inc.peak_step).sort("step")
+        if at.height:
+            out["lr_at_peak"] = float(at.get_column("value")[-1])
+            prev = first_pass.filter(pl.col("step").is_between(on - w, on - 1)).sort("step")
+            if prev.height and prev.get_column("value")[0] > 0:
+                out["lr_trend_before"] = out["lr_at_peak"] / float(prev.get_column("value")[0]) - 1
+            seq = first_pass.sort("step").with_columns(pl.col("value").cum_max().alias("cmax"))
+            decayed = seq.filter(pl.col("value") < 0.9 * pl.col("cmax"))
+            decay_step = int(decayed.get_column("step")[0]) if decayed.height else None
+            warm = seq if decay_step is None else seq.filter(pl.col("step") < decay_step)
+            top = float(warm.get_column("value").max())
+            warm_end = int(warm.filter(pl.col("value") >= 0.99 * top).get_column("step")[0])
+            out["in_warmup"] = inc.peak_step <= warm_end and (out["lr_trend_before"] or 0) > 0
+            if decay_step is not None:
+                late = seq.filter(pl.col("step").is_between(decay_step, inc.peak_step)).with_columns(
+                    pl.col("value").cum_min().alias("cmin"))
+                out["lr_rising_late"] = late.filter(pl.col("value") > 1.1 * pl.col("cmin")).height > 0
+        if lr.get_column("attempt").n_unique() > 1:
+            # LR of the first record of each later attempt vs the last LR of the attempt before it
+            firsts = lr.group_by("attempt").agg(pl.col("value").first().alias("f"), pl.col("value").last().alias("l")).sort("attempt")
+            jumps = firsts.with_columns((pl.col("f") / pl.col("l").shift(1)).alias("j")).get_column("j").drop_nulls()
+            out["lr_restart"] = bool((jumps > 2.0).any())
+    return out
+
+
+# --- all together -----------------------------------------------------------------------------
+
+
+def incident_features(inc: Incident, run: RunData, ctx: RunContext, tc: TraceContext, params: Params,
+                      incidents: list[Incident], samples: pl.DataFrame | None = None) -> dict:
+    """Every feature in FEATURES for one incident (samples: tracing.rank_samples output, computed if None)."""
+    ap = params.attribution
+    out: dict = {}
+    out.update(shape_features(inc, incidents, ctx, ap))
+    out.update(rank_features(inc, ctx, ap))
+    out.update(hardware_features(inc, run, ctx, ap))
+    out.update(replay_features(inc, ctx, ap))
+    if samples is None:
+        confined = out["peak_rank"] if out["rank_confined"] and out["peak_rank"] >= 0 else None
+        samples = rank_samples(inc, tc, params.tracing, confined)
+    out.update(sample_features(inc, run, ctx, tc, params, samples))
+    out.update(clip_features(inc, ctx, params))
+    out.update(precision_features(inc, run, ctx, ap))
+    out.update(layer_features(inc, run, ctx, ap, out.get("peak_grad_ratio")))
+    out.update(dynamics_features(inc, run, ctx, ap))
+    out["hw_evidence"] = bool(
+        (out["multi_rank"] and (out["rank_confined"] or out["rank_mismatch"]))
+        or out["xid_count"] > 0 or out["ecc_delta"] > 0 or out["hw_event_count"] > 0
+        or out["xid_unplaced_weight"] > 0 or out["ecc_run_delta"] > 0
+        or out["replay_recurred"] is False
+    )
+    missing = set(FEATURES) - set(out)
+    assert not missing, f"features not computed: {sorted(missing)}"
+    return {k: out[k] for k in FEATURES}

@@ -1,0 +1,199 @@
+"""Sample tracing: incident -> steps -> (rank, micro-batch) -> sample IDs, ranked by suspicion.
+
+The batch manifest (`run.batches`: step, rank, micro, sample_id, sample_loss, tokens,
+sample_source) says which samples each optimizer step consumed; gradient accumulation
+(several micro-batches) and several ranks are just more rows of the same step. For an
+incident we take its *implicated steps* (onset to peak, plus the step before: a bad
+batch damages the weights the next step uses) and score every sample in them:
+
+    score = step weight (peak / earlier step)
+          + w_recurrence x other spike incidents the sample is also in    (recurrence = data)
+          - w_healthy    x healthy steps the sample was seen in (max 4)     (exoneration, soft)
+          + w_loss       x log2(sample loss / median sample loss of the step)
+          + w_nonfinite  when the sample's own loss is NaN/Inf
+          + w_rank       when it sat on the rank the incident is confined to
+          + w_source     x log2(enrichment of its source in spike batches vs healthy ones)
+          + w_length     x log2(its tokens / the run's median tokens)
+
+Without a manifest, `consumed_samples_range` turns the log's consumed-samples counter
+into the sample index range of the implicated steps. Everything here is polars over the
+manifest; the only Python loop is over incidents.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from spikeforensics.detect.base import Incident
+from spikeforensics.params import Params, TracingParams
+from spikeforensics.rundata import RunData
+
+SAMPLE_COLUMNS = {
+    "sample_id": pl.String, "score": pl.Float64, "step": pl.Int64, "rank": pl.Int32, "micro": pl.Int32,
+    "sample_loss": pl.Float64, "loss_ratio": pl.Float64, "recurrence": pl.Int64, "healthy_seen": pl.Int64,
+    "source": pl.String, "source_enrichment": pl.Float64, "tokens": pl.Int64,
+}
+
+
+def implicated_steps(incident: Incident, params: TracingParams, interval: int = 1, max_span: int = 8) -> list[int]:
+    """Steps whose batches may have caused the incident: onset..peak (at most `max_span`) plus the step(s) before.
+
+    `interval` is the log's step cadence: a loss printed every k steps averages (or samples)
+    the k steps since the previous record, so all of them are implicated.
+    """
+    onset = incident.facts.get("onset")
+    start = int(onset) if isinstance(onset, (int, float)) and onset <= incident.peak_step else incident.step_start
+    start = max(start, incident.peak_step - max(max_span, interval) + 1)
+    start = min(start, incident.peak_step - interval + 1)
+    return list(range(start - params.steps_before, incident.peak_step + 1))
+
+
+@dataclass
+class TraceContext:
+    """Run-level manifest statistics shared by all incidents."""
+
+    batches: pl.DataFrame  # the manifest, one row per (step, rank, micro, sample)
+    membership: pl.DataFrame  # incident, sample_id: samples in each incident's implicated steps
+    healthy_seen: pl.DataFrame  # sample_id, healthy_seen
+    source_enrichment: pl.DataFrame  # source, source_enrichment, spike_share, healthy_share
+    median_tokens: float | None
+    spike_tokens_ratio: float | None  # mean tokens in spike batches / in healthy batches
+    interval: int = 1  # steps between logged records
+
+    @property
+    def has_manifest(self) -> bool:
+        return self.batches.height > 0
+
+
+def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.DataFrame, params: Params) -> TraceContext:
+    tp = params.tracing
+    interval = log_interval(run)
+    batches = run.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null()).unique(
+        subset=["step", "rank", "micro", "sample_id"], keep="first", maintain_order=True
+    )
+    steps = [
+        pl.DataFrame({"incident": inc.id, "step": implicated_steps(inc, tp, interval)}, schema={"incident": pl.String, "step": pl.Int64})
+        for inc in incidents
+    ]
+    inc_steps = pl.concat(steps) if steps else pl.DataFrame(schema={"incident": pl.String, "step": pl.Int64})
+    membership = inc_steps.join(batches.select("step", "sample_id"), on="step").select("incident", "sample_id").unique()
+    healthy = batches.join(unhealthy, on="step", how="anti")
+    healthy_seen = healthy.group_by("sample_id").agg(pl.col("step").n_unique().alias("healthy_seen"))
+    spike = batches.join(inc_steps.select("step").unique(), on="step")
+    enrichment = pl.DataFrame(schema={"source": pl.String, "source_enrichment": pl.Float64})
+    if batches.get_column("sample_source").null_count() < batches.height and spike.height and healthy.height:
+        share = lambda f, name: f.group_by(pl.col("sample_source").alias("source")).agg(  # noqa: E731
+            (pl.len() / f.height).alias(name), pl.len().alias(f"{name}_n")
+        )
+        enrichment = (
+            share(spike, "spike_share").filter(pl.col("spike_share_n") >= params.attribution.enrichment_min_batches)
+            .join(share(healthy, "healthy_share"), on="source", how="left")
+            .with_columns(
+                (pl.col("spike_share") / pl.col("healthy_share").fill_null(0).clip(lower_bound=1.0 / max(healthy.height, 1)))
+                .alias("source_enrichment")
+            )
+        )
+    tokens = batches.get_column("tokens").drop_nulls()
+    median_tokens = float(tokens.median()) if tokens.len() else None
+    spike_ratio = None
+    if median_tokens and spike.get_column("tokens").drop_nulls().len() and healthy.get_column("tokens").drop_nulls().len():
+        spike_ratio = float(spike.get_column("tokens").mean()) / max(float(healthy.get_column("tokens").mean()), 1e-9)
+    return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval)
+
+
+def log_interval(run: RunData) -> int:
+    """Typical number of optimizer steps between two logged records (1 when every step is logged)."""
+    for name in ("loss", "grad_norm"):
+        steps = run.series(name).filter(pl.col("attempt") == 0).get_column("step").drop_nulls().unique().sort()
+        if steps.len() > 2:
+            return max(1, int(steps.diff().drop_nulls().median()))
+    return 1
+
+
+def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, confined_rank: int | None = None) -> pl.DataFrame:
+    """The incident's samples, most suspicious first (columns SAMPLE_COLUMNS)."""
+    if not tc.has_manifest:
+        return pl.DataFrame(schema=SAMPLE_COLUMNS)
+    steps = implicated_steps(incident, params, tc.interval)
+    rows = tc.batches.filter(pl.col("step").is_in(steps))
+    if rows.height == 0:
+        return pl.DataFrame(schema=SAMPLE_COLUMNS)
+    finite_loss = pl.when(pl.col("sample_loss").is_finite()).then(pl.col("sample_loss"))
+    step_median = finite_loss.median().over("step")
+    rows = rows.with_columns((pl.col("sample_loss") / step_median).alias("loss_ratio"))
+    recurrence = (
+        tc.membership.filter(pl.col("incident") != incident.id).group_by("sample_id").agg(pl.len().alias("recurrence"))
+    )
+    rows = (
+        rows.join(recurrence, on="sample_id", how="left")
+        .join(tc.healthy_seen, on="sample_id", how="left")
+        .join(tc.source_enrichment.select("source", "source_enrichment"), left_on="sample_source", right_on="source", how="left")
+        .with_columns(
+            pl.col("recurrence").fill_null(0).cast(pl.Int64),
+            pl.col("healthy_seen").fill_null(0).cast(pl.Int64),
+            pl.col("source_enrichment").fill_null(1.0),
+        )
+    )
+    log2 = lambda e: (e.clip(lower_bound=1.0)).log(2).fill_null(0.0).fill_nan(0.0)  # noqa: E731
+    step_weight = pl.when(pl.col("step") == incident.peak_step).then(params.w_peak).otherwise(params.w_before)
+    nonfinite = pl.col("sample_loss").is_not_null() & ~pl.col("sample_loss").is_finite()
+    rank_hit = pl.lit(False) if confined_rank is None else (pl.col("rank") == confined_rank).fill_null(False)
+    length = log2(pl.col("tokens").cast(pl.Float64) / tc.median_tokens) if tc.median_tokens else pl.lit(0.0)
+    rows = rows.with_columns(
+        (
+            step_weight
+            + params.w_loss * log2(pl.col("loss_ratio"))
+            + pl.when(nonfinite).then(params.w_nonfinite_loss).otherwise(0.0)
+            + pl.when(rank_hit).then(params.w_rank).otherwise(0.0)
+            + params.w_source * log2(pl.col("source_enrichment"))
+            + params.w_length * length
+        ).alias("row_score")
+    )
+    out = (
+        rows.sort("row_score", descending=True)
+        .group_by("sample_id", maintain_order=True)
+        .agg(pl.all().first())
+        .with_columns(
+            (
+                pl.col("row_score")
+                + params.w_recurrence * pl.col("recurrence")
+                - params.w_healthy * pl.col("healthy_seen").clip(upper_bound=4)
+            ).alias("score"),
+            pl.col("sample_source").alias("source"),
+        )
+        .sort(["score", "step", "sample_id"], descending=[True, True, False])
+    )
+    return out.select(list(SAMPLE_COLUMNS)).cast(SAMPLE_COLUMNS)
+
+
+def consumed_samples_range(run: RunData, incident: Incident, params: TracingParams, interval: int = 1) -> dict | None:
+    """[start, end) sample indices of the implicated steps, from the log's consumed-samples counter."""
+    cs = run.series("consumed_samples")
+    if cs.height == 0:
+        return None
+    cs = cs.filter(pl.col("attempt") == incident.attempt) if incident.attempt in cs.get_column("attempt") else cs
+    steps = implicated_steps(incident, params, interval)
+    before = cs.filter(pl.col("step") < steps[0]).sort("step")
+    upto = cs.filter(pl.col("step") <= incident.peak_step).sort("step")
+    if upto.height == 0:
+        return None
+    end = upto.get_column("value")[-1]
+    start = before.get_column("value")[-1] if before.height else 0.0
+    if not (math.isfinite(end) and math.isfinite(start)):
+        return None
+    return {"start": int(start), "end": int(end), "steps": [steps[0], incident.peak_step],
+            "note": "samples consumed from the end of step %d to the end of step %d" % (steps[0] - 1, incident.peak_step)}
+
+
+def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5) -> list[str]:
+    """Sample IDs worth skipping on resume: those scoring within `score_frac` of the top one."""
+    if samples.height == 0:
+        return []
+    top = samples.get_column("score")[0]
+    if top is None or top <= 0:
+        return []
+    keep = samples.filter(pl.col("score") >= top * score_frac).head(limit)
+    return keep.get_column("sample_id").to_list()

@@ -1,0 +1,63 @@
+"""Group findings that overlap in steps into incidents with one severity.
+
+Findings at warning or above that overlap (or come within `merge_gap` steps) on the same
+attempt form one incident: severity = the highest, kind = the strongest finding's kind
+(severity, then `kind_priority`, then score). Findings that span a stretch of the run
+(`facts["scope"] == "run"`: a clip rate, a rising zero share) group only with each other,
+so a run-wide condition does not swallow every spike. `info` findings never join an
+incident: they stay notes (see `detect_incidents`).
+"""
+
+from __future__ import annotations
+
+from spikeforensics.detect.base import Finding, Incident, severity_rank
+
+
+def strength(finding: Finding, priority: tuple) -> tuple:
+    order = priority.index(finding.kind) if finding.kind in priority else len(priority)
+    return severity_rank(finding.severity), -order, finding.score
+
+
+def _clusters(findings: list[Finding], gap: int) -> list[list[Finding]]:
+    out: list[list[Finding]] = []
+    for f in sorted(findings, key=lambda f: (f.attempt, f.step_start, f.step_end)):
+        last = out[-1] if out else None
+        if last and last[0].attempt == f.attempt and f.step_start <= max(x.step_end for x in last) + gap:
+            last.append(f)
+        else:
+            out.append([f])
+    return out
+
+
+def _incident(group: list[Finding], priority: tuple) -> Incident:
+    group = sorted(group, key=lambda f: strength(f, priority), reverse=True)
+    top = group[0]
+    kinds = sorted({f.kind for f in group}, key=lambda k: priority.index(k) if k in priority else len(priority))
+    kinds.remove(top.kind)
+    ranks, layers, facts = [], [], {}
+    for f in group:
+        if f.rank is not None and f.rank not in ranks:
+            ranks.append(f.rank)
+        for layer in [f.layer, *f.facts.get("layers", [])]:
+            if layer is not None and layer not in layers:
+                layers.append(layer)
+        for key, value in f.facts.items():
+            facts.setdefault(key, value)
+    return Incident(
+        id="", kind=top.kind, kinds=[top.kind, *kinds], severity=max((f.severity for f in group), key=severity_rank),
+        step_start=min(f.step_start for f in group), step_end=max(f.step_end for f in group), peak_step=top.peak_step,
+        findings=group, ranks=ranks, layers=layers, attempt=top.attempt, facts=facts,
+    )
+
+
+def group_incidents(findings: list[Finding], params) -> list[Incident]:
+    """Incidents (warning and above) in step order, ids inc-1, inc-2, ..."""
+    ip = params.incidents
+    serious = [f for f in findings if severity_rank(f.severity) >= severity_rank("warning")]
+    point = [f for f in serious if f.facts.get("scope") != "run"]
+    wide = [f for f in serious if f.facts.get("scope") == "run"]
+    incidents = [_incident(g, ip.kind_priority) for part in (point, wide) for g in _clusters(part, ip.merge_gap)]
+    incidents.sort(key=lambda i: (i.step_start, i.attempt, i.step_end))
+    for n, inc in enumerate(incidents, 1):
+        inc.id = f"inc-{n}"
+    return incidents

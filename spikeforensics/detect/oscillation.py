@@ -1,0 +1,61 @@
+"""Loss oscillation: the loss swinging up and down far more than its usual noise while not improving.
+
+Detrended log loss (residual from a centred rolling median over ~200 records); its local
+volatility is the robust scale of the residual over `window` records. A stretch fires
+when that volatility is >= 3x the run's typical volatility (or above an absolute level,
+for a run that oscillates from the start) for >= `min_records` records and the loss trend
+over the stretch is not falling (LR too high: DOMAIN "oscillating loss").
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from spikeforensics.detect import robust, signals
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+
+def detect(run: RunData, params) -> list[Finding]:
+    op = params.oscillation
+    loss, _ = signals.raw(run, "loss")
+    loss = loss.filter(pl.col("y").is_not_null())
+    if loss.height < op.min_records + op.window:
+        return []
+    key = pl.col("rank").cast(pl.String).fill_null("-")
+    data = loss.with_columns(key.alias("_k")).with_columns(
+        pl.col("y").rolling_median(op.detrend, min_samples=1, center=True).over("_k").alias("trend"),
+    ).with_columns((pl.col("y") - pl.col("trend")).alias("resid"))
+    data = data.with_columns(pl.col("resid").abs().alias("_abs"), pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i"))
+    vol = robust.strided_rolling_median(data, "_abs", "_k", op.window).with_columns(pl.col("_med") * robust.MAD_SCALE)
+    data = data.join(vol, on=["_k", "_i"], how="left").with_columns(
+        pl.col("_med").forward_fill().backward_fill().over("_k").alias("vol"))
+    typical = pl.col("vol").median().over("_k")
+    high = (pl.col("vol") >= op.vol_ratio * typical) | (pl.col("vol") >= op.abs_vol)
+    data = data.with_columns(typical.alias("typical"))
+    hot = robust.flag_groups(data.filter(high.fill_null(False)), op.group_gap, by=["_k"])
+    runs = hot.filter(pl.len().over("group") >= op.min_records)
+    findings = []
+    for _, g in runs.group_by("group", maintain_order=True):
+        lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
+        inside = data.filter((pl.col("_k") == g.get_column("_k")[0]) & pl.col("step").is_between(lo, hi))
+        # progress: mean log loss of the last third minus the first third (means average the swings out)
+        third = max(inside.height // 3, 1)
+        y = inside.get_column("y")
+        per_1000 = (y.tail(third).mean() - y.head(third).mean()) / max(inside.height - third, 1) * 1000
+        if per_1000 < -op.stall_tol:
+            continue  # still improving: a noisy phase, not an oscillation
+        peak = g.sort("vol", descending=True).row(0, named=True)
+        ratio = peak["vol"] / peak["typical"] if peak["typical"] else None
+        ev = [Evidence(signal="loss_volatility", step=peak["step"], value=peak["vol"], baseline=peak["typical"], ratio=ratio,
+                       rank=peak["rank"], note="robust scale of detrended log-loss (about the relative swing per step)")]
+        findings.append(Finding(
+            kind="loss_oscillation", step_start=lo, step_end=hi, peak_step=int(peak["step"]), severity="warning",
+            score=round(float(ratio or 0.0), 3), rank=peak["rank"], attempt=int(peak["attempt"] or 0), evidence=ev,
+            summary=(f"loss oscillating about {math.expm1(peak['vol']):.0%} per step "
+                     f"({ratio:.1f}x its usual noise) without improving, steps {lo}-{hi}"),
+            facts={"onset_step": lo},
+        ))
+    return findings

@@ -1,0 +1,180 @@
+"""Robust statistics shared by the detectors (all vectorised; O(n log w) on a series).
+
+- `prepare` turns a `RunData.series()` frame into a timeline with `y = log(value)`.
+- `add_baseline` gives every point a two-sided robust baseline that *excludes the point
+  and a guard band around it* (so a single spike cannot hide in its own median), and a
+  robust noise scale; z-scores follow (DETECTION-ANCHORS §2.2).
+- `flag_groups` turns flagged rows into contiguous groups (a spike of several steps).
+- `binned` / `mann_kendall` / `theil_sen` are the super-linear tools; they only ever see a
+  binned series.
+- `strided_rolling_median` and `settled_step` are helpers for slowly moving scales and for
+  the end of the early phase.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+MAD_SCALE = 1.4826  # MAD -> sigma for normal data
+ATTEMPT_SPAN = 10**12
+MIN_SCALE_POINTS = 10  # a robust scale from fewer points is dominated by the event itself  # position key: attempt * ATTEMPT_SPAN + step orders resumed runs
+
+
+def prepare(series: pl.DataFrame) -> pl.DataFrame:
+    """Timeline of one metric: sorted by rank then `t`, with `finite`, `y` = log(value) (null if <= 0 or non-finite)
+    and `pos` (attempt-major step position, comparable across signals from one log)."""
+    if series.height == 0:
+        return series.with_columns(
+            pl.lit(None, pl.Boolean).alias("finite"), pl.lit(None, pl.Float64).alias("y"), pl.lit(None, pl.Int64).alias("pos")
+        )
+    series = series.with_columns(pl.col("step").fill_null(pl.col("t")))  # a log without step numbers: record index
+    return series.sort("rank", "t", nulls_last=True).with_columns(
+        pl.col("value").is_finite().fill_null(False).alias("finite"),
+        pl.when(pl.col("value").is_finite() & (pl.col("value") > 0)).then(pl.col("value").log()).alias("y"),
+        position(pl.col("attempt"), pl.col("step")).alias("pos"),
+    )
+
+
+def position(attempt: pl.Expr, step: pl.Expr) -> pl.Expr:
+    return attempt.fill_null(0).cast(pl.Int64) * ATTEMPT_SPAN + step.cast(pl.Int64)
+
+
+def add_baseline(
+    frame: pl.DataFrame,
+    *,
+    window: int,
+    guard: int,
+    min_side: int,
+    mad_window: int,
+    sigma_floor: float,
+    col: str = "y",
+    by: str = "rank",
+) -> pl.DataFrame:
+    """Add `left`, `right` (medians of the W-g records each side, the point and its guard band excluded),
+    `base` (the higher available side: a spike must stand above both its past and its future),
+    `sigma` (robust scale, over `mad_window` records, of the residuals from the mean of both sides; floored) and `z_left`, `z` = (y - base) / sigma.
+
+    Rows with null `col` are dropped first (non-finite values are the nonfinite detector's job).
+    """
+    side = max(window - guard, 1)
+    data = frame.filter(pl.col(col).is_not_null())
+    if data.height == 0:
+        return data.with_columns(
+            *(pl.lit(None, pl.Float64).alias(c) for c in ("left", "right", "base", "sigma", "z_left", "z_right", "z"))
+        )
+    y = pl.col(col)
+    # trailing medians of the W-g records before the guard band, and the same on the reversed series
+    data = data.with_columns(
+        y.shift(guard + 1).rolling_median(side, min_samples=min_side).over(by).alias("left"),
+        y.reverse().shift(guard + 1).rolling_median(side, min_samples=min_side).reverse().over(by).alias("right"),
+    ).with_columns(
+        (y - pl.mean_horizontal("left", "right")).abs().alias("_absdev"),
+        pl.int_range(pl.len(), dtype=pl.Int64).over(by).alias("_i"),
+    )
+    mad = strided_rolling_median(data, "_absdev", by, mad_window).with_columns((pl.col("_med") * MAD_SCALE).alias("sigma"))
+    data = data.join(mad.drop("_med"), on=[by, "_i"], how="left", nulls_equal=True)
+    enough = pl.len().over(by) >= MIN_SCALE_POINTS  # fewer points than this: no scale estimate, the floor
+    data = data.with_columns(
+        pl.when(enough).then(pl.col("sigma").forward_fill().backward_fill().over(by)
+                             .fill_null(pl.col("_absdev").median().over(by) * MAD_SCALE)).fill_null(sigma_floor)
+        .clip(lower_bound=sigma_floor).alias("sigma"),
+        pl.max_horizontal("left", "right").alias("base"),
+    )
+    return data.drop("_absdev", "_i").with_columns(
+        ((y - pl.col("left")) / pl.col("sigma")).alias("z_left"),
+        ((y - pl.col("right")) / pl.col("sigma")).alias("z_right"),
+        ((y - pl.col("base")) / pl.col("sigma")).alias("z"),
+    )
+
+
+def strided_rolling_median(data: pl.DataFrame, col: str, by: str, window: int) -> pl.DataFrame:
+    """Centred rolling median of `col` over `window` records, computed on every k-th record only
+    (k = window / 50): for slowly moving scales this keeps a million-step series fast. Needs an
+    `_i` column (0.. per `by` group); returns (by, _i, _med) on the sampled records, to join back."""
+    stride = max(1, window // 50)
+    sub = data.filter(pl.col("_i") % stride == 0).select(by, "_i", col)
+    win = max(3, window // stride)
+    return sub.with_columns(
+        pl.col(col).rolling_median(win, min_samples=min(win, 5), center=True).over(by).alias("_med")
+    ).select(by, "_i", "_med")
+
+
+def flag_groups(flagged: pl.DataFrame, gap: int, by: list[str] | None = None) -> pl.DataFrame:
+    """Number contiguous groups of flagged rows: a new group when `pos` jumps by more than `gap`
+    (or `by` columns change). Input needs `pos`; returns it sorted with a `group` column."""
+    keys = list(by or [])
+    if flagged.height == 0:
+        return flagged.with_columns(pl.lit(None, pl.Int64).alias("group"))
+    flagged = flagged.sort([*keys, "pos"], nulls_last=True)
+    new = (pl.col("pos").diff() > gap).fill_null(True)
+    for key in keys:
+        new = new | (pl.col(key).ne_missing(pl.col(key).shift(1))).fill_null(True)
+    return flagged.with_columns(new.cast(pl.Int64).cum_sum().alias("group"))
+
+
+def rows_for_steps(frame: pl.DataFrame, steps: int) -> int:
+    """How many records cover `steps` optimizer steps (logs print every k steps)."""
+    if frame.height < 2:
+        return max(1, steps)
+    diffs = frame.get_column("step").diff().drop_nulls()
+    diffs = diffs.filter(diffs > 0)
+    every = float(diffs.median()) if diffs.len() else 1.0
+    return max(1, int(round(steps / max(every, 1.0))))
+
+
+def binned(frame: pl.DataFrame, col: str, max_bins: int, by: list[str] | None = None) -> pl.DataFrame:
+    """Median of `col` per bin of consecutive rows (per `by` group), <= max_bins bins per group.
+
+    Columns: by..., `bin`, `value` (median), `step_first`, `step_last`, `n`."""
+    keys = list(by or [])
+    data = frame.filter(pl.col(col).is_not_null())
+    if data.height == 0:
+        return pl.DataFrame(schema={**{k: frame.schema[k] for k in keys}, "bin": pl.Int64, "value": pl.Float64,
+                                    "step_first": pl.Int64, "step_last": pl.Int64, "n": pl.UInt32})
+    idx = pl.int_range(pl.len(), dtype=pl.Int64)
+    size = (pl.len() / max_bins).ceil().cast(pl.Int64).clip(lower_bound=1)
+    if keys:
+        idx, size = idx.over(keys), size.over(keys)
+    data = data.with_columns((idx // size).alias("bin"))
+    return (
+        data.group_by([*keys, "bin"], maintain_order=True)
+        .agg(pl.col(col).median().alias("value"), pl.col("step").first().alias("step_first"),
+             pl.col("step").last().alias("step_last"), pl.len().alias("n"))
+        .sort([*keys, "bin"])
+    )
+
+
+def mann_kendall(values: np.ndarray) -> tuple[float, float]:
+    """Monotone-trend test: Kendall tau of the values against time, and its two-sided p-value."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size < 4 or np.ptp(values) == 0:
+        return 0.0, 1.0
+    tau, p = stats.kendalltau(np.arange(values.size), values)
+    return float(tau), float(p if math.isfinite(p) else 1.0)
+
+
+def theil_sen(values: np.ndarray, x: np.ndarray | None = None) -> float:
+    """Robust slope (median of pairwise slopes). O(n^2): call on binned series only."""
+    values = np.asarray(values, dtype=float)
+    x = np.arange(values.size, dtype=float) if x is None else np.asarray(x, dtype=float)
+    ok = np.isfinite(values) & np.isfinite(x)
+    if ok.sum() < 3:
+        return 0.0
+    return float(stats.theilslopes(values[ok], x[ok]).slope)
+
+
+def settled_step(frame: pl.DataFrame, smooth: int, factor: float) -> int | None:
+    """First step at which the rolling median of `value` comes within `factor` x the series median:
+    the end of the early phase (large initial grad norms falling). None for an empty frame."""
+    data = frame.filter(pl.col("value").is_finite()).sort("t")
+    if data.height == 0:
+        return None
+    med = data.get_column("value").median()
+    data = data.with_columns(pl.col("value").rolling_median(smooth, min_samples=1, center=True).alias("_s"))
+    hit = data.filter(pl.col("_s") <= factor * med)
+    return int((hit if hit.height else data).get_column("step")[0])

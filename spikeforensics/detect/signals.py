@@ -1,0 +1,121 @@
+"""The series the detectors share, with their robust baselines, computed once per run.
+
+`loss` and `grad_norm` (logged, or derived from the per-layer dump and said so) as
+global or per-rank timelines, and per-layer norm timelines, each through
+`robust.add_baseline`. Results are cached on the `RunData` (keyed by the series
+parameters), so ten detectors do not recompute the same rolling medians.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+
+import polars as pl
+
+from spikeforensics.detect import robust
+from spikeforensics.rundata import RunData
+
+DERIVED_NOTE = "derived from the per-layer dump (L2 over layers)"
+
+
+def _floor(name: str, params) -> float:
+    return params.series.sigma_floor_loss if name == "loss" else params.series.sigma_floor_grad
+
+
+def raw(run: RunData, name: str, per_rank: bool = False) -> tuple[pl.DataFrame, bool]:
+    """The prepared timeline of `name` (see `robust.prepare`) and whether it was derived.
+
+    per_rank=True returns only rank-level rows (empty when the log has none)."""
+    key = ("sf-raw", name, per_rank)
+    if key in run._cache:
+        return run._cache[key]
+    derived = False
+    if name == "grad_norm" and not per_rank:
+        series, derived = run.grad_norm_series()
+    elif name == "grad_norm" and per_rank and not run.has_metric("grad_norm") and run.layers.height:
+        series = _derived_per_rank(run)
+        derived = series.height > 0
+    else:
+        series = run.series(name, per_rank=per_rank)
+        if per_rank:
+            series = series.filter(pl.col("rank").is_not_null())
+    out = robust.prepare(series), derived
+    run._cache[key] = out
+    return out
+
+
+def _derived_per_rank(run: RunData) -> pl.DataFrame:
+    ranked = run.layers.filter(pl.col("rank").is_not_null())
+    if ranked.get_column("rank").n_unique() < 2:
+        return run.series("grad_norm").head(0)
+    out = (
+        ranked.group_by("step", "rank").agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value"),
+                                            pl.col("line").min(), pl.col("source").first())
+        .sort("rank", "step")
+        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("t"),
+                      pl.lit(0, pl.Int32).alias("attempt"), pl.lit(None, pl.Datetime("us")).alias("time"))
+    )
+    return out.select("t", "step", "attempt", "rank", "value", "line", "source", "time")
+
+
+def with_baseline(run: RunData, name: str, params, per_rank: bool = False) -> tuple[pl.DataFrame, bool]:
+    """`raw()` plus the two-sided robust baseline columns (finite, positive values only)."""
+    key = ("sf-base", name, per_rank, astuple(params.series))
+    if key in run._cache:
+        return run._cache[key]
+    frame, derived = raw(run, name, per_rank)
+    window, guard, min_side = short_series_windows(frame, params)
+    out = robust.add_baseline(frame, window=window, guard=guard, min_side=min_side,
+                              mad_window=params.series.mad_window, sigma_floor=_floor(name, params)), derived
+    run._cache[key] = out
+    return out
+
+
+def short_series_windows(frame: pl.DataFrame, params) -> tuple[int, int, int]:
+    """(window, guard, min_side): the configured ones, shrunk for a series shorter than 4 windows
+    (a pasted excerpt of a few records still gets a before/after comparison)."""
+    sp = params.series
+    n = frame.group_by("rank").len().get_column("len").max() if frame.height else 0
+    if not n or n >= 4 * sp.window:
+        return sp.window, sp.guard, sp.min_side
+    window = max(2, n // 4)
+    guard = min(sp.guard, window // 4)
+    return window, guard, max(1, min(sp.min_side, (window - guard) // 2))
+
+
+def layer_frame(run: RunData) -> pl.DataFrame:
+    """Per-layer rows with `pos` (= step; layer dumps carry no attempt), sorted by layer, rank, step."""
+    key = ("sf-layers",)
+    if key in run._cache:
+        return run._cache[key]
+    layers = run.layers
+    if layers.height:
+        layers = layers.filter(pl.col("step").is_not_null()).sort("layer", "rank", "step", nulls_last=True).with_columns(
+            pl.col("step").cast(pl.Int64).alias("pos"), pl.lit(0, pl.Int32).alias("attempt"),
+        )
+    run._cache[key] = layers
+    return layers
+
+
+def layer_baseline(run: RunData, params) -> pl.DataFrame:
+    """Per-layer grad-norm timelines with `y` = log(norm) and the robust baseline columns, per (layer, rank)."""
+    key = ("sf-layer-base", astuple(params.series))
+    if key in run._cache:
+        return run._cache[key]
+    layers = layer_frame(run)
+    if layers.height == 0:
+        out = layers
+    else:
+        sp = params.series
+        layers = layers.with_columns(
+            pl.when(pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)).then(pl.col("grad_norm").log()).alias("y"),
+            pl.concat_str(pl.col("layer"), pl.col("rank").cast(pl.String).fill_null("-"), separator="@").alias("_key"),
+        )
+        out = robust.add_baseline(layers, window=sp.window, guard=sp.guard, min_side=sp.min_side,
+                                  mad_window=sp.mad_window, sigma_floor=sp.sigma_floor_grad, by="_key")
+    run._cache[key] = out
+    return out
+
+
+def has_ranks(frame: pl.DataFrame) -> bool:
+    return frame.height > 0 and frame.get_column("rank").drop_nulls().n_unique() > 1

@@ -1,0 +1,100 @@
+"""Soft drift: sustained rises judged on smoothed series, not single steps.
+
+- loss: the rolling-median log loss rises > 5% over `loss_span` steps (DOMAIN rule), or
+  sits >= 10% above its lowest level of the previous `long_span` records (a slow climb),
+  for at least a few consecutive records;
+- grad norm: a level shift up, the median of the next `level_window` records >= 2x the
+  median of the previous ones and >= c times the noise of that difference (ADTK
+  LevelShiftAD idea, two-sided windows).
+The early phase (fast-falling loss, large initial norms) is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from spikeforensics.detect import robust, signals
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+
+def _prep(frame: pl.DataFrame, dp) -> pl.DataFrame:
+    data = frame.filter(pl.col("y").is_not_null()).with_columns(pl.col("rank").cast(pl.String).fill_null("-").alias("_k"))
+    n = pl.len().over("_k")
+    return data.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i"),
+        pl.max_horizontal(pl.lit(dp.early_min), (n * dp.early_frac).cast(pl.Int64)).alias("_early"),
+        pl.col("y").rolling_median(dp.smooth, min_samples=1, center=True).over("_k").alias("smooth"),
+    )
+
+
+def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
+    span = robust.rows_for_steps(loss, dp.loss_span)
+    data = _prep(loss, dp).with_columns(
+        (pl.col("smooth") - pl.col("smooth").shift(span).over("_k")).alias("_short"),
+        (pl.col("smooth") - pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("smooth"))
+         .rolling_min(dp.long_span, min_samples=1).over("_k")).alias("_long"),
+    ).with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
+    flagged = data.filter(
+        ((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise)))
+        | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise)))
+    )
+    return flagged.with_columns(pl.lit("loss").alias("signal"),
+                                (pl.col("smooth") - pl.col("rise")).alias("before"))
+
+
+def _grad_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
+    w = dp.level_window
+    data = _prep(grad, dp)
+    # one trailing median serves both windows: before_t = M[t], after_t = M[t + w]
+    data = data.with_columns(pl.col("y").rolling_median(w, min_samples=w).over("_k").alias("before"))
+    data = data.with_columns(
+        pl.col("before").shift(-w).over("_k").alias("after"),
+        (pl.col("y") - pl.col("smooth")).abs().median().over("_k").mul(robust.MAD_SCALE).alias("noise"),
+    ).with_columns((pl.col("after") - pl.col("before")).alias("rise"))
+    flagged = data.filter(
+        (pl.col("_i") - w >= pl.col("_early")) & (pl.col("rise") >= math.log(dp.grad_rise))
+        & (pl.col("rise") >= dp.level_c * 1.77 * pl.col("noise") / math.sqrt(w))
+    )
+    return flagged.with_columns(pl.lit("grad_norm").alias("signal"))
+
+
+def detect(run: RunData, params) -> list[Finding]:
+    dp = params.soft_drift
+    parts = []
+    loss, _ = signals.raw(run, "loss")
+    if loss.height > dp.early_min:
+        parts.append(_loss_flags(loss, dp))
+    grad, derived = signals.raw(run, "grad_norm")
+    if grad.height > dp.early_min + 2 * dp.level_window:
+        parts.append(_grad_flags(grad, dp))
+    parts = [p.select("signal", "_k", "step", "attempt", "rank", "pos", "smooth", "before", "rise", "_i") for p in parts if p.height]
+    if not parts:
+        return []
+    flags = robust.flag_groups(pl.concat(parts), gap=max(dp.loss_span, dp.level_window))
+    findings = []
+    for _, g in flags.group_by("group", maintain_order=True):
+        if g.filter(pl.col("signal") == "loss").height < dp.smooth // 5 and g.filter(pl.col("signal") == "grad_norm").height == 0:
+            continue  # a loss bump of a couple of records is a spike's echo, not a drift
+        findings.append(_finding(g, derived))
+    return findings
+
+
+def _finding(g: pl.DataFrame, derived: bool) -> Finding:
+    lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
+    ev = []
+    for (signal,), rows in g.group_by("signal", maintain_order=True):
+        top = rows.sort("rise", descending=True).row(0, named=True)
+        note = "level shift: median after vs before" if signal == "grad_norm" else "rolling-median loss vs its level a span earlier"
+        if signal == "grad_norm" and derived:
+            note = signals.DERIVED_NOTE + "; " + note
+        ev.append(Evidence(signal=signal, step=top["step"], value=math.exp(top["smooth"]), baseline=math.exp(top["before"]),
+                           ratio=math.exp(top["rise"]), rank=top["rank"], note=note))
+    top = g.sort("rise", descending=True).row(0, named=True)
+    sigs = " and ".join(sorted(set(g.get_column("signal"))))
+    return Finding(kind="soft_drift", step_start=lo, step_end=hi, peak_step=int(top["step"]), severity="warning",
+                   score=round(math.exp(top["rise"]), 3), rank=None, attempt=int(top["attempt"] or 0), evidence=ev,
+                   summary=f"{sigs} drifting up {math.expm1(top['rise']):.0%} over steps {lo}-{hi}",
+                   facts={"onset_step": lo})

@@ -1,0 +1,81 @@
+"""Vanishing gradients: a grad norm that falls >= 10x below its own earlier level and stays there.
+
+The smoothed log norm (rolling median) is compared with a reference: the highest typical
+level (rolling median over `reference_window` records) seen since the early phase, up to
+`min_records` before the point. Only a run of >= `min_records` consecutive low records
+fires, so a short dip does not; a sudden or a slow fall by >= 10x does.
+The early phase (large initial norms falling during warmup) is never a reference. Run on
+the global norm and on every layer; a layer fires alone when the global norm does not
+(shallow layers dying while the rest learn).
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from spikeforensics.detect import robust, signals
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+
+def _drops(frame: pl.DataFrame, by: str, vp) -> pl.DataFrame:
+    """Rows in sustained drops, with `ref` (log) and `smooth` (log); `frame` has y, t-ordered per `by`."""
+    n = pl.len().over(by)
+    early = pl.max_horizontal(pl.lit(vp.early_min), (n * vp.early_frac).cast(pl.Int64))
+    idx = pl.int_range(pl.len(), dtype=pl.Int64).over(by)
+    data = frame.filter(pl.col("y").is_not_null()).with_columns(idx.alias("_i"), early.alias("_early"))
+    data = data.with_columns(
+        pl.col("y").rolling_median(vp.smooth, min_samples=1, center=True).over(by).alias("smooth"),
+        pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("y")).alias("_ry"),
+    ).with_columns(
+        pl.col("_ry").rolling_median(vp.reference_window, min_samples=max(vp.reference_window // 4, 1))
+        .shift(vp.min_records).cum_max().over(by).alias("ref"),
+    )
+    low = data.with_columns((pl.col("smooth") - pl.col("ref") <= math.log(vp.ratio)).fill_null(False).alias("_low"))
+    low = low.with_columns(pl.col("_low").rle_id().over(by).alias("_run"))
+    low = low.filter(pl.col("_low")).with_columns(pl.len().over(by, "_run").alias("_len"))
+    return low.filter(pl.col("_len") >= vp.min_records)
+
+
+def detect(run: RunData, params) -> list[Finding]:
+    vp = params.vanishing
+    findings = []
+    glob, derived = signals.raw(run, "grad_norm")
+    spans = []  # step ranges where the global norm already fired
+    if glob.height:
+        drops = _drops(glob.with_columns(pl.col("rank").cast(pl.String).fill_null("-").alias("_k")), "_k", vp)
+        for _, g in drops.group_by("_k", "_run", maintain_order=True):
+            findings.append(_finding(g, None, derived, run, vp))
+            spans.append((int(g.get_column("step").min()), int(g.get_column("step").max())))
+    layers = signals.layer_frame(run)
+    if layers.height:
+        lay = layers.with_columns(
+            pl.when(pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)).then(pl.col("grad_norm").log()).alias("y"),
+            pl.concat_str(pl.col("layer"), pl.col("rank").cast(pl.String).fill_null("-"), separator="@").alias("_k"),
+        )
+        drops = _drops(lay, "_k", vp)
+        if drops.height and spans:
+            drops = drops.filter(~pl.any_horizontal([pl.col("step").is_between(a, b) for a, b in spans]))
+        if drops.height:
+            groups = robust.flag_groups(drops.with_columns(pl.col("step").alias("pos")), vp.min_records)
+            for _, g in groups.group_by("group", maintain_order=True):
+                findings.append(_finding(g, g.get_column("layer")[0], False, run, vp))
+    return findings
+
+
+def _finding(g: pl.DataFrame, layer: str | None, derived: bool, run: RunData, vp) -> Finding:
+    lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
+    worst = g.sort(pl.col("smooth") - pl.col("ref")).row(0, named=True)
+    ratio = math.exp(worst["smooth"] - worst["ref"])
+    layers = g.get_column("layer").unique(maintain_order=True).to_list() if "layer" in g.columns else []
+    note = signals.DERIVED_NOTE if derived else ""
+    ev = [Evidence(signal="layer_grad_norm" if layer else "grad_norm", step=worst["step"], value=math.exp(worst["smooth"]),
+                   baseline=math.exp(worst["ref"]), ratio=ratio, rank=worst.get("rank"), layer=layer,
+                   note=(note + "; " if note else "") + "rolling median vs the median of earlier records")]
+    what = f"layer {layer}" if layer else "global grad norm"
+    return Finding(kind="vanishing_gradients", step_start=lo, step_end=hi, peak_step=int(worst["step"]), severity="warning",
+                   score=round(-math.log10(max(ratio, 1e-300)), 3), layer=layer, rank=worst.get("rank"), evidence=ev,
+                   summary=f"{what} fell to {ratio:.2g}x its earlier level from step {lo} to {hi}",
+                   facts={"onset_step": lo, "layers": [x for x in layers if x][:10]})

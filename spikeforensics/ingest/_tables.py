@@ -1,0 +1,298 @@
+"""Shared helpers of the structured-file parsers (JSONL, CSV, Parquet, NPZ side files).
+
+Not a parser (the leading underscore keeps it out of discovery). Everything here is
+vectorized: a JSONL file is validated and decoded by polars in one pass per step, a
+CSV file is read by polars' CSV reader; no Python loop per line.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import polars as pl
+
+from spikeforensics.ingest.aliases import METRIC_ALIASES
+from spikeforensics.ingest.base import (
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    json_safe,
+    normalise_name,
+    to_float,
+)
+
+PARQUET_MAGIC = b"PAR1"
+ZIP_MAGIC = b"PK\x03\x04"
+
+# Upper-case spellings json.dumps never writes but hand-written/other tools do (NAN, INF).
+_EXTRA_NONFINITE_RE = r"([:\[,]\s*)(-?(?:NAN|INF|INFINITY|Nan|Inf|-NaN))([,\]}\s])"
+
+# Name prefixes of evaluation metrics, after `normalise_name`.
+EVAL_PREFIXES = ("eval_", "val_", "valid_", "validation_", "test_", "predict_")
+# Keys that mark the end-of-training summary dict of HF-style trainers.
+SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos")
+
+
+def ingest_error(message: str) -> Exception:
+    """The driver's one-line user error (imported lazily: the driver imports parsers)."""
+    from spikeforensics.ingest import IngestError
+
+    return IngestError(message)
+
+
+# ---------------------------------------------------------------------------
+# File kinds
+
+
+def head_bytes(path: Path, n: int = 8) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(n)
+
+
+def file_kind(path: Path) -> str:
+    """'parquet', 'npz', 'jsonl' or 'csv', from the content (not the name)."""
+    head = head_bytes(path, 4096)
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
+    if head.startswith(ZIP_MAGIC):
+        return "npz"
+    first = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    return "jsonl" if first == b"{" else "csv"
+
+
+# ---------------------------------------------------------------------------
+# JSON lines
+
+
+def safe_json(expr: pl.Expr) -> pl.Expr:
+    """`base.json_safe` plus upper-case NAN/INF tokens, so strict JSON decoding accepts it."""
+    return json_safe(expr).str.replace_all(_EXTRA_NONFINITE_RE, '$1"$2"$3')
+
+
+def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Decode the JSON object on each line of `lines` (line, text[, keep...]).
+
+    Returns (objects, bad): `objects` has `line`, the `keep` columns and one column per
+    top-level key (String or numeric; lists/structs kept as such); `bad` has the
+    (line, text) of lines that hold a `{` but no valid JSON object (truncated,
+    garbled). Text before the first `{` (a logger prefix) is ignored.
+    """
+    cand = lines.filter(pl.col("text").str.contains("{", literal=True)).with_columns(
+        safe_json(pl.col("text").str.extract(r"(\{.*\})\s*$", 1)).alias("_json")
+    )
+    valid = cand.get_column("_json").str.json_path_match("$").is_not_null()
+    bad = cand.filter(~valid).select("line", "text")
+    good = cand.filter(valid)
+    cols = ["line", *keep]
+    if good.height == 0:
+        return good.select(cols), bad
+    try:
+        obj = good.get_column("_json").str.json_decode().alias("_obj")  # schema inferred from all rows
+        decoded = good.select(cols).with_columns(obj)
+        if not isinstance(decoded.schema["_obj"], pl.Struct) or not decoded.schema["_obj"].fields:
+            return good.select(cols), bad
+        return decoded.unnest("_obj"), bad
+    except pl.exceptions.PolarsError:
+        # Types too mixed to infer one schema: pull every key out as text instead.
+        keys = _json_keys(good.get_column("_json"))
+        exprs = [
+            pl.col("_json").str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k)
+            for k in keys if k not in cols
+        ]
+        return good.select(*cols, *exprs), bad
+
+
+def _json_keys(texts: pl.Series) -> list[str]:
+    keys = (
+        texts.str.extract_all(r'"((?:[^"\\]|\\.)*)"\s*:')
+        .explode()
+        .drop_nulls()
+        .str.extract(r'^"(.*)"', 1)
+        .unique(maintain_order=True)
+    )
+    return keys.to_list()
+
+
+def numeric(frame: pl.DataFrame, col: str) -> pl.Expr:
+    """A column as Float64: strings through `to_float` (nan/inf/quoted), numbers cast,
+    booleans as 0/1; lists and structs become null."""
+    dtype = frame.schema[col]
+    if dtype == pl.String:
+        # the plain cast reads most columns (and nan/inf); `to_float` only when it misses values
+        plain = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False)
+        misses = frame.select((plain.is_null() & pl.col(col).is_not_null()).any()).item()
+        return to_float(pl.col(col)) if misses else plain
+    if dtype.is_numeric() or dtype == pl.Boolean:
+        return pl.col(col).cast(pl.Float64)
+    return pl.lit(None, dtype=pl.Float64)
+
+
+def integer(frame: pl.DataFrame, col: str) -> pl.Expr:
+    """A step/rank-like column as Int64 (`'445'`, `445.0`, `3.2e+4` -> 32000); others null."""
+    f = numeric(frame, col)
+    return pl.when(f.is_finite() & (f == f.round(0))).then(f).cast(pl.Int64, strict=False)
+
+
+# ---------------------------------------------------------------------------
+# CSV
+
+
+def read_csv_lines(src: SourceFile) -> pl.DataFrame:
+    """Read a CSV file as all-String columns plus `line` (1-based physical line).
+
+    Blank lines are skipped; bad UTF-8 is replaced; ragged rows are tolerated (short
+    rows padded with nulls, long rows cut). Repeated header rows stay in (callers drop
+    them: the first column equals its own name).
+    """
+    lines = src.lines().filter(pl.col("text").str.strip_chars() != "")
+    return csv_from_lines(lines)
+
+
+def csv_from_lines(lines: pl.DataFrame) -> pl.DataFrame:
+    if lines.height == 0:
+        return pl.DataFrame(schema={"line": pl.Int64})
+    data = "\n".join(lines.get_column("text").to_list()).encode("utf-8")
+    frame = pl.read_csv(
+        io.BytesIO(data),
+        infer_schema=False,
+        truncate_ragged_lines=True,
+        raise_if_empty=False,
+        encoding="utf8-lossy",
+    )
+    frame = frame.rename({c: c.strip() for c in frame.columns})
+    row_lines = lines.get_column("line").slice(1)
+    if row_lines.len() == frame.height:
+        return frame.with_columns(row_lines.alias("line"))
+    # a quoted field spanning lines: physical lines no longer map one-to-one
+    return frame.with_columns(pl.lit(None, dtype=pl.Int64).alias("line"))
+
+
+def sample_columns(sample: SniffSample) -> list[str] | None:
+    """Column names of a tabular side file from its head (None when it is not tabular)."""
+    head = sample.text[:8].encode("utf-8", errors="replace")
+    if head.startswith(PARQUET_MAGIC):
+        try:
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(sample.path).names)
+        except Exception:
+            return None
+    if sample.text.startswith("PK\x03\x04"):
+        try:
+            import numpy as np
+
+            with np.load(sample.path, allow_pickle=False) as npz:
+                return list(npz.files)
+        except Exception:
+            return None
+    lines = [ln for ln in sample.lines if ln.strip()]
+    if not lines:
+        return None
+    if lines[0].lstrip().startswith("{"):
+        frame = pl.DataFrame({"line": range(1, min(len(lines), 50) + 1), "text": lines[:50]})
+        objects, _ = json_objects(frame.with_columns(pl.col("line").cast(pl.Int64)))
+        return [c for c in objects.columns if c != "line"] or None
+    header = lines[0]
+    if "," not in header:
+        return None
+    return [c.strip().strip('"') for c in header.split(",")]
+
+
+def unparsed(result: ParseResult, bad: pl.DataFrame, limit: int = 20) -> None:
+    """Count unparseable lines into a ParseResult, with (line, text) examples."""
+    if bad.height == 0:
+        return
+    result.unparsed += bad.height
+    rows = bad.head(limit).select(pl.col("line"), pl.col("text").str.slice(0, 200))
+    result.unparsed_examples.extend((int(a) if a is not None else 0, b) for a, b in rows.iter_rows())
+
+
+# ---------------------------------------------------------------------------
+# Metric columns -> canonical wide records
+
+
+def metric_target(col: str, kind: str) -> str:
+    """Canonical name of a metric column for a record of `kind`.
+
+    Train and eval records go through the alias table (a Lightning `*_step` column
+    uses the alias of its stem); summary records keep their normalised name, so an HF
+    summary's `train_loss` is not mistaken for a step loss.
+    """
+    key = normalise_name(col)
+    if kind == "summary":
+        return key
+    if key in METRIC_ALIASES:
+        return METRIC_ALIASES[key]
+    if key.endswith("_step") and key[: -len("_step")] in METRIC_ALIASES:
+        return METRIC_ALIASES[key[: -len("_step")]]
+    return key
+
+
+def is_eval_name(col: str) -> bool:
+    key = normalise_name(col)
+    return key.startswith(EVAL_PREFIXES) or key in ("val", "eval", "valid")
+
+
+def classify_rows(frame: pl.DataFrame, metric_cols: list[str], neutral: tuple[str, ...] = ("epoch",)) -> pl.Expr:
+    """'train', 'eval', 'summary' or null (no values) per row, from which columns hold values.
+
+    summary: an HF train-summary key is present, or every value is a Lightning epoch
+    aggregate (`*_epoch`, `epoch_*`, `*_epoch_*`); eval: only evaluation metrics (and neutral
+    columns such as `epoch`) carry values; train: anything else with a value.
+    """
+    norm = {c: normalise_name(c) for c in metric_cols}
+    present = {c: pl.col(c).is_not_null() for c in metric_cols}
+    false = pl.lit(False)
+
+    def any_of(cols):
+        return pl.any_horizontal([present[c] for c in cols]) if cols else false
+
+    summary_cols = [c for c in metric_cols if norm[c] in SUMMARY_KEYS]
+    epoch_agg = [c for c in metric_cols if norm[c] != "epoch" and re.search(r"(^|_)epoch(_|$)", norm[c])]
+    eval_cols = [c for c in metric_cols if is_eval_name(c)]
+    neutral_cols = [c for c in metric_cols if norm[c] in neutral]
+    train_cols = [c for c in metric_cols if c not in eval_cols and c not in epoch_agg and c not in neutral_cols
+                  and c not in summary_cols]
+    has_any = any_of(metric_cols)
+    return (
+        pl.when(any_of(summary_cols)).then(pl.lit("summary"))
+        .when(any_of(train_cols)).then(pl.lit("train"))
+        .when(any_of(eval_cols)).then(pl.lit("eval"))
+        .when(any_of(epoch_agg)).then(pl.lit("summary"))
+        .when(has_any).then(pl.lit("train"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+
+
+def canonical_wide(frame: pl.DataFrame, metric_cols: list[str], meta: list[str]) -> tuple[pl.DataFrame, list[str]]:
+    """Rename metric columns to canonical names per record kind (see `metric_target`).
+
+    `frame` has `record_kind` and Float64 metric columns. Columns that land on the
+    same name are coalesced (first in column order wins). Returns the wide frame for
+    `records_to_metrics` and its value column names.
+    """
+    parts = []
+    names: list[str] = []
+    for kind in ("train", "eval", "summary"):
+        part = frame.filter(pl.col("record_kind") == kind)
+        if part.height == 0:
+            continue
+        groups: dict[str, list[str]] = {}
+        for col in metric_cols:
+            groups.setdefault(metric_target(col, kind), []).append(col)
+        exprs = [pl.coalesce([pl.col(c) for c in cols]).alias(name) for name, cols in groups.items()]
+        parts.append(part.select(*meta, "record_kind", *exprs))
+        names.extend(n for n in groups if n not in names)
+    if not parts:
+        return frame.select(*meta, "record_kind").clear(), []
+    return pl.concat(parts, how="diagonal_relaxed").sort("line"), names
+
+
+def drop_empty_columns(frame: pl.DataFrame, cols: list[str]) -> list[str]:
+    """The columns of `cols` that carry at least one non-null value."""
+    if not cols or frame.height == 0:
+        return []
+    counts = frame.select(pl.col(c).is_not_null().sum() for c in cols).row(0)
+    return [c for c, n in zip(cols, counts) if n]

@@ -1,0 +1,89 @@
+"""fairseq / metaseq progress output (`--log-format simple`, `json`, and the 2018 legacy):
+
+- inner lines `| epoch 009:   1000 / 2737 loss=6.220, nll_loss=5.070, ..., num_updates=22897, ...`
+  (2020+: behind `DATE | INFO | train_inner | `; 2018: `| epoch 010  2000 / 8223 loss=1.27 (1.50), ...`
+  where the parenthesis is the running average, ignored);
+- end-of-epoch summaries `| epoch 008 | loss 6.326 | ... | num_updates 21896 | ...` (summary
+  records, record null);
+- validation `| epoch 008 | valid on 'valid' subset | valid_loss 6.43 | ... | num_updates 21896`
+  (eval records: `eval_loss` ...);
+- json lines `{"epoch": 1, "update": 0.45, "loss": "11.521", ..., "num_updates": "445"}`.
+
+Step = `num_updates` (optimizer updates, done; mode "done"); the 2018 format prints none
+(step null, records still numbered). `gnorm` -> `grad_norm`, `clip=100%` -> `clip` 100.
+Overflow notes and `Loaded checkpoint ... (epoch 5 @ 21896 updates)` are events.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics.ingest.base import (
+    NUM_TOKEN,
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    extract_time,
+    find_pairs,
+    named_values,
+    prepared_lines,
+    sniff_share,
+    split_fields,
+    text_result,
+)
+
+NAME = "fairseq"
+N = rf"(?:{NUM_TOKEN})"
+INNER = r"\bepoch \d+:?\s+\d+ / \d+ \w+="
+VALID = r"\| valid on '[^']*' subset \|"
+SUMMARY = r"\|\s*epoch \d+ \|"
+JSON = r'^\s*\{"epoch": \d+.*"(?:loss|valid_loss)": '
+PAIR_EQ = rf"(?P<k>[A-Za-z_][\w]*)=(?P<v>{N})"
+PAIR_JSON = rf'"(?P<k>[A-Za-z_][\w]*)": "?(?P<v>{N})"?'
+FIELD_SP = rf"^\s*(?P<k>[A-Za-z_/][\w/ ]*?)\s+(?P<v>{N})\s*$"
+NOT_METRICS = ["num_updates", "epoch", "update", "best"]
+
+
+def sniff(sample: SniffSample) -> float:
+    if sniff_share(sample, r"\bepoch \d+:?\s+\d+ / \d+ loss=") or sniff_share(sample, VALID):
+        return 0.9
+    if sniff_share(sample, r"\|\s*epoch \d+ \| (?:train )?loss ") or sniff_share(sample, r'^\s*\{"epoch": .*"num_updates": '):
+        return 0.85
+    return 0.0
+
+
+def parse(src: SourceFile) -> ParseResult:
+    lines = prepared_lines(src)
+    text = pl.col("text")
+    cand = lines.filter(text.str.contains("epoch"))
+    kind = (
+        pl.when(text.str.contains(INNER)).then(pl.lit("train"))
+        .when(text.str.contains(VALID)).then(pl.lit("eval"))
+        .when(text.str.contains(SUMMARY)).then(pl.lit("summary"))
+        .when(text.str.contains(JSON)).then(pl.lit("json"))
+    )
+    cand = cand.with_columns(kind.alias("_kind")).filter(pl.col("_kind").is_not_null())
+    inner = cand.filter(pl.col("_kind") == "train")
+    # drop the running average `(1.50)` of the 2018 format before pairing
+    inner_text = text.str.replace(r"^.*?\bepoch \d+:?\s+\d+ / \d+", "").str.replace_all(r"\s\([^)]*\)", "")
+    p1 = find_pairs(inner.select("line", inner_text.alias("text"), "_kind"), PAIR_EQ)
+    piped = cand.filter(pl.col("_kind").is_in(["eval", "summary"]))
+    p2 = split_fields(piped.select("line", "text", "_kind"), "|", FIELD_SP)
+    js = cand.filter(pl.col("_kind") == "json")
+    p3 = find_pairs(js.select("line", "text", "_kind"), PAIR_JSON).with_columns(
+        pl.when(pl.col("k").str.starts_with("valid_")).then(pl.lit("eval")).otherwise(pl.lit("train")).alias("_kind")
+    )
+    pairs = pl.concat([p1, p2, p3], how="diagonal_relaxed")
+    steps = pairs.filter(pl.col("k") == "num_updates").select(
+        "line", pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64).alias("step")
+    ).unique("line")
+    kinds = pairs.select("line", pl.col("_kind").alias("record_kind")).unique("line")
+    values = named_values(
+        pairs.filter(~pl.col("k").is_in(NOT_METRICS)), eval_rows=pl.col("_kind") == "eval"
+    ).select("line", "name", "value")
+    records = (
+        cand.select("line", "prefix_rank", extract_time(text).alias("time"))
+        .join(kinds, on="line").join(steps, on="line", how="left")
+    )
+    unparsed = cand.join(records.select("line"), on="line", how="anti")
+    return text_result(src.name, lines, records, values, unparsed, mode="done")

@@ -1,0 +1,239 @@
+"""Megatron-LM family stdout: Megatron-LM / Megatron-Core / NeMo-Megatron / Megatron-DeepSpeed
+`iteration N/ M | name: value | ...` lines, the colon-less 2019 forks
+(`| learning rate 9.773E-06 | lm loss NAN |`), nanotron `iteration: N / M | key: 634K | ...`,
+and validation blocks (` validation loss at iteration N | lm loss value: X |`).
+
+Steps: `iteration` is the number of optimizer steps done (1-based), stored as printed;
+events (overflow messages, OOMs, ...) take the preceding record's step (`attach_steps`,
+mode "done"). A NaN interval loss is omitted by Megatron, so such a record has no
+`loss` row. `number of skipped/nan iterations` are per-interval counts (`skipped_iters`,
+`nan_iters`); loss-scale halvings between two records yield one `overflow` event with
+`old_scale`, `new_scale`, `halvings` and `count` (skipped iterations, else halvings).
+
+Lines a terminal wrapped mid-field are joined back (up to two continuation lines); a
+record line that still does not parse, or lost its tail, is counted as unparsed.
+
+The file is read in chunks (`SourceFile.iter_line_chunks`), so memory does not grow
+with the log: `parse_chunks` yields one set of tables per chunk, numbering carried over.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import polars as pl
+
+from spikeforensics import schema
+from spikeforensics.ingest.base import (
+    NUM_TOKEN,
+    ParseResult,
+    RecordState,
+    SniffSample,
+    SourceFile,
+    attach_steps,
+    detail_expr,
+    extract_time,
+    metrics_from_long,
+    named_values,
+    split_colon_fields,
+    split_fields,
+    split_segments,
+    step_records,
+    strip_prefixes,
+)
+from spikeforensics.ingest.text_events import extract_events
+
+NAME = "megatron"
+
+# `iteration     7000/  159576 |` (Megatron), ` iteration 700/ 3000 |` (2019), `iteration: 991 / 1000 |` (nanotron)
+ITER_RE = r"\biteration(:?)\s*(\d+)\s*/\s*(\d+)\s*\|"
+# ` validation loss at iteration 7000 | ...` / `... at iteration N on validation set | ...`
+VALID_RE = r"\b(validation|test) loss at iteration\s+(\d+)"
+# one `name: value` (or colon-less `name value`) field between pipes
+FIELD_RE = rf"^\s*(?P<k>[A-Za-z_(][^:|]*?[^\s:|])\s*(?::\s*|\s)\s*(?P<v>{NUM_TOKEN})\s*$"
+# a colon-less field (2019 forks: `| learning rate 9.773E-06 | lm loss NAN |`)
+LEGACY_FIELD = r"\|\s*[A-Za-z][\w ()/-]*[A-Za-z)]\s+[-+]?(?:\d[\d.eE+-]*|nan|NAN|inf|INF)\s*\|"
+# lines that look like a record even when they do not parse
+LOOKS_LIKE = r"\biteration:?\s*\d+\s*/|\| (?:lm loss|learning rate|loss scale|consumed samples)\b"
+MAX_EXAMPLES = 5
+
+
+def sniff(sample: SniffSample) -> float:
+    text = "\n".join(sample.lines)
+    strong = pl.Series(sample.lines, dtype=pl.String).str.contains(
+        r"\biteration:?\s*\d+\s*/\s*\d+\s*\|.*\b(?:lm loss|lm_loss|learning rate|lr|consumed samples|consumed_tokens)\b"
+    ).sum() if sample.lines else 0
+    if strong:
+        return 0.95
+    if "validation loss at iteration" in text and "lm loss" in text:
+        return 0.8
+    return 0.0
+
+
+def _join_wrapped(seg: pl.DataFrame) -> pl.DataFrame:
+    """Terminal-wrapped record lines: a Megatron record (pipe style) that does not end
+    with `|` continues on the next one or two lines; join them without a separator (the
+    wrap can cut a word) and mark the continuation lines `_cont`."""
+    text = pl.col("text")
+    maybe_open = text.str.contains("iteration", literal=True) & ~text.str.contains(r"\|\s*$")
+    if not seg.select(maybe_open.any()).item():  # the common case: nothing wrapped
+        return seg.with_columns(pl.lit(False).alias("_cont"))
+    g = text.str.extract_groups(ITER_RE)
+    start = g.struct.field("2").is_not_null()
+    pipe_style = start & (g.struct.field("1") == "")
+    seg = seg.with_columns(
+        start.alias("_start"),
+        (pipe_style & ~text.str.strip_chars_end().str.ends_with("|")).alias("_open"),
+    )
+    n1, n2 = text.shift(-1), text.shift(-2)
+    join1 = pl.col("_open") & ~pl.col("_start").shift(-1).fill_null(True)
+    join2 = join1 & ~n1.str.strip_chars_end().str.ends_with("|") & ~pl.col("_start").shift(-2).fill_null(True)
+    seg = seg.with_columns(join1.alias("_j1"), join2.alias("_j2"))
+    joined = (
+        pl.when(pl.col("_j2")).then(pl.concat_str(text, n1, n2))
+        .when(pl.col("_j1")).then(pl.concat_str(text, n1))
+        .otherwise(text)
+    )
+    cont = pl.col("_j1").shift(1).fill_null(False) | pl.col("_j2").shift(2).fill_null(False)
+    return seg.with_columns(joined.alias("text"), cont.alias("_cont")).drop("_start", "_open", "_j1", "_j2")
+
+
+def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(records, long values, unparsed lines) of one chunk of prepared segments."""
+    text = pl.col("text")
+    cand = seg.filter(text.str.contains("iteration") & ~pl.col("_cont"))
+    it = text.str.extract_groups(ITER_RE)
+    va = text.str.extract_groups(VALID_RE)
+    cand = cand.with_columns(
+        it.struct.field("2").cast(pl.Int64, strict=False).alias("_it"),
+        (it.struct.field("1") == "").alias("_pipe_style"),
+        va.struct.field("2").cast(pl.Int64, strict=False).alias("_va"),
+    )
+    rec = cand.filter(pl.col("_it").is_not_null() | pl.col("_va").is_not_null()).with_columns(
+        pl.coalesce("_it", "_va").alias("step"),
+        pl.when(pl.col("_it").is_not_null()).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
+        # a pipe-style record that lost its tail: its last field may be cut, drop it
+        (pl.col("_pipe_style").fill_null(True) & ~text.str.strip_chars_end().str.ends_with("|")).alias("_cut"),
+    )
+    # the part after the iteration counter / validation header; a record that lost its
+    # tail loses its last (possibly cut) field
+    body = text.str.replace(r"^.*?(?:\biteration:?\s*\d+\s*/\s*\d+|\bloss at iteration\s+\d+[^|]*)\s*\|", "")
+    body = pl.when(pl.col("_cut")).then(body.str.replace(r"[^|]*$", "")).otherwise(body)
+    rec = rec.with_columns(body.alias("_body"), text.str.contains(LEGACY_FIELD).alias("_legacy"))
+    fast = split_colon_fields(rec.filter(~pl.col("_legacy")).select("line", pl.col("_body").alias("text"), "record_kind"), "|")
+    slow = split_fields(rec.filter(pl.col("_legacy")).select("line", pl.col("_body").alias("text"), "record_kind"), "|", FIELD_RE)
+    fields = pl.concat([fast, slow]) if slow.height else fast
+    values = named_values(fields, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")
+    has_values = values.select("line").unique()
+    records = rec.select(
+        "line", "step", "prefix_rank", "record_kind", extract_time(text).alias("time")
+    ).join(has_values, on="line", how="semi")
+    bad = pl.concat([
+        rec.join(has_values, on="line", how="anti").select("line", "text"),
+        rec.filter(pl.col("_cut")).join(has_values, on="line", how="semi").select("line", "text"),
+        seg.filter(
+            ~pl.col("_cont") & text.str.contains(LOOKS_LIKE) & ~text.str.contains(ITER_RE) & ~text.str.contains(VALID_RE)
+        ).select("line", "text"),
+    ]).unique("line").sort("line")
+    return records, values, bad
+
+
+def _scale_events(records: pl.DataFrame, values: pl.DataFrame, carry: dict) -> pl.DataFrame:
+    """`overflow` events inferred from loss-scale drops between train records, and `nan`
+    events from `number of nan iterations` > 0. `carry` holds the last loss scale seen."""
+    wanted = values.filter(pl.col("name").is_in(["loss_scale", "skipped_iters", "nan_iters"]))
+    if wanted.height == 0:
+        return pl.DataFrame()
+    wide = (
+        records.filter(pl.col("record_kind") == "train")
+        .select("line", "step", "prefix_rank", "time")
+        .join(wanted.pivot(on="name", index="line", values="value", aggregate_function="first"), on="line")
+    )
+    for col in ("loss_scale", "skipped_iters", "nan_iters"):
+        if col not in wide.columns:
+            wide = wide.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    wide = wide.sort("line").with_columns(
+        pl.col("loss_scale").shift(1).fill_null(pl.lit(carry.get("loss_scale"), dtype=pl.Float64)).alias("_prev")
+    )
+    last = wide.get_column("loss_scale").drop_nulls()
+    if last.len():
+        carry["loss_scale"] = float(last[-1])
+    halvings = (pl.col("_prev") / pl.col("loss_scale")).log(2).round(0)
+    fell = (pl.col("_prev") > pl.col("loss_scale")).fill_null(False)
+    skipped = pl.col("skipped_iters").fill_null(0)
+    startup = pl.col("_prev").is_null() & (skipped > 0) & (pl.col("loss_scale") > 1)
+    count = pl.when(skipped > 0).then(skipped).otherwise(halvings)
+    ovf = wide.filter(fell | startup).select(
+        "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("overflow").alias("kind"),
+        detail_expr(
+            floats={"old_scale": pl.col("_prev"), "new_scale": pl.col("loss_scale")},
+            ints={"count": count, "halvings": halvings},
+            strings={"inferred_from": pl.lit("loss_scale")},
+        ).alias("detail"),
+    )
+    nan = wide.filter(pl.col("nan_iters").fill_null(0) > 0).select(
+        "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("nan").alias("kind"),
+        detail_expr(ints={"nan_iters": pl.col("nan_iters")}, strings={"metric": pl.lit("nan_iters")}).alias("detail"),
+    )
+    return pl.concat([ovf, nan])
+
+
+def parse_chunks(src: SourceFile, chunk_bytes: int = 32 << 20) -> Iterator[ParseResult]:
+    """One ParseResult per chunk of the file (metrics with `rank` = prefix rank; see
+    `finish_ranks`), record numbering and loss-scale tracking carried across chunks."""
+    state = RecordState()
+    carry: dict = {}
+    tail = pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64, "attempt": pl.Int32})
+    for lines in src.iter_line_chunks(chunk_bytes):
+        seg = _join_wrapped(strip_prefixes(split_segments(lines)))
+        records, values, bad = _records(seg)
+        out = ParseResult()
+        metrics = metrics_from_long(records, values, src.name, state, multi_rank=True)
+        out.add("metrics", metrics)
+        out.records = records.height
+        out.unparsed = bad.height
+        out.unparsed_examples = list(bad.head(MAX_EXAMPLES).iter_rows())
+        # events: text events + inferred ones, steps from this chunk's records (and the
+        # last record of the previous chunk)
+        recs = step_records(metrics)
+        recs = pl.concat([tail, recs.cast(tail.schema)]).sort("line")
+        events = extract_events(seg.filter(~pl.col("_cont")).select("line", "text", "prefix_rank"))
+        if events.height:
+            out.add("events", attach_steps(events, recs, mode="done"))
+        inferred = _scale_events(records, values, carry)
+        if inferred.height:
+            attempts = recs.select("line", "attempt")
+            out.add("events", inferred.join(attempts, on="line", how="left"))
+        if "events" in out.tables:
+            out.tables["events"] = out.tables["events"].sort("line")
+        if recs.height:
+            tail = recs.tail(1)
+        out.notes = []
+        yield out
+
+
+def finish_ranks(metrics: pl.DataFrame, ranks: set[int]) -> pl.DataFrame:
+    """The contract keeps the prefix rank only when several ranks print records."""
+    if len(ranks) > 1:
+        return metrics
+    return metrics.with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
+
+
+def parse(src: SourceFile) -> ParseResult:
+    result = ParseResult()
+    ranks: set[int] = set()
+    examples: list[tuple[int, str]] = []
+    for part in parse_chunks(src):
+        for table, frame in part.tables.items():
+            result.add(table, frame)
+        result.records += part.records
+        result.unparsed += part.unparsed
+        examples += part.unparsed_examples
+        if "metrics" in part.tables:
+            ranks.update(part.tables["metrics"].get_column("rank").drop_nulls().unique().to_list())
+    if "metrics" in result.tables:
+        result.tables["metrics"] = finish_ranks(result.tables["metrics"], ranks)
+    result.unparsed_examples = examples[:MAX_EXAMPLES]
+    if result.unparsed:
+        result.notes.append(f"{result.unparsed} record-like line(s) could not be parsed fully")
+    return result

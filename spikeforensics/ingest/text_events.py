@@ -1,0 +1,360 @@
+"""Events any training stdout may carry, whatever the framework: fp16 overflows,
+checkpoint saves and loads, OOMs, NCCL watchdog timeouts, tracebacks, kernel Xids.
+
+`extract_events(lines)` takes prepared lines (`line`, `text`, `prefix_rank`, as from
+`base.prepared_lines`) and returns `events`-table columns: `line`, `rank`, `kind`,
+`time`, `detail` (JSON object as a string) and `step` where the message itself names
+one (`loading checkpoint ... at iteration N`); the parser then calls
+`base.attach_steps` to fill the other steps from its step records.
+
+Every pattern family runs once over the whole frame (polars regex), after a cheap
+keyword pre-filter that leaves only the few candidate lines. A line yields at most one
+event; families are tried in the order of `_FAMILIES` (an OOM line is `oom`, not also
+a standalone `error`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics import schema
+from spikeforensics.ingest.base import SKIP_KIND, detail_expr, extract_time
+
+NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+# Lines that may hold an event; everything else is dropped before the real patterns run.
+KEYWORDS = (
+    r"OVERFLOW|overflow|loss scale|Minimum loss scale|[Cc]heckpoint|checkpoint|"
+    r"[Ss]aving|[Ss]aved|Writing model|Continuing training|Resuming training|out of memory|"
+    r"OutOfMemoryError|Watchdog caught|last completed NCCL work|Bad grad_norm|skipping update|"
+    r"Traceback|Error|Exception|NVRM: Xid"
+)
+
+# --- fp16 loss scaling --------------------------------------------------------
+# DeepSpeed (and the 2021 `[deepscale]` ZeRO builds, float scales)
+DS_OVERFLOW = rf"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: ({NUM}), reducing to ({NUM})"
+DS_HYSTERESIS = (
+    rf"OVERFLOW! Rank \d+ Skipping step\. Attempted loss scale: ({NUM}), but hysteresis is (\d+)\. "
+    r"Reducing hysteresis to (\d+)"
+)
+# bf16 engines print the first sentence only
+DS_OVERFLOW_BARE = r"OVERFLOW! Rank \d+ Skipping step\.?\s*$"
+# fairseq (`NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: 64.0`)
+# and fairseq AMP (`AMP: overflow detected, setting scale to: 8.0`)
+FAIRSEQ_OVERFLOW = rf"(?:gradient overflow detected, ignoring gradient, setting loss scale to|AMP: overflow detected, setting scale to):?\s*({NUM})"
+# DeepSpeed non-ZeRO fused optimizer / apex: `Grad overflow on iteration N`
+GRAD_OVERFLOW = r"Grad(?:ient)? overflow on iteration:?\s*(\d+)"
+
+# --- checkpoints ----------------------------------------------------------------
+# Megatron `saving checkpoint at iteration N to DIR`, nanoGPT/llama2.c `saving checkpoint to out`,
+# HF `Saving model checkpoint to DIR`, torchtitan `Saving the checkpoint ...` / `Saving a full
+# checkpoint at last step, step N.`, OLMo `Saving sharded checkpoint`, mmengine `Saving checkpoint
+# at 500 iterations`, DeepSpeed `[Torch] Checkpoint global_step100 is about to be saved!`,
+# fairseq `saved checkpoint DIR (epoch 8 @ 21896 updates, ...)`, llm.c `Writing model to F`,
+# Lightning `... saving model to '...ckpt'`.
+SAVE = (
+    r"(?i)(?:\bsaving (?:the |a full |sharded |unsharded |model |ema )?checkpoint\b|"
+    r"\bCheckpoint \S+ is about to be saved|^\s*\|?\s*saved checkpoint \S|\bWriting model to\b|\bsaving model to\b)"
+)
+SAVE_STEP = (
+    r"(?i)(?:at iteration\s+(\d+)|@ (\d+) updates|at (\d+) iterations|last step, step (\d+)|"
+    r"global_step(\d+)|checkpoint-(\d+)|\bstep[ _-]?(\d+)\b|model_0*(\d+)\.bin)"
+)
+SAVE_PATH = r"(?i)\b(?:to|saved checkpoint)\s+'?([^\s']+?)'?(?:\s|$)"
+# --- resume -----------------------------------------------------------------------
+# Megatron ` loading checkpoint from DIR at iteration N` (not the `successfully loaded` echo),
+# OLMo `Loading checkpoint from '<dir>'...`, HF `Continuing training from checkpoint, ...`,
+# nanoGPT `Resuming training from out`, torchtitan `Loading the checkpoint from X.` / `... at step N.`,
+# fairseq `Loaded checkpoint F (epoch 5 @ 21896 updates)` (2019: `| loaded checkpoint`).
+RESUME = (
+    r"(?:(?i:\bloading checkpoint from\b)|Continuing training from checkpoint|Resuming training from|"
+    r"Loading the checkpoint|\b[Ll]oaded checkpoint \S+ \(epoch)"
+)
+RESUME_STEP = r"(?:at iteration\s+(\d+)|@ (\d+) updates|at step (\d+))"
+RESUME_PATH = r"(?:\bfrom|[Ll]oaded checkpoint)\s+'?([^\s',]+?)'?(?:\.\.\.|\.)?(?:\s|$)"
+# --- crashes and hardware -----------------------------------------------------------
+OOM = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+NCCL_TIMEOUT = (
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+).*?"
+    r"Timeout\(ms\)=(\d+)\)(?: ran for (\d+) milliseconds)?"
+)
+NCCL_LAST = r"\[(?:PG \S+ )?Rank (\d+)\] Exception \(either an error or timeout\) detected by watchdog at work: (\d+).*?last completed NCCL work: (-?\d+)"
+NCCL_RANK = r"\[Rank (\d+)\] Watchdog caught"
+BAD_GRAD = rf"Bad grad_norm detected \(grad_norm=({NUM}|[-+]?(?i:nan|inf))\)"
+LLMC_SKIP = rf"skipping update due to (loss|grad) z-score of ({NUM}|[-+]?(?i:nan|inf))"
+TRACEBACK = r"Traceback \(most recent call last\)"
+# `RuntimeError: ...`, `torch.OutOfMemoryError: ...`, `Exception: Current loss scale already at
+# minimum ...`, `FloatingPointError: Minimum loss scale reached (0.0001). ...`
+EXCEPTION = r"^\s*((?:[A-Za-z_]\w*\.)*((?:[A-Z]\w*)?(?:Error|Exception)))(?::\s*(.*))?$"
+MIN_SCALE = r"loss scale already at minimum|Minimum loss scale reached"
+XID = r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:,\s*(.*))?"
+
+# A skipped optimizer step that is not an fp16 overflow (llm.c z-score guard, Megatron
+# `Bad grad_norm detected`) is `SKIP_KIND`; a non-finite bad grad norm is `nan`.
+
+EVENT_COLUMNS = {"line": pl.Int64, "step": pl.Int64, "rank": pl.Int32, "kind": pl.String,
+                 "time": schema.TIME, "detail": pl.String}
+
+
+def empty_events() -> pl.DataFrame:
+    return pl.DataFrame(schema=EVENT_COLUMNS)
+
+
+def _num(expr: pl.Expr) -> pl.Expr:
+    return expr.str.to_lowercase().cast(pl.Float64, strict=False)
+
+
+def _ret(frame: pl.DataFrame, kind: pl.Expr | str, detail: pl.Expr, step: pl.Expr | None = None) -> pl.DataFrame:
+    kind_expr = pl.lit(kind) if isinstance(kind, str) else kind
+    return frame.select(
+        "line",
+        (step if step is not None else pl.lit(None)).cast(pl.Int64).alias("step"),
+        pl.col("prefix_rank").cast(pl.Int32).alias("rank"),
+        kind_expr.alias("kind"),
+        extract_time(pl.col("text")).alias("time"),
+        detail.alias("detail"),
+    )
+
+
+def _not_word(path: pl.Expr) -> pl.Expr:
+    """`Continuing training from checkpoint, ...` names no path."""
+    return pl.when(~path.is_in(["checkpoint", "checkpoint,"])).then(path)
+
+
+def _first_int(*groups: pl.Expr) -> pl.Expr:
+    return pl.coalesce([g.cast(pl.Int64, strict=False) for g in groups])
+
+
+def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """Overflow and hysteresis lines -> (remaining candidates, event frames)."""
+    text = pl.col("text")
+    hys = text.str.extract_groups(DS_HYSTERESIS)
+    ovf = text.str.extract_groups(DS_OVERFLOW)
+    fs = text.str.extract(FAIRSEQ_OVERFLOW, 1)
+    go = text.str.extract(GRAD_OVERFLOW, 1)
+    c = cand.with_columns(
+        hys.struct.field("1").alias("_h_scale"), hys.struct.field("2").alias("_h_from"),
+        hys.struct.field("3").alias("_h_to"),
+        ovf.struct.field("1").alias("_o_old"), ovf.struct.field("2").alias("_o_new"),
+        fs.alias("_f_new"), go.alias("_g_iter"),
+        text.str.contains(DS_OVERFLOW_BARE).alias("_bare"),
+    )
+    out = []
+    h = c.filter(pl.col("_h_scale").is_not_null())
+    out.append(_ret(h, "hysteresis", detail_expr(
+        floats={"old_scale": _num(pl.col("_h_scale")), "new_scale": _num(pl.col("_h_scale"))},
+        ints={"hysteresis": pl.col("_h_from"), "new_hysteresis": pl.col("_h_to")},
+        strings={"source_format": pl.lit("deepspeed")},
+    )))
+    o = c.filter(pl.col("_o_old").is_not_null() & pl.col("_h_scale").is_null())
+    out.append(_ret(o, "overflow", detail_expr(
+        floats={"old_scale": _num(pl.col("_o_old")), "new_scale": _num(pl.col("_o_new"))},
+        strings={"source_format": pl.lit("deepspeed")},
+    )))
+    b = c.filter(pl.col("_bare") & pl.col("_o_old").is_null() & pl.col("_h_scale").is_null())
+    out.append(_ret(b, "overflow", detail_expr(strings={"source_format": pl.lit("deepspeed")})))
+    # fairseq halves the scale (scale_factor 2) on overflow: old_scale is inferred.
+    f = c.filter(pl.col("_f_new").is_not_null())
+    out.append(_ret(f, "overflow", detail_expr(
+        floats={"old_scale": _num(pl.col("_f_new")) * 2, "new_scale": _num(pl.col("_f_new"))},
+        bools={"old_scale_inferred": pl.lit(True)},
+        strings={"source_format": pl.lit("fairseq")},
+    )))
+    g = c.filter(pl.col("_g_iter").is_not_null())
+    out.append(_ret(g, "overflow", detail_expr(ints={"iteration": pl.col("_g_iter")}),
+                    step=pl.col("_g_iter").cast(pl.Int64, strict=False)))
+    used = (
+        pl.col("_h_scale").is_not_null() | pl.col("_o_old").is_not_null() | pl.col("_bare")
+        | pl.col("_f_new").is_not_null() | pl.col("_g_iter").is_not_null()
+    )
+    return c.filter(~used).select(cand.columns), out
+
+
+def _nccl(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """Watchdog timeouts; `last_completed` comes from the `Exception ... detected by
+    watchdog` line the same rank prints next."""
+    text = pl.col("text")
+    g = text.str.extract_groups(NCCL_TIMEOUT)
+    c = cand.with_columns(
+        g.struct.field("1").cast(pl.Int64, strict=False).alias("_seq"), g.struct.field("2").alias("_op"),
+        g.struct.field("3").cast(pl.Int64, strict=False).alias("_tmo"),
+        g.struct.field("4").cast(pl.Int64, strict=False).alias("_ran"),
+        pl.coalesce(pl.col("prefix_rank"), text.str.extract(NCCL_RANK, 1).cast(pl.Int32, strict=False)).alias("_rank"),
+    )
+    hits = c.filter(pl.col("_seq").is_not_null())
+    last = c.select(
+        "line", text.str.extract_groups(NCCL_LAST).alias("_g"), pl.col("prefix_rank")
+    ).unnest("_g").filter(pl.col("1").is_not_null()).select(
+        pl.col("line").alias("_lline"),
+        pl.coalesce(pl.col("prefix_rank"), pl.col("1").cast(pl.Int32, strict=False)).alias("_rank"),
+        pl.col("2").cast(pl.Int64, strict=False).alias("_lseq"),
+        pl.col("3").cast(pl.Int64, strict=False).alias("_last"),
+    ).sort("_lline")
+    is_last = text.str.contains(NCCL_LAST)
+    if hits.height:
+        hits = hits.sort("line").join_asof(
+            last, left_on="line", right_on="_lline", by="_rank", strategy="forward", check_sortedness=False
+        ).with_columns(
+            pl.when(pl.col("_lseq") == pl.col("_seq")).then(pl.col("_last")).alias("_last")
+        )
+        ev = _ret(hits.with_columns(pl.col("_rank").alias("prefix_rank")), "nccl_timeout", detail_expr(
+            ints={"seq": pl.col("_seq"), "timeout_ms": pl.col("_tmo"), "ran_ms": pl.col("_ran"),
+                  "last_completed": pl.col("_last")},
+            strings={"op": pl.col("_op")},
+        ))
+    else:
+        ev = empty_events()
+    return c.filter(pl.col("_seq").is_null() & ~is_last).select(cand.columns), [ev]
+
+
+def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """One-line events: saves, resumes, OOM, Xid, bad grad norm, llm.c skips."""
+    text = pl.col("text")
+    c = cand.with_columns(
+        text.str.extract_groups(XID).alias("_xid"),
+        text.str.extract_groups(BAD_GRAD).alias("_bad"),
+        text.str.extract_groups(LLMC_SKIP).alias("_skip"),
+        text.str.contains(OOM).alias("_oom"),
+        text.str.contains(RESUME).alias("_resume"),
+        text.str.contains(SAVE).alias("_save"),
+    )
+    out = []
+    xid = c.filter(pl.col("_xid").struct.field("1").is_not_null())
+    out.append(_ret(xid, "xid", detail_expr(
+        ints={"code": pl.col("_xid").struct.field("2")},
+        strings={"pci": pl.col("_xid").struct.field("1").str.to_lowercase(),
+                 "message": pl.col("_xid").struct.field("3").str.strip_chars()},
+    )))
+    rest = c.filter(pl.col("_xid").struct.field("1").is_null())
+    bad_val = _num(pl.col("_bad").struct.field("1"))
+    bad = rest.filter(bad_val.is_not_null())
+    out.append(_ret(bad, pl.when(bad_val.is_finite()).then(pl.lit(SKIP_KIND)).otherwise(pl.lit("nan")), detail_expr(
+        floats={"value": bad_val}, strings={"metric": pl.lit("grad_norm"), "reason": pl.lit("bad_grad_norm")},
+        bools={"skipped": pl.lit(True)},
+    )))
+    rest = rest.filter(bad_val.is_null())
+    z = _num(pl.col("_skip").struct.field("2"))
+    skip = rest.filter(pl.col("_skip").struct.field("1").is_not_null())
+    out.append(_ret(skip, SKIP_KIND, detail_expr(
+        floats={"zscore": z}, strings={"reason": pl.concat_str(pl.col("_skip").struct.field("1"), pl.lit("_zscore"))},
+        bools={"skipped": pl.lit(True)},
+    )))
+    rest = rest.filter(pl.col("_skip").struct.field("1").is_null())
+    oom = rest.filter(pl.col("_oom"))
+    out.append(_ret(oom, "oom", detail_expr(strings={"message": text.str.strip_chars().str.slice(0, 300)})))
+    rest = rest.filter(~pl.col("_oom"))
+    res_g = text.str.extract_groups(RESUME_STEP)
+    res = rest.filter(pl.col("_resume"))
+    out.append(_ret(res, "resume", detail_expr(
+        strings={"path": _not_word(text.str.extract(RESUME_PATH, 1)), "message": text.str.strip_chars().str.slice(0, 300)},
+    ), step=_first_int(res_g.struct.field("1"), res_g.struct.field("2"), res_g.struct.field("3"))))
+    rest = rest.filter(~pl.col("_resume"))
+    sv_g = text.str.extract_groups(SAVE_STEP)
+    sv = rest.filter(pl.col("_save"))
+    out.append(_ret(sv, "checkpoint_save", detail_expr(
+        strings={"path": text.str.extract(SAVE_PATH, 1), "message": text.str.strip_chars().str.slice(0, 300)},
+    ), step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 9)])))
+    rest = rest.filter(~pl.col("_save"))
+    return rest.select(cand.columns), out
+
+
+def _errors(cand: pl.DataFrame, all_lines: pl.DataFrame) -> list[pl.DataFrame]:
+    """`error` events: one per Python traceback (detail = the exception line that ends
+    it, looked up in `all_lines`), plus exception lines left in `cand` that end no
+    traceback."""
+    text = pl.col("text")
+    tb = cand.filter(text.str.contains(TRACEBACK)).with_columns(pl.col("prefix_rank").fill_null(-1).alias("_r"))
+    exc = all_lines.select(
+        "line", "prefix_rank", pl.col("prefix_rank").fill_null(-1).alias("_r"),
+        text.str.extract_groups(EXCEPTION).alias("_e"), text,
+    ).filter(pl.col("_e").struct.field("1").is_not_null())
+    exc = exc.with_columns(
+        pl.col("_e").struct.field("1").alias("_etype"),
+        pl.col("_e").struct.field("3").str.strip_chars().str.slice(0, 300).alias("_emsg"),
+    ).drop("_e")
+    min_scale = pl.col("_emsg").fill_null("").str.contains(MIN_SCALE)
+    reason = pl.when(min_scale).then(pl.lit("min_loss_scale"))
+    out = []
+    claimed = pl.DataFrame(schema={"_eline": pl.Int64})
+    if tb.height:
+        # the exception line that ends a traceback: the first one after it, same rank,
+        # before the next traceback of that rank
+        nxt_tb = tb.select(pl.col("line").alias("_nt"), "_r").sort("_nt")
+        tbj = tb.sort("line").join_asof(
+            exc.select(pl.col("line").alias("_eline"), "_r", "_etype", "_emsg").sort("_eline"),
+            left_on="line", right_on="_eline", by="_r", strategy="forward", check_sortedness=False,
+        ).join_asof(nxt_tb, left_on="line", right_on="_nt", by="_r", strategy="forward",
+                    allow_exact_matches=False, check_sortedness=False)
+        ok = pl.col("_eline").is_not_null() & (pl.col("_nt").is_null() | (pl.col("_eline") < pl.col("_nt")))
+        tbj = tbj.with_columns(
+            pl.when(ok).then(pl.col("_etype")).alias("_etype"),
+            pl.when(ok).then(pl.col("_emsg")).alias("_emsg"),
+            pl.when(ok).then(pl.col("_eline")).alias("_eline"),
+        )
+        claimed = tbj.select("_eline").drop_nulls()
+        out.append(_ret(tbj, "error", detail_expr(
+            strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
+            bools={"traceback": pl.lit(True)},
+        )))
+    alone = exc.join(claimed, left_on="line", right_on="_eline", how="anti")
+    alone = alone.join(cand.select("line"), on="line", how="semi")  # not already another event
+    out.append(_ret(alone, "error", detail_expr(
+        strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
+    )))
+    return out
+
+
+def extract_events(lines: pl.DataFrame) -> pl.DataFrame:
+    """Events found in prepared lines (`line`, `text`, `prefix_rank`), sorted by line.
+    Returns `line`, `step` (only where the text names it), `rank`, `kind`, `time`, `detail`."""
+    if lines.height == 0:
+        return empty_events()
+    if "prefix_rank" not in lines.columns:
+        lines = lines.with_columns(pl.lit(None, dtype=pl.Int32).alias("prefix_rank"))
+    base = lines.select(pl.col("line").cast(pl.Int64), pl.col("text"), pl.col("prefix_rank").cast(pl.Int32))
+    cand = base.filter(pl.col("text").str.contains(KEYWORDS))
+    if cand.height == 0:
+        return empty_events()
+    frames: list[pl.DataFrame] = []
+    all_cand = cand
+    cand, found = _loss_scale(cand)
+    frames += found
+    cand, found = _nccl(cand)
+    frames += found
+    cand, found = _simple(cand)
+    frames += found
+    frames += _errors(cand, all_cand)
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return empty_events()
+    return pl.concat([f.cast(EVENT_COLUMNS) for f in frames]).sort("line")
+
+
+# ---------------------------------------------------------------------------
+# As a parser of its own: a stdout/stderr log that has events but no step records a
+# specific parser knows (a crash log, an NCCL watchdog dump pasted from a job's
+# stderr). Confidence stays below every record parser's.
+
+NAME = "stdout_events"
+SNIFF_RE = (
+    r"Watchdog caught collective operation timeout|Traceback \(most recent call last\)|"
+    r"CUDA out of memory|OutOfMemoryError|OVERFLOW! Rank \d+ Skipping step|"
+    r"gradient overflow detected|ProcessGroupNCCL\.cpp"
+)
+SNIFF_CONFIDENCE = 0.5
+
+
+def sniff(sample) -> float:
+    if not sample.lines:
+        return 0.0
+    hits = pl.Series(sample.lines, dtype=pl.String).str.contains(SNIFF_RE).sum()
+    return SNIFF_CONFIDENCE if hits else 0.0
+
+
+def parse(src):
+    from spikeforensics.ingest.base import ParseResult, prepared_lines
+
+    result = ParseResult()
+    events = extract_events(prepared_lines(src))
+    result.add("events", events.with_columns(pl.lit(0, dtype=pl.Int32).alias("attempt")))
+    return result

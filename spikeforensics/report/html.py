@@ -1,0 +1,361 @@
+"""The self-contained HTML postmortem: diagnosis + run -> one HTML file.
+
+`build_context` turns the diagnosis dict (CONTRACT.md) and the run's frames into
+plain, template-ready values; every optional extra (`notes`, `log_lines`,
+`samples`, `skiplist`, `root_cause_detail` ...) is defaulted here, so the
+templates can stay strict (`StrictUndefined` turns a template typo into an error,
+not a blank). `render_html` renders `templates/report.html` with autoescape on.
+
+The page is one file: CSS, the page script and plotly.js are inlined (plotly.js
+once), and all chart specs sit in a single `<script type="application/json">`
+block whose NaN/Inf were mapped to null beforehand (JSON.parse rejects bare NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from functools import lru_cache
+from itertools import islice
+from pathlib import Path
+
+import polars as pl
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from jinja2.utils import htmlsafe_json_dumps
+from markupsafe import Markup
+
+from spikeforensics import resources
+from spikeforensics.report import charts, panels
+from spikeforensics.report.downsample import format_ranges, step_ranges
+from spikeforensics.report.text import (
+    as_float, cause_name, counted_incidents, fmt_num, fmt_pct, fmt_rate, main_incident, step_span, verdict_sentence,
+)
+
+EVIDENCE_COLUMNS = ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note")
+# Sample IDs listed in an incident card before the rest go behind a <details>.
+TOP_SAMPLES = 10
+# Log lines of context on each side of the peak line (when the diagnosis carries none).
+LOG_CONTEXT = 6
+# Characters of one log line shown (longer lines are cut, and marked so).
+LOG_LINE_CHARS = 400
+# Incident cards whose raw log lines start unfolded.
+OPEN_LOGS = 3
+# Step ranges listed in full per non-finite signal before the rest are counted.
+MAX_NONFINITE_RANGES = 2000
+
+
+@lru_cache(maxsize=1)
+def environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(resources.templates_dir())),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.policies["json.dumps_kwargs"] = {"allow_nan": False, "separators": (",", ":")}
+    env.filters["num"] = fmt_num
+    env.filters["pct"] = fmt_pct
+    env.filters["rate"] = fmt_rate
+    env.filters["cause"] = cause_name
+    return env
+
+
+def json_ready(obj):
+    """Replace every non-finite float by None (recursively), so strict JSON accepts it."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    return obj
+
+
+def embed_json(payload) -> Markup:
+    """JSON for a `<script type="application/json">` block: strict, and `<`, `>`, `&`, `'` escaped."""
+    return htmlsafe_json_dumps(json_ready(payload), dumps=json.dumps, allow_nan=False, separators=(",", ":"))
+
+
+def _asset(name: str) -> Markup:
+    # our own files, inlined verbatim
+    return Markup((resources.templates_dir() / name).read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> Markup:
+    from plotly.offline import get_plotlyjs
+
+    # A literal "</script" inside the bundle would end our <script> element early.
+    return Markup(get_plotlyjs().replace("</script", "<\\/script"))
+
+
+def plotly_version() -> str:
+    from plotly.offline import get_plotlyjs_version
+
+    return get_plotlyjs_version()
+
+
+# ---------------------------------------------------------------------------- pieces
+
+
+def _evidence_table(rows: list[dict]) -> dict:
+    keys = [k for k in EVIDENCE_COLUMNS if any(k in r for r in rows)]
+    keys += sorted({k for r in rows for k in r} - set(keys))
+    return {"columns": keys, "rows": [[_cell(r.get(k)) for k in keys] for r in rows]}
+
+
+def _cell(value) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(json_ready(value), ensure_ascii=False)
+    return fmt_num(value)
+
+
+def _samples(inc: dict, run) -> dict:
+    """Implicated samples: the diagnosis' `samples` rows, else looked up in the batch manifest."""
+    ids = [str(s) for s in inc.get("sample_ids") or []]
+    rows = inc.get("samples")
+    if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
+        keys = ["sample_id"] + sorted({k for r in rows for k in r} - {"sample_id"})
+        table = [[_cell(r.get(k)) for k in keys] for r in rows]
+    elif ids and run.batches.height:
+        found = (run.batches.filter(pl.col("sample_id").is_in(ids))
+                 .group_by("sample_id").agg(pl.col("step").min(), pl.col("rank").min(), pl.col("sample_loss").max(),
+                                            pl.col("sample_source").first()))
+        by_id = {r["sample_id"]: r for r in found.iter_rows(named=True)}
+        keys = ["sample_id", "step", "rank", "sample_loss", "sample_source"]
+        keys = [k for k in keys if k == "sample_id" or any(by_id.get(i, {}).get(k) is not None for i in ids)]
+        table = [[_cell(by_id.get(i, {}).get(k, i if k == "sample_id" else None)) for k in keys] for i in ids]
+    else:
+        keys, table = ["sample_id"], [[i] for i in ids]
+    return {"ids": ids, "top": ids[:TOP_SAMPLES], "rest": ids[TOP_SAMPLES:], "columns": keys,
+            "rows": table[:TOP_SAMPLES], "more_rows": table[TOP_SAMPLES:]}
+
+
+def _read_lines(path: str, first: int, last: int) -> list[tuple[int, str]]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [(first + i, line.rstrip("\n")) for i, line in enumerate(islice(fh, first - 1, last))]
+    except OSError:
+        return []
+
+
+def _peak_line(run, inc: dict) -> tuple[str, int] | None:
+    """(source, line) of the loss (else grad norm) record at the incident's peak step."""
+    for name in ("loss", "grad_norm"):
+        s = run.series(name)
+        hit = s.filter(pl.col("step") == int(inc["peak_step"]))
+        if hit.height and hit.get_column("line")[0] is not None:
+            return hit.get_column("source")[0], int(hit.get_column("line")[0])
+    hit = run.events.filter((pl.col("step") == int(inc["peak_step"])) & pl.col("line").is_not_null())
+    if hit.height:
+        return hit.get_column("source")[0], int(hit.get_column("line")[0])
+    return None
+
+
+def _log_lines(inc: dict, run) -> list[dict]:
+    """Raw log lines around the peak: the diagnosis' `log_lines`, else read from the ingested file."""
+    given = inc.get("log_lines")
+    peak = _peak_line(run, inc)
+    if isinstance(given, list) and given:
+        lines = [{"line": g.get("line"), "text": str(g.get("text", "")), "source": str(g.get("source", "")),
+                  "given_peak": g.get("peak")} for g in given if isinstance(g, dict)]
+    elif peak is not None:
+        source, line = peak
+        paths = run.sources.filter(pl.col("source") == source).get_column("path").to_list()
+        path = next((p for p in paths if p and Path(p).is_file()), None)
+        if path is None:
+            return []
+        lines = [{"line": n, "text": t, "source": source}
+                 for n, t in _read_lines(path, max(1, line - LOG_CONTEXT), line + LOG_CONTEXT)]
+    else:
+        return []
+    for item in lines:
+        flag = item.pop("given_peak", None)
+        item["peak"] = bool(flag) if isinstance(flag, bool) else (peak is not None and (item["source"], item["line"]) == peak)
+        if len(item["text"]) > LOG_LINE_CHARS:
+            item["text"] = item["text"][:LOG_LINE_CHARS] + " [...]"
+    return lines
+
+
+def _incident(inc: dict, run, window: charts.Figure | None, index: int) -> dict:
+    alternatives = [{"cause": cause_name(a.get("root_cause")), "label": str(a.get("root_cause")),
+                     "confidence": fmt_pct(a.get("confidence"))}
+                    for a in inc.get("alternatives") or [] if isinstance(a, dict)]
+    severity = inc.get("severity", "info")
+    return {
+        "id": str(inc.get("id", "")),
+        "kind": str(inc.get("kind", "")),
+        "kinds": [str(k) for k in inc.get("kinds") or [inc.get("kind", "")]],
+        "severity": severity if severity in ("info", "warning", "critical") else "info",
+        "span": step_span(inc),
+        "step_start": inc.get("step_start"), "step_end": inc.get("step_end"), "peak_step": inc.get("peak_step"),
+        "ranks": [str(r) for r in inc.get("ranks") or []],
+        "layers": [str(l) for l in inc.get("layers") or []],
+        "root_cause": str(inc.get("root_cause") or "unknown"),
+        "cause": cause_name(inc.get("root_cause")),
+        "root_cause_detail": str(inc.get("root_cause_detail") or ""),
+        "confidence": fmt_pct(inc.get("confidence")),
+        "confidence_value": max(0.0, min(1.0, as_float(inc.get("confidence")) or 0.0)),
+        "alternatives": alternatives,
+        "explanation": str(inc.get("explanation") or inc.get("summary") or ""),
+        "evidence": _evidence_table([e for e in inc.get("evidence") or [] if isinstance(e, dict)]),
+        "samples": _samples(inc, run),
+        "log_lines": _log_lines(inc, run),
+        "actions": [str(a) for a in inc.get("actions") or []],
+        "figure": _figure_ctx(window),
+        "open_logs": index < OPEN_LOGS,
+    }
+
+
+def _figure_ctx(fig: charts.Figure | None) -> dict | None:
+    if fig is None:
+        return None
+    return {"id": fig.id, "title": fig.title, "height": fig.layout.get("height", fig.height), "notes": fig.notes}
+
+
+def _nonfinite(run, infos: list[charts.SeriesInfo]) -> list[dict]:
+    """Every non-finite step, per signal and kind, as explicit step ranges."""
+    rows = []
+    for info in infos:
+        for kind in ("nan", "inf", "-inf"):
+            xs = info.nonfinite.filter(pl.col("kind") == kind).get_column("x")
+            if xs.len():
+                rows.append(_nf_row(f"{info.signal} = {kind}", xs, info.xlabel))
+    nan_ev = run.events.filter(pl.col("kind") == "nan")
+    if nan_ev.height:
+        rows.append(_nf_row("non-finite value reported in a step record (nan events)", nan_ev.get_column("step"), "step",
+                            unknown=nan_ev.get_column("step").null_count()))
+    bad_layers = run.layers.filter(pl.col("grad_norm").is_not_null() & ~pl.col("grad_norm").is_finite())
+    if bad_layers.height:
+        names = bad_layers.get_column("layer").unique().sort().to_list()
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        rows.append(_nf_row(f"layer grad norm non-finite ({shown})", bad_layers.get_column("step"), "step"))
+    return rows
+
+
+def _nf_row(signal: str, steps: pl.Series, xlabel: str, unknown: int = 0) -> dict:
+    ranges = step_ranges(steps)
+    return {"signal": signal, "count": sum(n for _, _, n in ranges), "xlabel": xlabel,
+            "ranges": format_ranges(ranges, MAX_NONFINITE_RANGES), "unknown": unknown}
+
+
+def _calibration(diagnosis: dict, run) -> dict | None:
+    cal = diagnosis.get("calibration")
+    if not isinstance(cal, dict) or not cal:
+        return None
+    rec = as_float(cal.get("recommended_clip_norm"))
+    expected = cal.get("expected_clip_rate")
+    if expected is None:
+        expected = panels.expected_clip_rate(run, rec if rec is not None and math.isfinite(rec) else None)
+    rows = [
+        ("Recommended clip threshold (max grad norm)", fmt_num(cal.get("recommended_clip_norm")) or "no recommendation"),
+        ("Expected clip rate at the recommended threshold", fmt_rate(expected)),
+        ("Current clip threshold", fmt_num(cal.get("current_clip_norm")) or "not found in the logs"),
+        ("Clip rate at the current threshold", fmt_rate(cal.get("clip_rate"))),
+        ("How it was derived", str(cal.get("basis") or "")),
+    ]
+    known = {"recommended_clip_norm", "expected_clip_rate", "current_clip_norm", "clip_rate", "basis"}
+    rows += [(k.replace("_", " "), _cell(v)) for k, v in cal.items() if k not in known and v not in (None, "", [], {})]
+    return {"rows": rows}
+
+
+def _inputs(run) -> dict:
+    files = []
+    for r in run.sources.iter_rows(named=True):
+        examples = []
+        try:
+            examples = [(e[0], str(e[1])[:LOG_LINE_CHARS]) for e in json.loads(r.get("unparsed_examples") or "[]")]
+        except (ValueError, TypeError, IndexError, KeyError):
+            pass
+        files.append({"source": str(r["source"]), "path": str(r.get("path") or ""), "format": str(r.get("format") or "unknown"),
+                      "lines": fmt_num(r.get("lines")), "records": fmt_num(r.get("records")),
+                      "unparsed": r.get("unparsed") or 0, "bytes": fmt_num(r.get("bytes")), "examples": examples})
+    tables = {t: getattr(run, t).height for t in ("metrics", "events", "layers", "batches", "telemetry")}
+    return {"files": files, "tables": tables}
+
+
+def _notes(diagnosis: dict) -> list[dict]:
+    out = []
+    for n in diagnosis.get("notes") or []:
+        if isinstance(n, dict):
+            out.append({"severity": str(n.get("severity", "info")), "text": str(n.get("text") or n.get("summary") or "")})
+        else:
+            out.append({"severity": "info", "text": str(n)})
+    return out
+
+
+def _skiplist(diagnosis: dict) -> dict | None:
+    sk = diagnosis.get("skiplist")
+    if not isinstance(sk, dict) or not (sk.get("steps") or sk.get("sample_ids")):
+        return None
+    steps = [int(s) for s in sk.get("steps") or [] if isinstance(s, (int, float))]
+    return {"steps": format_ranges(step_ranges(steps), 200), "sample_ids": [str(s) for s in sk.get("sample_ids") or []]}
+
+
+# ---------------------------------------------------------------------------- context and render
+
+
+def build_context(diagnosis: dict, run, max_points: int = 2000) -> dict:
+    incidents = [i for i in diagnosis.get("incidents") or [] if isinstance(i, dict)]
+    diagnosis = {**diagnosis, "incidents": incidents}
+    overview, infos = charts.overview(run, diagnosis, max_points)
+    windows = charts.incident_windows(run, diagnosis)
+    overview_notes = overview.notes if overview else []  # printed once, under "Downsampled for display"
+    if overview:
+        overview.notes = []
+    extra = {
+        "layers": panels.layer_heatmap(run, diagnosis),
+        "ranks": panels.rank_comparison(run, diagnosis, max_points),
+        "clip_rate": panels.clip_rate(run, diagnosis),
+        "loss_scale": panels.loss_scale(run, max_points),
+        "telemetry": panels.telemetry(run, max_points),
+        "calibration": panels.calibration_hist(run, diagnosis),
+    }
+    figures = [f for f in [overview, *windows.values(), *extra.values()] if f is not None]
+    verdict = diagnosis.get("verdict") or {}
+    status = str(verdict.get("status") or "healthy")
+    main = main_incident(diagnosis)
+    steps = diagnosis.get("steps") or {}
+    counted = counted_incidents(diagnosis)
+    generated = diagnosis.get("generated_at") or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return {
+        "run_id": str(diagnosis.get("run_id") or run.run_id),
+        "tool_version": str(diagnosis.get("tool_version", "")),
+        "schema_version": str(diagnosis.get("schema_version", "")),
+        "generated": str(generated),
+        "plotly_version": plotly_version(),
+        "verdict": {
+            "status": status if status in ("healthy", "degraded", "unstable") else "healthy",
+            "sentence": verdict_sentence(diagnosis),
+            "summary": str(verdict.get("summary") or ""),
+            "root_cause": cause_name(verdict.get("root_cause")) if verdict.get("root_cause") else "",
+            "confidence": fmt_pct(main.get("confidence")) if main else "",
+        },
+        "steps": {"first": fmt_num(steps.get("first")), "last": fmt_num(steps.get("last")), "count": fmt_num(steps.get("count"))},
+        "counts": {s: sum(1 for i in incidents if i.get("severity") == s) for s in ("critical", "warning", "info")},
+        "n_incidents": len(counted),
+        "incidents": [_incident(i, run, windows.get(str(i.get("id"))), n) for n, i in enumerate(incidents)],
+        "notes": _notes(diagnosis),
+        "overview": _figure_ctx(overview),
+        "downsampled": overview_notes,
+        "nonfinite": _nonfinite(run, infos),
+        "panels": {k: _figure_ctx(v) for k, v in extra.items()},
+        "ranks": [str(r) for r in run.ranks()],
+        "n_layers": len(run.layer_names()),
+        "calibration": _calibration(diagnosis, run),
+        "skiplist": _skiplist(diagnosis),
+        "inputs": _inputs(run),
+        "chart_count": len(figures),
+        "data_json": embed_json({"figures": {f.id: f.spec() for f in figures}}),
+        "css": _asset("report.css"),
+        "js": _asset("report.js"),
+        "plotly_js": plotly_js(),
+    }
+
+
+def render_html(diagnosis: dict, run, max_points: int = 2000) -> str:
+    """The complete, self-contained report page."""
+    context = build_context(diagnosis, run, max_points)
+    return environment().get_template("report.html").render(**context)

@@ -1,0 +1,124 @@
+"""Words and numbers shared by the HTML, Markdown and terminal reports.
+
+Plain functions over the diagnosis dict (CONTRACT.md, schema_version 1): how a
+root cause label reads, how a number or a confidence prints, and the one-sentence
+verdict every report opens with.
+"""
+
+from __future__ import annotations
+
+import math
+
+ROOT_CAUSE_NAMES = {
+    "data_outlier": "bad data sample(s)",
+    "data_drift": "data drift",
+    "hardware_fault": "hardware fault",
+    "lr_too_high": "learning rate too high",
+    "lr_schedule": "learning-rate schedule fault",
+    "fp16_overflow": "fp16 overflow / loss-scale collapse",
+    "fp16_underflow": "fp16 underflow",
+    "clip_misconfigured": "misconfigured gradient clipping",
+    "layer_instability": "layer instability",
+    "vanishing_gradients": "vanishing gradients",
+    "model_bug": "model or code bug",
+    "unknown": "unknown",
+}
+
+STATUS_WORDS = {"healthy": "Healthy", "degraded": "Degraded", "unstable": "Unstable"}
+SEVERITY_ORDER = ("info", "warning", "critical")
+
+
+def as_float(value) -> float | None:
+    """A JSON number or one of the strings "nan"/"inf"/"-inf" as a float; else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity"):
+        return float(value.strip().lower().replace("infinity", "inf"))
+    return None
+
+
+def fmt_num(value, digits: int = 4) -> str:
+    """Compact human number: 4 significant digits, ints as ints, NaN/Inf as words."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 100_000 else str(value)
+    f = as_float(value)
+    if f is None:
+        return str(value)
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "+Inf" if f > 0 else "-Inf"
+    if f == int(f) and abs(f) < 1e15:
+        return fmt_num(int(f))
+    return f"{f:.{digits}g}"
+
+
+def fmt_pct(value) -> str:
+    f = as_float(value)
+    if f is None or not math.isfinite(f):
+        return "n/a"
+    return f"{f * 100:.0f}%"
+
+
+def fmt_rate(value) -> str:
+    """A clip rate: percent with one decimal (4.8%), or n/a."""
+    f = as_float(value)
+    if f is None or not math.isfinite(f):
+        return "n/a"
+    if 0 < f < 0.01:
+        return f"{f * 100:.2g}%"
+    return f"{f * 100:.1f}%"
+
+
+def cause_name(label: str | None) -> str:
+    if not label:
+        return "none"
+    return ROOT_CAUSE_NAMES.get(label, str(label).replace("_", " "))
+
+
+def step_span(inc: dict) -> str:
+    a, b = inc.get("step_start"), inc.get("step_end")
+    return f"step {a}" if a == b else f"steps {a}-{b}"
+
+
+def main_incident(diagnosis: dict) -> dict | None:
+    """The most severe incident (first in step order among equals): the verdict's."""
+    best = None
+    for inc in diagnosis.get("incidents") or []:
+        sev = SEVERITY_ORDER.index(inc.get("severity", "info")) if inc.get("severity") in SEVERITY_ORDER else 0
+        if sev >= 1 and (best is None or sev > best[0]):
+            best = (sev, inc)
+    return None if best is None else best[1]
+
+
+def counted_incidents(diagnosis: dict) -> list[dict]:
+    """Incidents at warning or above (info notes are not incidents)."""
+    return [i for i in diagnosis.get("incidents") or [] if i.get("severity") in ("warning", "critical")]
+
+
+def verdict_sentence(diagnosis: dict) -> str:
+    """One sentence: status, probable root cause with confidence, and where."""
+    verdict = diagnosis.get("verdict") or {}
+    status = verdict.get("status", "healthy")
+    word = STATUS_WORDS.get(status, str(status).capitalize())
+    steps = diagnosis.get("steps") or {}
+    counted = counted_incidents(diagnosis)
+    if not counted:
+        count = steps.get("count")
+        over = f" over {fmt_num(count)} steps" if count else ""
+        return f"{word}: no incident at warning level or above{over}."
+    main = main_incident(diagnosis) or counted[0]
+    cause = verdict.get("root_cause") or main.get("root_cause")
+    conf = fmt_pct(main.get("confidence"))
+    n = len(counted)
+    plural = "incident" if n == 1 else "incidents"
+    return (
+        f"{word}: {n} {plural}; probable root cause {cause_name(cause)} ({conf} confidence), "
+        f"strongest at step {main.get('peak_step')} ({main.get('kind', '').replace('_', ' ')}, {main.get('severity')})."
+    )

@@ -1,0 +1,101 @@
+"""Sample tracing through batch manifests, and the consumed-samples fallback."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+from attribute_synth import bad_sample_id, incident, make_run, metric_rows
+
+from spikeforensics.attribute.context import build_context
+from spikeforensics.attribute.tracing import (
+    build_trace_context, consumed_samples_range, implicated_steps, rank_samples, skip_candidates,
+)
+from spikeforensics.params import Params
+from spikeforensics.rundata import RunData
+
+
+def ranked(run, inc, incidents=None, confined=None):
+    params = Params()
+    incidents = incidents or [inc]
+    ctx = build_context(run, incidents, params)
+    tc = build_trace_context(run, incidents, ctx.unhealthy, params)
+    return rank_samples(inc, tc, params.tracing, confined)
+
+
+def test_implicated_steps_include_the_step_before():
+    tp = Params().tracing
+    assert implicated_steps(incident(150), tp) == [149, 150]
+    assert implicated_steps(incident(150, start=146, end=160, facts={"onset": 148}), tp) == [147, 148, 149, 150]
+
+
+def test_high_loss_sample_ranks_first_across_ranks_and_micro_batches():
+    run = make_run(spike_at=150, ranks=4, micro=4, per_micro=2, spike_rank=3, bad_sample_loss=30.0)
+    bad = bad_sample_id(run, 150, rank=3)
+    out = ranked(run, incident(150))
+    assert out.get_column("sample_id")[0] == bad
+    top = out.row(0, named=True)
+    assert top["rank"] == 3 and top["micro"] == 3 and top["step"] == 150 and top["loss_ratio"] > 10
+    # every sample of both implicated steps is listed: 2 steps x 4 ranks x 4 micro x 2
+    assert out.height == 64 and set(out.get_column("step").unique()) == {149, 150}
+    assert skip_candidates(out, 0.75) == [bad]
+
+
+def test_nonfinite_sample_loss_is_prime_suspect():
+    run = make_run(spike_at=150, bad_sample_loss=float("nan"))
+    out = ranked(run, incident(150))
+    top = out.row(0, named=True)
+    assert math.isnan(top["sample_loss"]) and top["step"] == 150 and top["score"] > 5
+    assert out.get_column("score")[1] < 3
+
+
+def test_recurrence_and_exoneration_without_sample_losses():
+    run = make_run(n=300, manifest=True)
+    b = run.batches.with_columns(pl.lit(None, dtype=pl.Float64).alias("sample_loss"))
+    # "evil" sits in the batches of steps 100 and 200 (two spikes); "seen" in 200 and two healthy steps
+    b = b.with_columns(
+        pl.when((pl.col("step").is_in([100, 200])) & (pl.col("rank") == 0) & (pl.col("micro") == 0))
+        .then(pl.lit("evil")).otherwise(pl.col("sample_id")).alias("sample_id"))
+    b = pl.concat([b, pl.DataFrame({"step": [200, 20, 40], "rank": [0, 0, 0], "micro": [1, 1, 1],
+                                    "sample_id": ["seen"] * 3, "tokens": [110] * 3, "sample_source": ["web"] * 3})],
+                  how="diagonal_relaxed")
+    run = RunData.from_frames("r", metrics=run.metrics, batches=b)
+    incs = [incident(100, iid="inc-1"), incident(200, iid="inc-2")]
+    out = ranked(run, incs[1], incs)
+    assert out.get_column("sample_id")[0] == "evil"
+    row = out.filter(pl.col("sample_id") == "evil").row(0, named=True)
+    assert row["recurrence"] == 1
+    seen = out.filter(pl.col("sample_id") == "seen").row(0, named=True)
+    assert seen["healthy_seen"] == 2 and seen["score"] < row["score"]
+    assert out.get_column("sample_id")[-1] == "seen"  # exonerated: least suspicious
+
+
+def test_confined_rank_boosts_its_samples():
+    run = make_run(spike_at=150, ranks=2, micro=1, per_micro=2)
+    b = run.batches.with_columns(pl.lit(None, dtype=pl.Float64).alias("sample_loss"))
+    run = RunData.from_frames("r", metrics=run.metrics, batches=b)
+    out = ranked(run, incident(150), confined=1)
+    assert set(out.head(2).get_column("rank")) == {1} and set(out.head(2).get_column("step")) == {150}
+
+
+def test_no_manifest_gives_consumed_samples_range():
+    run = make_run(spike_at=150, manifest=False)
+    cs = metric_rows("consumed_samples", range(1, 301), [64 * s for s in range(1, 301)])
+    run = RunData.from_frames("r", metrics=pl.concat([run.metrics, cs], how="diagonal_relaxed"))
+    assert ranked(run, incident(150)).height == 0
+    rng = consumed_samples_range(run, incident(150), Params().tracing)
+    assert rng["start"] == 64 * 148 and rng["end"] == 64 * 150 and rng["steps"] == [149, 150]
+
+
+def test_logging_interval_implicates_every_step_since_the_previous_record():
+    tp = Params().tracing
+    assert implicated_steps(incident(150), tp, interval=10) == list(range(140, 151))
+    run = make_run(spike_at=150, bad_sample_loss=30.0)
+    bad_step = 144
+    b = run.batches.with_columns(
+        pl.when(pl.col("step") == 150).then(2.0).when((pl.col("step") == bad_step) & (pl.col("micro") == 0))
+        .then(pl.lit(30.0)).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+    logged = run.metrics.filter(pl.col("step") % 10 == 0)
+    run = RunData.from_frames("r", metrics=logged, batches=b)
+    out = ranked(run, incident(150))
+    assert out.row(0, named=True)["step"] == bad_step
