@@ -122,7 +122,7 @@ class VanishingParams:
     reference_window: int = 500  # why: the reference is the highest 500-record median level seen since the early phase
     early_frac: float = 0.1  # why: the first 10% of a run (large initial norms falling) is never a reference
     early_min: int = 100  # why: and at least the first 100 records
-    loss_ratio: float = 0.5  # why: loss collapsing below half its reference corroborates (e.g. label leakage)
+    max_run_frac: float = 0.2  # why: on a short run, windows shrink to at most 20% of its records (a 400-step run still gets a test)
 
 
 @dataclass

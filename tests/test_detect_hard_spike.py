@@ -118,3 +118,31 @@ def test_params_override_changes_the_verdict():
     c["loss"][2000] *= 1.5
     strict = Params.load(overrides=["hard_spike.loss_ratio_floor=1.6"])
     assert hard_spike.detect(run_from(c), strict) == []
+
+
+def _parsed(path: str, fmt: str) -> RunData:
+    from spikeforensics.ingest import parse_file
+    try:
+        result = parse_file(REAL / path, fmt)
+    except Exception as exc:  # the parser belongs to another helper
+        pytest.skip(f"{fmt} parser unavailable: {exc}")
+    return RunData.from_frames(**{k: v for k, v in result.tables.items() if k in ("metrics", "events", "layers")})
+
+
+def test_real_bigscience_three_record_glitch():
+    # it 7000 loss 6.44, it 7010 loss 11.42 (grad norm 98k -> 220k), it 7220 loss 7.16: 1.77x, a warning
+    run = _parsed("megatron/bigscience_tr8_104b_exp1_glitch_with_validation.log", "megatron")
+    [f] = hard_spike.detect(run, Params())
+    assert (f.peak_step, f.severity) == (7010, "warning")
+    loss = next(e for e in f.evidence if e.signal == "loss")
+    assert loss.value == pytest.approx(11.42026, rel=1e-4) and loss.baseline == pytest.approx(6.444662, rel=1e-4)
+
+
+def test_rank_found_from_a_per_rank_layer_dump_when_the_log_is_global():
+    c = curves(1500, seed=12)
+    c["grad_norm"][1000] *= 20       # step 1001, seen in the global log
+    lay = pl.concat([layer_dump(c["step"], ["h.0.attn", "h.0.mlp"], seed=20 + r, rank=r) for r in range(4)])
+    lay = lay.with_columns(pl.when((pl.col("step") == 1001) & (pl.col("rank") == 3)).then(pl.col("grad_norm") * 40)
+                           .otherwise(pl.col("grad_norm")).alias("grad_norm"))
+    [f] = hard_spike.detect(run_from(c, layers=lay), Params())
+    assert f.peak_step == 1001 and f.rank == 3 and f.facts["ranks_flagged"] == [3]

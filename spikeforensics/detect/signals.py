@@ -32,13 +32,13 @@ def raw(run: RunData, name: str, per_rank: bool = False) -> tuple[pl.DataFrame, 
     derived = False
     if name == "grad_norm" and not per_rank:
         series, derived = run.grad_norm_series()
-    elif name == "grad_norm" and per_rank and not run.has_metric("grad_norm") and run.layers.height:
-        series = _derived_per_rank(run)
-        derived = series.height > 0
     else:
         series = run.series(name, per_rank=per_rank)
         if per_rank:
             series = series.filter(pl.col("rank").is_not_null())
+        if name == "grad_norm" and per_rank and series.height == 0 and run.layers.height:
+            series = _derived_per_rank(run)  # per-rank norms from a per-rank layer dump
+            derived = series.height > 0
     out = robust.prepare(series), derived
     run._cache[key] = out
     return out

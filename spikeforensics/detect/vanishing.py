@@ -20,23 +20,31 @@ from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
 
+def _windows(frame: pl.DataFrame, by: str, vp) -> tuple[int, int, int]:
+    """(min_records, reference_window, early_min), shrunk to `max_run_frac` of a short series."""
+    n = int(frame.group_by(by).len().get_column("len").max()) if frame.height else 0
+    cap = max(5, int(n * vp.max_run_frac))
+    return min(vp.min_records, cap), min(vp.reference_window, cap), min(vp.early_min, cap)
+
+
 def _drops(frame: pl.DataFrame, by: str, vp) -> pl.DataFrame:
     """Rows in sustained drops, with `ref` (log) and `smooth` (log); `frame` has y, t-ordered per `by`."""
+    min_records, ref_window, early_min = _windows(frame, by, vp)
     n = pl.len().over(by)
-    early = pl.max_horizontal(pl.lit(vp.early_min), (n * vp.early_frac).cast(pl.Int64))
+    early = pl.max_horizontal(pl.lit(early_min), (n * vp.early_frac).cast(pl.Int64))
     idx = pl.int_range(pl.len(), dtype=pl.Int64).over(by)
     data = frame.filter(pl.col("y").is_not_null()).with_columns(idx.alias("_i"), early.alias("_early"))
     data = data.with_columns(
         pl.col("y").rolling_median(vp.smooth, min_samples=1, center=True).over(by).alias("smooth"),
         pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("y")).alias("_ry"),
     ).with_columns(
-        pl.col("_ry").rolling_median(vp.reference_window, min_samples=max(vp.reference_window // 4, 1))
-        .shift(vp.min_records).cum_max().over(by).alias("ref"),
+        pl.col("_ry").rolling_median(ref_window, min_samples=max(ref_window // 4, 1))
+        .shift(min_records).cum_max().over(by).alias("ref"),
     )
     low = data.with_columns((pl.col("smooth") - pl.col("ref") <= math.log(vp.ratio)).fill_null(False).alias("_low"))
     low = low.with_columns(pl.col("_low").rle_id().over(by).alias("_run"))
     low = low.filter(pl.col("_low")).with_columns(pl.len().over(by, "_run").alias("_len"))
-    return low.filter(pl.col("_len") >= vp.min_records)
+    return low.filter(pl.col("_len") >= min_records)
 
 
 def detect(run: RunData, params) -> list[Finding]:
