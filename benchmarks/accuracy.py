@@ -208,6 +208,8 @@ How it is scored (`spikeforensics/evaluate.py`; the tolerance is `--tol`, defaul
 - **Hardware faults blamed on data**: matched truth `hardware_fault` incidents predicted `data_*`.
 - **Sample recall@5**: over matched truth `data_outlier` incidents that list `sample_ids`:
   |first 5 predicted `sample_ids` ∩ truth| / min(5, |truth|), averaged.
+- **Peak error**: |predicted `peak_step` - truth `peak_step`| of the best match, median per kind
+  (how well the incident is localised; a wide predicted window can match a short truth incident).
 - Baselines (`benchmarks/baselines.py`, not in the product path) score detection only, with the
   same rules, on the run's loss and grad-norm series: `static` (grad norm > 100x its initial level,
   loss > 2x its 20-step mean; misses NaN), `megatron` (>= 10x the max of the first 100 values of loss

@@ -26,6 +26,7 @@ Definitions (also written into the README by `benchmarks/accuracy.py`):
   says `data_*`.
 - Sample recall@k (k=5): for matched truth `data_outlier` incidents with
   `sample_ids`: |first k predicted sample_ids ∩ truth| / min(k, |truth|).
+- Peak error: |predicted peak_step - truth peak_step| of the best match (median per kind).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class TruthOutcome:
     pred_kind: str | None = None
     pred_root_cause: str | None = None
     n_matches: int = 0  # predictions matching it (> 1: the detector split it)
+    peak_error: int | None = None  # |predicted peak - truth peak| in steps, when detected
     truth_sample_ids: list[str] = field(default_factory=list)
     sample_recall: float | None = None  # None when not applicable
 
@@ -187,6 +189,7 @@ def score_run(
         )
         t.detected = True
         t.pred_id, t.pred_kind, t.pred_root_cause = best.id, best.kind, best.root_cause
+        t.peak_error = abs(best.peak_step - t.peak_step)
         if t.root_cause == "data_outlier" and t.truth_sample_ids:
             t.sample_recall = sample_recall_at_k(raw_preds[pi].get("sample_ids") or [], t.truth_sample_ids, k)
     for p in preds:
@@ -212,6 +215,14 @@ def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+def _median(values: list) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    mid = len(v) // 2
+    return float(v[mid]) if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
 def _f1(p: float | None, r: float | None) -> float | None:
     if p is None or r is None:
         return None
@@ -219,7 +230,7 @@ def _f1(p: float | None, r: float | None) -> float | None:
 
 
 def detection_rows(scores: list[RunScore]) -> dict[str, dict]:
-    """Per kind: n_truth, detected, recall, n_pred, correct, precision, f1, split."""
+    """Per kind: n_truth, detected, recall, n_pred, correct, precision, f1, split, peak_error (median)."""
     kinds = sorted({t.kind for s in scores for t in s.truths} | {p.kind for s in scores for p in s.preds})
     rows = {}
     for kind in kinds + ["all"]:
@@ -240,6 +251,7 @@ def detection_rows(scores: list[RunScore]) -> dict[str, dict]:
             "precision": precision,
             "f1": _f1(precision, recall),
             "split": sum(max(0, t.n_matches - 1) for t in truths),
+            "peak_error": _median([t.peak_error for t in truths if t.peak_error is not None]),
         }
     return rows
 
@@ -391,12 +403,12 @@ def render_markdown(table: dict, title: str = "", product: str = "spikeforensics
     if product in dets:
         me = dets[product]
         lines += [f"{product}, every kind:", "",
-                  "| kind | truth | detected | recall | predicted | correct | precision | F1 | split |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| kind | truth | detected | recall | predicted | correct | precision | F1 | split | peak error (median steps) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for kind, r in me["detection"].items():
             lines.append(
                 f"| {kind} | {r['n_truth']} | {r['detected']} | {_fmt(r['recall'])} | {r['n_pred']} | {r['correct']} | "
-                f"{_fmt(r['precision'])} | {_fmt(r['f1'])} | {r['split']} |"
+                f"{_fmt(r['precision'])} | {_fmt(r['f1'])} | {r['split']} | {_fmt(r['peak_error'])} |"
             )
         lines.append("")
         if me["has_root_cause"]:

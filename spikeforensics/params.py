@@ -30,14 +30,22 @@ class SeriesParams:
 
 @dataclass
 class HardSpikeParams:
-    z_threshold: float = 6.0  # why: OLMo-core skip rule is 6 sigma; OLMo 2 spike score uses 7
+    z_threshold: float = 5.0  # why: robust (MAD) z; OLMo-core skips at 6 non-robust sigma, the ratio floors below do the rest
     loss_ratio_floor: float = 1.3  # why: a loss step under 30% above both sides is noise or drift, not a hard spike
     grad_ratio_floor: float = 3.0  # why: grad norms are heavy-tailed; under 3x of both sides is ordinary variation
     loss_ratio_critical: float = 2.0  # why: DOMAIN: loss >= 2x its recent level is a hard spike (LLM Foundry 2x)
     grad_ratio_critical: float = 10.0  # why: Megatron large-grad check uses 10x
+    grad_only_z: float = 8.0  # why: a grad spike the loss does not show must also be extreme for the run's own noise
+    early_frac: float = 0.1  # why: the unstable-start check looks at the first 10% of records (>= 10) ...
+    start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
+    recurring_count: int = 3  # why: three or more grad-only spikes in one run are a pattern (LR too high), not noise ...
+    recurring_ratio: float = 5.0  # why: ... counting spikes of at least 5x their baseline
+    joint_z: float = 3.5  # why: loss and grad norm each >= 3.5 sigma at the same step is as unlikely by chance as one at 6
+    joint_loss_ratio: float = 1.15  # why: ... with the loss at least 15% up
+    joint_grad_ratio: float = 2.0  # why: ... and the grad norm at least doubled
+    joint_reach: int = 1  # why: grad norm and loss of one bad batch land in the same or the next record
     group_gap: int = 5  # why: flags closer than 5 steps are one incident (DETECTION-ANCHORS §2.3)
     layer_ratio_min: float = 2.0  # why: a layer is named as the spike's location only if it rose >= 2x its own baseline
-    early_skip_frac: float = 0.0  # why: share of the first records never flagged (0: the two-sided test already ignores falling early loss)
 
 
 @dataclass
@@ -76,6 +84,7 @@ class UnderflowParams:
     early_frac: float = 0.1  # why: the first 10% of the dump is the layer's early reference
     late_frac: float = 0.1  # why: the last 10% is compared against it
     bins: int = 50  # why: trend test over ~50 bins is robust to per-step noise
+    widespread_frac: float = 0.5  # why: outside fp16, zeros rising in at least half of the layers is still an incident
 
 
 @dataclass
@@ -85,6 +94,7 @@ class SignRatioParams:
     sustain_frac: float = 0.5  # why: the layer must sit in the band for half of a window
     window: int = 50  # why: judged over 50-record windows, not single steps
     min_numel: int = 64  # why: tiny tensors (a bias of 4 elements) can be one-signed legitimately
+    max_zero_frac: float = 0.5  # why: with over half the elements exactly zero, the sign share of the rest is not judged
 
 
 @dataclass
@@ -100,6 +110,8 @@ class ClippingParams:
     sustained_run: int = 20  # why: 20+ clipped steps in a row with rising loss is an incident
     unscale_factor: float = 100.0  # why: median norm >= 100x threshold with ~all steps clipped = clip before unscale
     unscale_rate: float = 0.9  # why: "nearly every step clipped"
+    scaled_ratio_lo: float = 0.01  # why: without a threshold, logged norm / loss scale between 0.01 ...
+    scaled_ratio_hi: float = 100.0  # why: ... and 100 (an unscaled norm is ~1/scale of that) means norms taken before unscaling
     dominant_share: float = 0.5  # why: one layer carrying > 50% of the squared norm on clipped steps dominates it
     min_steps: int = 50  # why: a clip rate over fewer steps says nothing
     settle_factor: float = 1.25  # why: the early phase (initial norms above the run median) clips by design ...
@@ -110,8 +122,13 @@ class ClippingParams:
 class LayerOutlierParams:
     ratio: float = 10.0  # why: one layer >= 10x its own baseline ...
     global_ratio_max: float = 2.0  # why: ... while the global norm moves < 2x (DETECTION-ANCHORS §2.9)
-    z_threshold: float = 6.0  # why: same robust z as hard spikes
+    z_threshold: float = 6.0  # why: a layer spike must be extreme for that layer's own noise
     group_gap: int = 5  # why: as hard spikes
+    shift_window: int = 50  # why: sustained shifts compare the medians of 50 records after vs before
+    shift_excess: float = 5.0  # why: the layer's level rises >= 5x more than the global norm's: the layer carries it
+    early_min: int = 30  # why: the first records (norms still settling) are no reference
+    dominant_share: float = 0.5  # why: a risen layer carrying > 50% of the squared global norm dominates it (and clipping)
+    sustained_ratio_alone: float = 100.0  # why: a layer up 100x is an incident even while still small
 
 
 @dataclass
@@ -154,9 +171,9 @@ class SoftDriftParams:
 class IncidentParams:
     merge_gap: int = 5  # why: findings within 5 steps of each other are one incident
     kind_priority: tuple = (
-        "hard_spike", "loss_scale_collapse", "nonfinite", "layer_outlier", "clip_rate_anomaly",
-        "soft_drift", "loss_oscillation", "vanishing_gradients", "underflow_zeros", "sign_ratio_anomaly",
-    )  # why: at equal severity the incident's kind is the most specific primary signal
+        "hard_spike", "loss_scale_collapse", "nonfinite", "layer_outlier", "vanishing_gradients", "underflow_zeros",
+        "sign_ratio_anomaly", "clip_rate_anomaly", "soft_drift", "loss_oscillation",
+    )  # why: at equal severity the incident's kind is the most specific mechanism; drift and oscillation are generic symptoms
 
 
 # --- attribution / calibration sections ----------------------------------------------

@@ -21,7 +21,7 @@ CANONICAL_METRICS = (
 
 EVENT_KINDS = (
     "overflow", "hysteresis", "nan", "checkpoint_save", "resume", "eval", "nccl_timeout",
-    "xid", "ecc", "oom", "error",
+    "xid", "ecc", "oom", "error", "skipped_step",
 )
 
 TIME = pl.Datetime("us")

@@ -70,3 +70,13 @@ def test_high_clip_rate_from_one_dominant_layer_names_it():
     found = clipping.detect(clipped_run(3000, 4, thr, layers=lay), Params())
     warn = [f for f in found if f.severity == "warning"]
     assert warn and warn[0].layer == "lm_head" and warn[0].facts["cause"] == "dominant_layer"
+
+
+def test_clip_before_unscale_seen_from_the_loss_scale_without_a_threshold():
+    c = curves(1000, seed=5)
+    c["loss_scale"] = np.full(1000, 65536.0)
+    healthy = run_from(c)                       # unscaled norms ~0.4 next to a scale of 65536
+    assert clipping.detect(healthy, Params()) == []
+    c["grad_norm"] = c["grad_norm"] * 65536.0   # norms measured on scaled gradients
+    [f] = clipping.detect(run_from(c), Params())
+    assert f.severity == "warning" and f.facts["cause"] == "clip_before_unscale"

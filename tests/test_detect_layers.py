@@ -29,9 +29,16 @@ def test_rising_zero_fraction_fires_on_that_layer():
         rise = (pl.col("step").cast(pl.Float64) / 2000.0) ** 2 * 0.3
         return lay.with_columns(pl.when(pl.col("layer") == "h.0.mlp").then(pl.col("zero_frac") + rise)
                                 .otherwise(pl.col("zero_frac")).alias("zero_frac"))
-    [f] = underflow.detect(base_run(edit=edit), Params())
+    c = curves(2000, seed=0)
+    c["loss_scale"] = np.full(2000, 65536.0)       # fp16 with dynamic loss scaling
+    c["loss_scale"][1000:] = 32768.0
+    run = run_from(c, layers=edit(layer_dump(c["step"], NAMES, seed=0)))
+    [f] = underflow.detect(run, Params())
     assert f.kind == "underflow_zeros" and f.layer == "h.0.mlp" and f.severity == "warning"
     assert f.facts["layers"] == ["h.0.mlp"] and 1000 < f.step_start < 1700
+    # the same rise in one layer of a bf16/fp32 run is only a note
+    [note] = underflow.detect(base_run(edit=edit), Params())
+    assert note.severity == "info"
 
 
 def test_constant_sparse_layer_is_not_underflow():

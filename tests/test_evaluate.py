@@ -44,6 +44,7 @@ def test_match_needs_overlap_within_tolerance():
     t = truth(inc("hard_spike", 100, 102))
     near = diag(inc("hard_spike", 106, 108))  # 4 steps after the end: inside tol 5
     assert score_run(near, t).truths[0].detected
+    assert score_run(near, t).truths[0].peak_error == 6
     assert not score_run(near, t, tol_steps=3).truths[0].detected
     far = diag(inc("hard_spike", 120, 125))
     s = score_run(far, t)

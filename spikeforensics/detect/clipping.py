@@ -60,8 +60,10 @@ def detect(run: RunData, params) -> list[Finding]:
     thr, basis = threshold(run, params)
     pre, derived = signals.raw(run, "grad_norm")
     pre = pre.filter(pl.col("finite"))
-    if thr is None or pre.height < cp.min_steps:
+    if pre.height < cp.min_steps:
         return []
+    if thr is None:
+        return _scaled_norms(run, pre, basis, cp)
     settled = robust.settled_step(pre, cp.settle_smooth, cp.settle_factor)
     data = pre.filter(pl.col("step") >= settled)
     if data.height < cp.min_steps:
@@ -100,6 +102,25 @@ def detect(run: RunData, params) -> list[Finding]:
                                 score=rate, layer=layer, evidence=[base_ev], facts=facts,
                                 summary=f"clip rate {rate:.1%} at threshold {thr:g}: {band}"))
     return findings
+
+
+def _scaled_norms(run: RunData, pre: pl.DataFrame, basis: str, cp) -> list[Finding]:
+    """No threshold known: the clip-before-unscale signature can still show as logged norms about
+    loss-scale times normal (norm / scale of order 1 with a large scale), which any sane threshold clips."""
+    scale = run.series("loss_scale").filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+    if scale.height < cp.min_steps:
+        return []
+    med_scale, med_norm = float(scale.get_column("value").median()), float(pre.get_column("value").median())
+    ratio = med_norm / med_scale
+    if med_scale < cp.unscale_factor or not (cp.scaled_ratio_lo <= ratio <= cp.scaled_ratio_hi):
+        return []
+    lo, hi = int(pre.get_column("step").min()), int(pre.get_column("step").max())
+    ev = [Evidence(signal="grad_norm", step=None, value=med_norm, baseline=med_scale, ratio=ratio,
+                   note="median logged grad norm vs median loss scale: the norm was taken on loss-scaled gradients")]
+    return [Finding(kind="clip_rate_anomaly", step_start=lo, step_end=hi, peak_step=lo, severity="warning", score=10.0,
+                    summary=(f"logged grad norms (median {med_norm:.3g}) are about the loss scale ({med_scale:g}) times "
+                             f"a normal norm: gradients are measured and clipped before unscaling"),
+                    evidence=ev, facts={"cause": "clip_before_unscale", "threshold_basis": basis, "scope": "run"})]
 
 
 def _band_findings(run, data, thr, layer, facts, base_ev, params) -> list[Finding]:

@@ -2,12 +2,18 @@
 
 Two-sided robust residual on log scale (DETECTION-ANCHORS §2.2): the baseline of a
 point is the higher of the medians of the W-g records before and after it, its guard
-band excluded; z = (log x - baseline) / robust sigma. A point is flagged when z >= 6
+band excluded; z = (log x - baseline) / robust sigma. A point is flagged when z >= 5
 and the ratio to that baseline clears a floor (1.3x loss, 3x grad norm), or when it
 jumps >= 2x loss / 10x grad norm above its past alone (the onset of a divergence, whose
-future stays high). Early training never fires: the first records have no past, and a
-fast-falling loss sits below its past. Severity is critical at >= 2x loss or >= 10x grad
-norm over the pre-spike level (DOMAIN), else warning.
+future stays high), or when loss and grad norm stand out together at the same step
+(each z >= 3.5 and >= 1.15x / 2x: two weaker signals that agree). Early training never
+fires: the first records have no past, and a fast-falling loss sits below its past.
+Severity (DOMAIN): critical at >= 2x loss or >= 10x grad norm over the pre-spike level;
+a loss spike below that is a warning; a grad-norm spike under 10x that the loss does
+not show is critical only when also extreme for the run's noise (z >= 8), else a note.
+An unstable start (the loss climbing above its initial value in the first records) is
+reported too: the two-sided test cannot see it, the first records having no past. Grad-norm
+spikes that are notes one by one but recur (>= 3 at >= 5x) are one warning: a pattern.
 """
 
 from __future__ import annotations
@@ -23,48 +29,89 @@ from spikeforensics.rundata import RunData
 SIGNALS = ("loss", "grad_norm")
 
 
-def _flags(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
+def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
+    """Rows that stand out on their own (`single`) or enough to count when the other signal agrees (`joint`)."""
     hp = params.hard_spike
-    floor = hp.loss_ratio_floor if signal == "loss" else hp.grad_ratio_floor
-    crit = hp.loss_ratio_critical if signal == "loss" else hp.grad_ratio_critical
-    if frame.height == 0:
-        return frame.with_columns(pl.lit(None, pl.String).alias("signal"))
-    log_floor, log_crit = math.log(floor), math.log(crit)
-    both = (pl.col("z") >= hp.z_threshold) & ((pl.col("y") - pl.col("base")) >= log_floor)
-    jump = (pl.col("z_left") >= hp.z_threshold) & ((pl.col("y") - pl.col("left")) >= log_crit)
-    early = pl.col("t") < (pl.col("t").max().over("rank") * hp.early_skip_frac)
-    return frame.filter(pl.col("left").is_not_null() & (both | jump) & ~early).with_columns(
-        pl.lit(signal).alias("signal"),
-        (pl.col("y") - pl.col("left")).exp().alias("ratio_left"),
-        (pl.col("y") - pl.col("base")).exp().alias("ratio_base"),
-    )
+    loss = signal == "loss"
+    floor = hp.loss_ratio_floor if loss else hp.grad_ratio_floor
+    crit = hp.loss_ratio_critical if loss else hp.grad_ratio_critical
+    joint_ratio = hp.joint_loss_ratio if loss else hp.joint_grad_ratio
+    rise_base, rise_left = pl.col("y") - pl.col("base"), pl.col("y") - pl.col("left")
+    both = (pl.col("z") >= hp.z_threshold) & (rise_base >= math.log(floor))
+    jump = (pl.col("z_left") >= hp.z_threshold) & (rise_left >= math.log(crit))
+    joint = (pl.col("z") >= hp.joint_z) & (rise_base >= math.log(joint_ratio))
+    return frame.filter(pl.col("left").is_not_null()).with_columns(
+        (both | jump).alias("single"), joint.alias("joint"), pl.lit(signal).alias("signal"),
+        rise_left.exp().alias("ratio_left"), rise_base.exp().alias("ratio_base"),
+    ).filter(pl.col("single") | pl.col("joint"))
+
+
+def _agreeing(rows: pl.DataFrame, other: pl.DataFrame, reach: int) -> pl.DataFrame:
+    """`joint` rows of one signal with a `joint` row of the other within `reach` records (same rank)."""
+    near = other.filter(pl.col("joint")).select("rank", "pos")
+    near = pl.concat([near.with_columns(pl.col("pos") + d) for d in range(-reach, reach + 1)]).unique()
+    return rows.filter(pl.col("joint")).join(near, on=["rank", "pos"], how="semi", nulls_equal=True)
+
+
+def _flags(cands: dict, params) -> pl.DataFrame:
+    """Flagged rows: each signal's `single` rows, plus `joint` rows that the other signal corroborates."""
+    out = []
+    for signal, rows in cands.items():
+        other = cands.get("grad_norm" if signal == "loss" else "loss")
+        out.append(rows.filter(pl.col("single")))
+        if other is not None and other.height:
+            out.append(_agreeing(rows, other, params.hard_spike.joint_reach))
+    return pl.concat(out, how="vertical_relaxed").unique(subset=["signal", "rank", "pos"], keep="first")
 
 
 def detect(run: RunData, params) -> list[Finding]:
     hp = params.hard_spike
-    flagged, tracks, derived_any = [], [], False
-    for signal in SIGNALS:
-        for per_rank in (False, True):
+    flagged, tracks = [], []
+    for per_rank in (False, True):
+        cands = {}
+        for signal in SIGNALS:
             frame, derived = signals.with_baseline(run, signal, params, per_rank=per_rank)
             if frame.height == 0 or (per_rank and not signals.has_ranks(frame)):
                 continue
-            derived_any |= derived and signal == "grad_norm"
-            f = _flags(frame, signal, params).with_columns(pl.lit(per_rank).alias("per_rank"),
-                                                          pl.lit(derived).alias("derived"))
-            if f.height:
-                flagged.append(f.select("signal", "per_rank", "derived", "t", "step", "attempt", "rank", "pos", "value",
-                                        "left", "base", "z", "z_left", "ratio_left", "ratio_base"))
+            cands[signal] = _candidates(frame, signal, params).with_columns(
+                pl.lit(per_rank).alias("per_rank"), pl.lit(derived).alias("derived"))
             for rank in frame.get_column("rank").unique().to_list():
                 part = frame.filter(pl.col("rank").eq_missing(rank))
                 tracks.append(shape.Track.from_frame(part, signal, rank if per_rank else None))
+        if cands:
+            f = _flags(cands, params)
+            if f.height:
+                flagged.append(f.select("signal", "per_rank", "derived", "t", "step", "attempt", "rank", "pos", "value",
+                                        "left", "base", "z", "z_left", "ratio_left", "ratio_base"))
+    findings = _early_rise(run, params)
     if not flagged:
-        return []
+        return findings
     flags = robust.flag_groups(pl.concat(flagged, how="vertical_relaxed"), hp.group_gap)
     layer_base = signals.layer_baseline(run, params)
-    findings = []
     for _, group in flags.group_by("group", maintain_order=True):
         findings.append(_finding(group, tracks, layer_base, run, params))
-    return findings
+    return findings + _recurring(findings, hp)
+
+
+def _recurring(findings: list[Finding], hp) -> list[Finding]:
+    """Grad-norm spikes that are notes one by one but keep coming back (>= `recurring_count` of them at
+    >= `recurring_ratio`): a pattern of the run (LR too high), reported as one warning over their span."""
+    grad_only = [f for f in findings if not f.facts.get("early_rise")
+                 and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}
+                 and max(e.ratio or 0 for e in f.evidence if e.signal == "grad_norm") >= hp.recurring_ratio]
+    if len(grad_only) < hp.recurring_count:
+        return []
+    steps = [f.peak_step for f in grad_only]
+    ratios = [max(e.ratio or 0 for e in f.evidence if e.signal == "grad_norm") for f in grad_only]
+    top = grad_only[ratios.index(max(ratios))]
+    ev = [Evidence(signal="grad_norm", step=f.peak_step, value=e.value, baseline=e.baseline, ratio=e.ratio, rank=e.rank,
+                   note="one of the recurring grad-norm spikes")
+          for f in grad_only for e in f.evidence[:1]]
+    return [Finding(kind="hard_spike", step_start=min(steps), step_end=max(steps), peak_step=top.peak_step,
+                    severity="warning", score=float(len(grad_only)), evidence=ev[:10],
+                    summary=(f"{len(grad_only)} grad-norm spikes of {hp.recurring_ratio:g}x or more between steps "
+                             f"{min(steps)} and {max(steps)}: recurring, not a one-off (LR too high?)"),
+                    facts={"recurring_spikes": steps, "onset_step": min(steps)})]
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:
@@ -75,12 +122,10 @@ def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: R
     peak_src = main.filter(pl.col("signal") == "loss")
     peak_src = peak_src if peak_src.height else main
     peak = peak_src.sort("z", descending=True).row(0, named=True)
-    evidence, severity = [], "warning"
+    severity = _severity(group, hp)
+    evidence = []
     for (signal, per_rank), rows in main.group_by("signal", "per_rank", maintain_order=True):
         top = rows.sort("ratio_left", descending=True).row(0, named=True)
-        crit = hp.loss_ratio_critical if signal == "loss" else hp.grad_ratio_critical
-        if top["ratio_left"] >= crit:
-            severity = "critical"
         evidence.append(Evidence(
             signal=signal, step=top["step"], value=top["value"], baseline=math.exp(top["left"]),
             ratio=round(top["ratio_left"], 4), rank=top["rank"],
@@ -117,6 +162,50 @@ def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: R
         score=round(float(group.get_column("z").max()), 3), summary=summary, rank=rank,
         layer=layers[0]["layer"] if layers else None, attempt=int(peak["attempt"] or 0), evidence=evidence, facts=facts,
     )
+
+
+def _severity(group: pl.DataFrame, hp) -> str:
+    """Critical at >= 2x loss or >= 10x grad norm (DOMAIN); a loss spike below that is a warning. A grad-norm
+    spike the loss does not show is critical only when it is also extreme for this run's own noise
+    (z >= grad_only_z), else a note: small models' grad norms swing 10x and more without consequence."""
+    loss = group.filter(pl.col("signal") == "loss")
+    grad = group.filter(pl.col("signal") == "grad_norm")
+    if loss.height:
+        crit = (loss.get_column("ratio_left") >= hp.loss_ratio_critical).any() or (
+            grad.get_column("ratio_left") >= hp.grad_ratio_critical).any()
+        return "critical" if crit else "warning"
+    extreme = grad.filter((pl.col("ratio_left") >= hp.grad_ratio_critical) & (pl.col("z_left") >= hp.grad_only_z))
+    return "critical" if extreme.height else "info"
+
+
+def _early_rise(run: RunData, params) -> list[Finding]:
+    """The loss climbing above its initial value in the first records (warmup too short, LR too high
+    from the start): a hard spike that the two-sided test cannot see, as the first records have no past."""
+    hp = params.hard_spike
+    loss, _ = signals.raw(run, "loss")
+    loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == 0))
+    if loss.height < 10:
+        return []
+    loss = loss.filter(pl.col("rank") == loss.get_column("rank").first()) if loss.get_column("rank").null_count() == 0 else loss.filter(pl.col("rank").is_null())
+    first = loss.row(0, named=True)
+    if run.series("loss").get_column("step").null_count() or first["step"] > hp.start_max_step:
+        return []  # an excerpt from mid-training (or without step numbers) has no "start" to judge
+    horizon = loss.head(max(10, int(loss.height * hp.early_frac)))
+    above = horizon.with_columns((pl.col("y") - first["y"]).exp().alias("ratio"))
+    peak = above.sort("ratio", descending=True).row(0, named=True)
+    if peak["ratio"] < hp.loss_ratio_floor:
+        return []
+    back = loss.filter((pl.col("t") > peak["t"]) & (pl.col("y") <= first["y"])).head(1)
+    end = int(back.get_column("step")[0]) if back.height else int(loss.get_column("step")[-1])
+    severity = "critical" if peak["ratio"] >= hp.loss_ratio_critical else "warning"
+    ev = [Evidence(signal="loss", step=peak["step"], value=peak["value"], baseline=first["value"], ratio=round(peak["ratio"], 4),
+                   note="peak over the initial loss in the first records; back below it at step " + str(end))]
+    return [Finding(kind="hard_spike", step_start=int(first["step"]), step_end=end, peak_step=int(peak["step"]),
+                    severity=severity, score=float(peak["ratio"]), evidence=ev,
+                    summary=(f"loss rose to {peak['ratio']:.1f}x its initial value at step {peak['step']} before falling "
+                             f"(back below it at step {end}): unstable start, warmup too short or LR too high"),
+                    facts={"onset_step": int(first["step"]), "early_rise": True,
+                           "recovery": "never" if not back.height else ("fast" if end - peak["step"] < params.shape.fast_recovery else "slow")})]
 
 
 def _top_layers(layer_base: pl.DataFrame, step_lo: int, step_hi: int, min_ratio: float) -> list[dict]:

@@ -3,8 +3,9 @@
 Findings at warning or above that overlap (or come within `merge_gap` steps) on the same
 attempt form one incident: severity = the highest, kind = the strongest finding's kind
 (severity, then `kind_priority`, then score). Findings that span a stretch of the run
-(`facts["scope"] == "run"`: a clip rate, a rising zero share) group only with each other,
-so a run-wide condition does not swallow every spike. `info` findings never join an
+(`facts["scope"] == "run"`: a clip rate, a rising zero share) join an event only when they
+start with it (within `merge_gap`), else group with each other, so a run-wide condition
+does not swallow every spike that happens during it. `info` findings never join an
 incident: they stay notes (see `detect_incidents`).
 """
 
@@ -56,7 +57,14 @@ def group_incidents(findings: list[Finding], params) -> list[Incident]:
     serious = [f for f in findings if severity_rank(f.severity) >= severity_rank("warning")]
     point = [f for f in serious if f.facts.get("scope") != "run"]
     wide = [f for f in serious if f.facts.get("scope") == "run"]
-    incidents = [_incident(g, ip.kind_priority) for part in (point, wide) for g in _clusters(part, ip.merge_gap)]
+    clusters = _clusters(point, ip.merge_gap)
+    alone = []
+    for f in wide:  # a run-wide condition joins the event it starts with, else stands apart
+        home = next((c for c in clusters if c[0].attempt == f.attempt
+                     and abs(min(x.step_start for x in c) - f.step_start) <= ip.merge_gap), None)
+        (home if home is not None else alone).append(f)
+    clusters += _clusters(alone, ip.merge_gap)
+    incidents = [_incident(g, ip.kind_priority) for g in clusters]
     incidents.sort(key=lambda i: (i.step_start, i.attempt, i.step_end))
     for n, inc in enumerate(incidents, 1):
         inc.id = f"inc-{n}"

@@ -1,9 +1,14 @@
 """Layer-local explosions that a normal global norm hides (DETECTION-ANCHORS §2.9).
 
-Each layer's log grad norm gets the same two-sided excluded-centre baseline as the
-global series; a layer fires where it is >= 10x its own baseline (robust z >= 6) while the
-global grad norm at that step is < 2x its baseline. When the global norm spikes too,
+Spikes: each layer's log grad norm gets the same two-sided excluded-centre baseline as
+the global series; a layer fires where it is >= 10x its own baseline (robust z >= 6) while
+the global grad norm at that step is < 2x its baseline. When the global norm spikes too,
 the hard-spike detector owns the event and names the layer.
+
+Sustained: a layer whose level (median of the next `shift_window` records vs the previous
+ones) rises >= 10x while the global norm rises at least `shift_excess` times less: the
+layer carries the change. A warning when the layer comes to dominate the squared global
+norm (and with it the clipping) or rose >= 100x; a note otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +23,80 @@ from spikeforensics.rundata import RunData
 
 
 def detect(run: RunData, params) -> list[Finding]:
+    return _spikes(run, params) + _sustained(run, params)
+
+
+def _level_rise(frame: pl.DataFrame, by: str, w: int, early: int) -> pl.DataFrame:
+    """Per record: `before` = median of the previous w records, `rise` = median of the next w minus it (log)."""
+    frame = frame.filter(pl.col("y").is_not_null()).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(by).alias("_i"))
+    frame = frame.with_columns(pl.col("y").rolling_median(w, min_samples=w).over(by).alias("before"))
+    return frame.with_columns((pl.col("before").shift(-w).over(by) - pl.col("before")).alias("rise")).filter(
+        pl.col("_i") >= early + w)
+
+
+def _sustained(run: RunData, params) -> list[Finding]:
+    lp = params.layer_outlier
+    layers = signals.layer_frame(run)
+    glob, derived = signals.raw(run, "grad_norm")
+    if layers.height == 0 or glob.height == 0:
+        return []
+    n = int(glob.height)
+    w = max(5, min(lp.shift_window, n // 6))
+    early = max(lp.early_min, int(n * 0.05))
+    lay = layers.with_columns(
+        pl.when(pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)).then(pl.col("grad_norm").log()).alias("y"),
+        pl.concat_str(pl.col("layer"), pl.col("rank").cast(pl.String).fill_null("-"), separator="@").alias("_k"))
+    rises = _level_rise(lay, "_k", w, early)
+    g = glob.filter(pl.col("rank").is_null()) if glob.get_column("rank").null_count() else glob
+    g = _level_rise(g.with_columns(pl.lit("-").alias("_k")), "_k", w, early).group_by("step").agg(
+        pl.col("rise").max().alias("global_rise"))
+    rises = rises.join(g, on="step", how="left").with_columns(pl.col("global_rise").fill_null(0.0))
+    hot = rises.filter((pl.col("rise") >= math.log(lp.ratio))
+                       & (pl.col("rise") - pl.col("global_rise").clip(lower_bound=0.0) >= math.log(lp.shift_excess)))
+    if hot.height == 0:
+        return []
+    # one change point per layer (its largest rise), then layers changing together are one finding
+    cps = hot.sort(["rise", "step"], descending=[True, False]).unique(subset=["_k"], keep="first")
+    findings = []
+    for _, grp in robust.flag_groups(cps.with_columns(pl.col("step").alias("pos")), w).group_by("group", maintain_order=True):
+        top = grp.sort("rise", descending=True).row(0, named=True)
+        lvl = lay.filter((pl.col("_k") == top["_k"]) & (pl.col("step") >= top["step"]))
+        lvl = lvl.with_columns(pl.col("y").rolling_median(w, min_samples=1).alias("_m"))
+        low = lvl.filter((pl.col("step") >= top["step"] + w) & (pl.col("_m") < top["before"] + top["rise"] / 2)).head(1)
+        end = int(low.get_column("step")[0]) if low.height else int(lvl.get_column("step").max())
+        share = _share(layers, top["layer"], top["rank"], top["step"], end)
+        ev = [Evidence(signal="layer_grad_norm", step=r["step"], value=math.exp(r["before"] + r["rise"]),
+                       baseline=math.exp(r["before"]), ratio=math.exp(r["rise"]), rank=r["rank"], layer=r["layer"],
+                       note=f"level shift; global grad norm x{math.exp(r['global_rise']):.2f} over the same windows"
+                       + (f" ({signals.DERIVED_NOTE})" if derived else ""))
+              for r in grp.sort("rise", descending=True).head(5).iter_rows(named=True)]
+        if share is not None:
+            ev.append(Evidence(signal="layer_share_of_squared_norm", step=top["step"], value=share, layer=top["layer"],
+                               rank=top["rank"], note="median share of the squared global norm after the shift"))
+        layers_hit = grp.sort("rise", descending=True).get_column("layer").unique(maintain_order=True).to_list()
+        findings.append(Finding(
+            kind="layer_outlier", step_start=int(top["step"]), step_end=end, peak_step=int(top["step"]),
+            severity="warning" if (share or 0.0) >= lp.dominant_share or top["rise"] >= math.log(lp.sustained_ratio_alone)
+            else "info",
+            score=round(math.exp(top["rise"]), 3), rank=top["rank"], layer=top["layer"], evidence=ev,
+            summary=(f"layer {top['layer']} grad norm rose {math.exp(top['rise']):.0f}x from step {top['step']} "
+                     f"while the global norm rose {math.exp(top['global_rise']):.1f}x"
+                     + (f"; it carries {share:.0%} of the squared norm" if share is not None else "")),
+            facts={"onset_step": int(top["step"]), "layers": layers_hit[:10], "sustained": True,
+                   **({"dominant_layer": top["layer"], "dominant_share": share} if share and share >= 0.5 else {})}))
+    return findings
+
+
+def _share(layers: pl.DataFrame, layer: str, rank, lo: int, hi: int) -> float | None:
+    part = layers.filter(pl.col("step").is_between(lo, hi) & pl.col("rank").eq_missing(rank) & pl.col("grad_norm").is_finite())
+    if part.height == 0:
+        return None
+    per_step = part.group_by("step").agg(
+        ((pl.col("grad_norm") ** 2).filter(pl.col("layer") == layer).sum() / (pl.col("grad_norm") ** 2).sum()).alias("s"))
+    return float(per_step.get_column("s").median())
+
+
+def _spikes(run: RunData, params) -> list[Finding]:
     lp = params.layer_outlier
     base = signals.layer_baseline(run, params)
     if base.height == 0:

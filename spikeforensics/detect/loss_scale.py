@@ -71,7 +71,9 @@ def detect(run: RunData, params) -> list[Finding]:
             pl.when(settled).then(pl.col("l2")).rolling_max_by("pos", window_size=f"{lp.window_steps}i").alias("level")
         ).with_columns((pl.col("level") - pl.col("l2")).alias("halvings"))
         floor = math.log2(lp.min_scale) + 1e-9
-        bad = scale.filter(settled & ((pl.col("halvings") >= lp.min_halvings) | (pl.col("l2") <= floor)))
+        # at the floor counts only when the scale came down to it (a constant 1.0 is bf16/fp32 printing a scale)
+        at_floor = (pl.col("l2") <= floor) & (pl.col("halvings") >= 1)
+        bad = scale.filter(settled & ((pl.col("halvings") >= lp.min_halvings) | at_floor))
         if bad.height:
             for _, g in robust.flag_groups(bad, lp.window_steps).group_by("group", maintain_order=True):
                 findings.append(_collapse(g, floor, origin, lp))

@@ -23,8 +23,9 @@ def detect(run: RunData, params) -> list[Finding]:
         return []
     zero = pl.col("zero_frac").fill_null(0.0).clip(0.0, 1.0)
     data = layers.filter(pl.col("pos_frac").is_finite() & (pl.col("numel").is_null() | (pl.col("numel") >= sp.min_numel)))
+    # with most elements exactly zero (underflow, a mask) the sign share of the few others says nothing
     data = data.with_columns(
-        pl.when(zero < 0.999).then(pl.col("pos_frac") / (1.0 - zero)).clip(0.0, 1.0).alias("p")
+        pl.when(zero <= sp.max_zero_frac).then(pl.col("pos_frac") / (1.0 - zero)).clip(0.0, 1.0).alias("p")
     ).filter(pl.col("p").is_not_null())
     if data.height == 0:
         return []

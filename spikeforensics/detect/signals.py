@@ -119,3 +119,11 @@ def layer_baseline(run: RunData, params) -> pl.DataFrame:
 
 def has_ranks(frame: pl.DataFrame) -> bool:
     return frame.height > 0 and frame.get_column("rank").drop_nulls().n_unique() > 1
+
+
+def fp16_evidence(run: RunData) -> bool:
+    """Does the log show dynamic fp16 loss scaling (a scale other than 1 that changes, overflow events)?"""
+    if run.events_of("overflow", "hysteresis").height:
+        return True
+    scale = run.series("loss_scale").get_column("value").drop_nulls()
+    return scale.len() > 0 and (scale.n_unique() > 1 or float(scale.max()) > 1.0)

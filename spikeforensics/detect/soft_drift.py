@@ -58,7 +58,21 @@ def _grad_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
         (pl.col("_i") - w >= pl.col("_early")) & (pl.col("rise") >= math.log(dp.grad_rise))
         & (pl.col("rise") >= dp.level_c * 1.77 * pl.col("noise") / math.sqrt(w))
     )
-    return flagged.with_columns(pl.lit("grad_norm").alias("signal"))
+    if flagged.height == 0:
+        return flagged.with_columns(pl.lit("grad_norm").alias("signal"))
+    # a level shift is flagged from half a window before its change point: report from the change
+    # point (the largest rise) to the end of the raised stretch (smoothed norm above the midway level)
+    out = []
+    for _, g in robust.flag_groups(flagged, w).group_by("group", maintain_order=True):
+        cp = g.sort("rise", descending=True).row(0, named=True)
+        midway = cp["before"] + cp["rise"] / 2
+        after = data.filter((pl.col("_k") == cp["_k"]) & (pl.col("_i") >= cp["_i"]))
+        low = after.filter((pl.col("_i") >= cp["_i"] + dp.smooth) & (pl.col("smooth") < midway)).head(1)
+        last = int(low.get_column("_i")[0]) - 1 if low.height else int(after.get_column("_i").max())
+        out.append(after.filter(pl.col("_i") <= last).with_columns(
+            pl.lit(cp["before"]).alias("before"), pl.lit(cp["rise"]).alias("rise"),
+            pl.lit(cp["before"] + cp["rise"]).alias("smooth")))  # evidence: the level after the change point
+    return pl.concat(out).with_columns(pl.lit("grad_norm").alias("signal"))
 
 
 def detect(run: RunData, params) -> list[Finding]:
@@ -86,13 +100,13 @@ def _finding(g: pl.DataFrame, derived: bool) -> Finding:
     lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
     ev = []
     for (signal,), rows in g.group_by("signal", maintain_order=True):
-        top = rows.sort("rise", descending=True).row(0, named=True)
+        top = rows.sort(["rise", "step"], descending=[True, False]).row(0, named=True)
         note = "level shift: median after vs before" if signal == "grad_norm" else "rolling-median loss vs its level a span earlier"
         if signal == "grad_norm" and derived:
             note = signals.DERIVED_NOTE + "; " + note
         ev.append(Evidence(signal=signal, step=top["step"], value=math.exp(top["smooth"]), baseline=math.exp(top["before"]),
                            ratio=math.exp(top["rise"]), rank=top["rank"], note=note))
-    top = g.sort("rise", descending=True).row(0, named=True)
+    top = g.sort(["rise", "step"], descending=[True, False]).row(0, named=True)
     sigs = " and ".join(sorted(set(g.get_column("signal"))))
     return Finding(kind="soft_drift", step_start=lo, step_end=hi, peak_step=int(top["step"]), severity="warning",
                    score=round(math.exp(top["rise"]), 3), rank=None, attempt=int(top["attempt"] or 0), evidence=ev,

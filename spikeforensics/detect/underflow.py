@@ -4,7 +4,8 @@ Per layer (and rank) `zero_frac` from the per-layer dump, and Megatron's global
 `num_zeros`, are binned; a layer fires when the binned series trends up (Mann-Kendall
 p < 0.01), its late level is >= 3x its early median and rose by at least a couple of
 points (DETECTION-ANCHORS §2.8). A layer that was sparse from the start (a mask) does
-not trend and is not an underflow.
+not trend and is not an underflow. Without fp16 loss scaling in the log, only a rise in
+most layers is a warning; a few layers is a note.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def detect(run: RunData, params) -> list[Finding]:
                        last_step=int(b.get_column("step_last")[-1]))
             hits.append(res)
         if hits:
-            findings.append(_finding(hits, "zero_frac", run))
+            n_layers = data.select(pl.struct("layer", "rank").n_unique()).item()
+            findings.append(_finding(hits, "zero_frac", run, _severity(run, len(hits), n_layers, up)))
     s = run.series("num_zeros")
     if s.height >= 8:
         b = robust.binned(s.filter(pl.col("value").is_finite()).sort("t"), "value", up.bins)
@@ -56,11 +58,19 @@ def detect(run: RunData, params) -> list[Finding]:
         if res is not None:
             res.update(layer=None, rank=None, onset_step=int(b.get_column("step_first")[res["onset_bin"]]),
                        last_step=int(b.get_column("step_last")[-1]))
-            findings.append(_finding([res], "num_zeros", run))
+            findings.append(_finding([res], "num_zeros", run, _severity(run, 1, 1, up)))
     return findings
 
 
-def _finding(hits: list[dict], signal: str, run: RunData) -> Finding:
+def _severity(run: RunData, rising: int, layers: int, up) -> str:
+    """Underflow is an fp16 effect: a warning with fp16 loss scaling in the log or when most layers
+    flood with zeros; a few layers gaining zeros in a bf16/fp32 run is a note (dead units, a mask)."""
+    if signals.fp16_evidence(run) or rising >= up.widespread_frac * layers:
+        return "warning"
+    return "info"
+
+
+def _finding(hits: list[dict], signal: str, run: RunData, severity: str) -> Finding:
     hits = sorted(hits, key=lambda h: h["late"] - h["early"], reverse=True)
     top = hits[0]
     ranks = sorted({h["rank"] for h in hits if h["rank"] is not None})
@@ -76,6 +86,6 @@ def _finding(hits: list[dict], signal: str, run: RunData) -> Finding:
     summary = (f"exact-zero gradient share rising in {what}: {top['early']:.3g} -> {top['late']:.3g} "
                f"from step {onset}")
     return Finding(kind="underflow_zeros", step_start=onset, step_end=max(h["last_step"] for h in hits), peak_step=onset,
-                   severity="warning", score=float(abs(np.log10(max(top["p"], 1e-300)))), summary=summary, rank=rank,
+                   severity=severity, score=float(abs(np.log10(max(top["p"], 1e-300)))), summary=summary, rank=rank,
                    layer=top["layer"], evidence=evidence,
                    facts={"onset_step": onset, "layers": layers[:10], "ranks_flagged": ranks, "scope": "run"})

@@ -3,6 +3,17 @@
 Parser modules are discovered in this package: any module with `NAME`, `sniff` and
 `parse` (see `base.py`). The format of a file is the parser whose `sniff` is most
 confident on its head; `--format` forces one.
+
+A parser of logs that can be huge may also expose `parse_chunks(src) -> Iterator[ParseResult]`:
+one result per chunk of the file, in file order (numbering carried across chunks). The
+driver then writes each chunk into the store's staging files as it comes (one Parquet row
+group per chunk), so memory does not grow with the log. Such a parser leaves `rank` in
+`metrics` as the prefix rank; the driver applies the contract's rule after the last chunk
+(a source in which a single rank prints values is global: rank null).
+
+The file's SHA-256 and line count are taken from the blocks the parser reads
+(`SourceFile.tap`), so a file is read once; it is hashed up front only when the run
+already holds a source of the same size (then it may be unchanged: nothing to parse).
 """
 
 from __future__ import annotations
@@ -11,6 +22,8 @@ import hashlib
 import importlib
 import json
 import pkgutil
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -29,9 +42,11 @@ from spikeforensics.ingest.base import (
     strip_prefixes,
     lines_from_bytes,
 )
-from spikeforensics.store import SourceRecord, Store, validate_run_id
+from spikeforensics.store import SourceRecord, Staging, Store, validate_run_id
 
 SNIFF_BYTES = 64 << 10
+OUTCOME_EXAMPLES = 5  # unparsed lines shown to the user
+MANIFEST_EXAMPLES = 20  # unparsed lines kept in the sources manifest
 MIN_CONFIDENCE = 0.3
 _NOT_PARSERS = {"base", "aliases"}
 
@@ -149,20 +164,49 @@ def _sha256(path: Path) -> tuple[str, int]:
 
 
 def _count_lines(path: Path) -> int:
-    n = 0
-    last = b"\n"
+    count = _ReadOnce()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (0 if last == b"\n" else 1)
+            count.lines_in(block)
+    return count.lines()
+
+
+class _ReadOnce:
+    """SHA-256, size and line count of a file, from the blocks a parser reads through
+    `SourceFile.tap`. Only valid when the parser read the whole file exactly once, in
+    order (`digest` checks the size); otherwise the driver reads the file again."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.newlines = 0
+        self.last = b"\n"
+
+    def __call__(self, block: bytes) -> None:
+        self.hash.update(block)
+        self.size += len(block)
+        self.lines_in(block)
+
+    def lines_in(self, block: bytes) -> None:
+        self.newlines += block.count(b"\n")
+        if block:
+            self.last = block[-1:]
+
+    def lines(self) -> int:
+        return self.newlines + (0 if self.last == b"\n" else 1)
+
+    def digest(self, path: Path, size: int) -> tuple[str, int]:
+        """(sha256, lines) of the file, re-reading it if the parser did not read it once."""
+        if self.size == size:
+            return self.hash.hexdigest(), self.lines()
+        return _sha256(path)[0], _count_lines(path)
 
 
 def _run_year(store: Store, run_id: str) -> int | None:
     if not store.has_run(run_id):
         return None
-    times = store.table(run_id, "metrics").get_column("time").drop_nulls()
-    return int(times.min().year) if times.len() else None
+    first = store.scan(run_id, "metrics").select(pl.col("time").min()).collect().item()
+    return int(first.year) if first is not None else None
 
 
 def ingest_paths(
@@ -185,15 +229,14 @@ def ingest_paths(
     # Files whose times may lack a year (syslog) go last, so they can take the run's year.
     planned.sort(key=lambda x: bool(x[3] and getattr(parsers()[x[3]], "NEEDS_YEAR", False)))
     outcomes = []
-    year = _run_year(store, run_id)
     for path, source, in_folder, name in planned:
         if progress:
             progress(f"{path}: {name or 'unknown format'}")
+        needs_year = bool(name and getattr(parsers()[name], "NEEDS_YEAR", False))
+        year = _run_year(store, run_id) if needs_year else None
         outcome = _ingest_file(path, source, name, run_id, store, year)
         if outcome.status == "failed" and not in_folder:
             raise IngestError(outcome.message)
-        if year is None and outcome.status == "ingested":
-            year = _run_year(store, run_id)
         outcomes.append(outcome)
     return IngestReport(run_id=run_id, store=str(store.root), files=outcomes)
 
@@ -206,23 +249,113 @@ def parse_file(path: Path, fmt: str, source: str | None = None, year: int | None
 
 def _finish(result: ParseResult, source: str) -> ParseResult:
     """Conform every table, stamp the source, and add `nan` events from step records."""
-    tables = {}
-    for table, frame in result.tables.items():
-        frame = frame.with_columns(pl.lit(source).alias("source"))
-        tables[table] = schema.conform(table, frame)
-    if "metrics" in tables:
-        nans = nan_events(tables["metrics"])
-        if nans.height:
-            existing = tables.get("events")
-            tables["events"] = nans if existing is None else pl.concat([existing, nans]).sort("line", nulls_last=True)
-    result.tables = tables
+    result.tables, _ = _finish_tables(result.tables, source)
     return result
+
+
+def _finish_tables(tables: dict[str, pl.DataFrame], source: str) -> tuple[dict[str, pl.DataFrame], pl.Series]:
+    """`_finish` on a set of tables (a whole file, or one chunk of it). Also returns the
+    row positions, in the events table, of the `nan` events it derived from metrics."""
+    out = {t: schema.conform(t, f.with_columns(pl.lit(source).alias("source"))) for t, f in tables.items()}
+    derived = pl.Series("derived", [], dtype=pl.UInt32)
+    nans = nan_events(out["metrics"]) if "metrics" in out else schema.empty("events")
+    if nans.height:
+        if "events" not in out:
+            out["events"] = nans
+            derived = pl.Series("derived", range(nans.height), dtype=pl.UInt32)
+        else:
+            both = pl.concat(
+                [out["events"].with_columns(pl.lit(False).alias("_derived")), nans.with_columns(pl.lit(True).alias("_derived"))]
+            ).sort("line", nulls_last=True, maintain_order=True)
+            derived = both.select(pl.arg_where("_derived")).to_series().cast(pl.UInt32)
+            out["events"] = both.drop("_derived")
+    return out, derived
+
+
+@dataclass
+class _Parsed:
+    """What the driver keeps of a parse besides the tables: counts and summaries."""
+
+    records: int = 0
+    unparsed: int = 0
+    examples: list[tuple[int, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    steps: tuple[int | None, int | None] = (None, None)
+    ranks: set[int] = field(default_factory=set)
+    events: Counter = field(default_factory=Counter)
+
+    def add(self, part: ParseResult, tables: dict[str, pl.DataFrame]) -> None:
+        """Count one parse result (a file, or one chunk of it) and its finished tables."""
+        self.records += part.records
+        self.unparsed += part.unparsed
+        self.examples += part.unparsed_examples[: MANIFEST_EXAMPLES - len(self.examples)]
+        self.notes += [n for n in part.notes if n not in self.notes]
+        metrics = tables.get("metrics")
+        if metrics is not None and metrics.height:
+            lo, hi = metrics.select(pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi")).row(0)
+            if lo is not None:
+                old_lo, old_hi = self.steps
+                self.steps = (lo if old_lo is None else min(lo, old_lo), hi if old_hi is None else max(hi, old_hi))
+            self.ranks.update(metrics.get_column("rank").drop_nulls().unique().to_list())
+        events = tables.get("events")
+        if events is not None and events.height:
+            self.events.update(dict(events.group_by("kind").len().iter_rows()))
+
+
+def _parse_whole(parser: ModuleType, src: SourceFile, stage: Staging) -> _Parsed:
+    result = _finish(parser.parse(src), src.name)
+    parsed = _Parsed()
+    parsed.add(result, result.tables)
+    for table, frame in result.tables.items():
+        stage.append(table, frame)
+    return parsed
+
+
+def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging) -> _Parsed:
+    """Write each chunk's tables as they come (chunk k is written in a background thread
+    while chunk k + 1 is parsed); then apply the one-rank rule (see the module
+    docstring), rewriting the staged metrics only when exactly one rank printed values
+    (and the `nan` events derived from them, which take the metrics' rank)."""
+    parsed = _Parsed()
+    derived: list[pl.Series] = []  # positions of derived `nan` events in the staged events
+    events_rows = 0
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        pending = None
+        for part in parser.parse_chunks(src):
+            tables, nans = _finish_tables(part.tables, src.name)
+            parsed.add(part, tables)
+            if nans.len():
+                derived.append(nans + events_rows)
+            events_rows += tables["events"].height if "events" in tables else 0
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(_append_all, stage, tables)
+        if pending is not None:
+            pending.result()
+    if parsed.unparsed and not parsed.notes:
+        parsed.notes.append(f"{parsed.unparsed} record-like line(s) could not be parsed")
+    if len(parsed.ranks) == 1:
+        parsed.ranks = set()
+        no_rank = pl.lit(None, dtype=pl.Int32).alias("rank")
+        stage.rewrite("metrics", lambda frame, first: frame.with_columns(no_rank))
+        if derived:
+            positions = pl.concat(derived)
+            row = pl.int_range(pl.len(), dtype=pl.UInt32)
+            stage.rewrite("events", lambda frame, first: frame.with_columns(
+                pl.when((row + first).is_in(positions.implode())).then(no_rank).otherwise(pl.col("rank")).alias("rank")
+            ))
+    return parsed
+
+
+def _append_all(stage: Staging, tables: dict[str, pl.DataFrame]) -> None:
+    for table, frame in tables.items():
+        stage.append(table, frame)
 
 
 def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: Store, year: int | None) -> FileOutcome:
     outcome = FileOutcome(path=str(path), source=source, status="failed", format=fmt)
     try:
-        sha, size = _sha256(path)
+        size = path.stat().st_size
     except OSError as exc:
         outcome.message = f"{path}: cannot read: {exc.strerror or exc}"
         return outcome
@@ -232,44 +365,50 @@ def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: S
     if fmt is None:
         outcome.message = f"{path}: not a recognised training log, metrics, gradient, batch or telemetry file"
         return outcome
-    if store.has_source(run_id, sha):
+    if store.has_source_of_size(run_id, size) and store.has_source(run_id, _sha256(path)[0]):
         outcome.status = "unchanged"
         outcome.message = f"{path}: already ingested into run {run_id} (same content); nothing to do"
         return outcome
-    try:
-        result = _finish(parsers()[fmt].parse(SourceFile(path=path, name=source, year=year)), source)
-    except IngestError as exc:
-        outcome.message = str(exc)
-        return outcome
-    except Exception as exc:  # a parser bug must not become a traceback for the user
-        outcome.message = f"{path}: could not be parsed as {fmt}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return outcome
-    outcome.records = result.records
-    outcome.unparsed = result.unparsed
-    outcome.unparsed_examples = result.unparsed_examples[:5]
-    if result.total_rows == 0:
-        where = ""
-        if result.unparsed_examples:
-            line, text = result.unparsed_examples[0]
-            where = f" (first unparsed line {line}: {text[:80]!r})"
-        outcome.message = f"{path}: no usable records found as {fmt}{where}"
-        return outcome
-    record = SourceRecord(
-        source=source, path=str(path.resolve()), sha256=sha, bytes=size, lines=_count_lines(path),
-        format=fmt, records=result.records, unparsed=result.unparsed,
-        unparsed_examples=json.dumps([list(x) for x in result.unparsed_examples[:20]]),
-    )
-    store.write_source(run_id, record, result.tables)
+    parser = parsers()[fmt]
+    read = _ReadOnce()
+    src = SourceFile(path=path, name=source, year=year, tap=read)
+    with store.staging() as stage:
+        try:
+            if hasattr(parser, "parse_chunks"):
+                parsed = _parse_streaming(parser, src, stage)
+            else:
+                parsed = _parse_whole(parser, src, stage)
+        except IngestError as exc:
+            outcome.message = str(exc)
+            return outcome
+        except OSError as exc:
+            outcome.message = f"{path}: cannot read: {exc.strerror or exc}"
+            return outcome
+        except Exception as exc:  # a parser bug must not become a traceback for the user
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            outcome.message = f"{path}: could not be parsed as {fmt}: {type(exc).__name__}: {first}"
+            return outcome
+        outcome.records = parsed.records
+        outcome.unparsed = parsed.unparsed
+        outcome.unparsed_examples = parsed.examples[:OUTCOME_EXAMPLES]
+        if not any(stage.rows.values()):
+            where = ""
+            if parsed.examples:
+                line, text = parsed.examples[0]
+                where = f" (first unparsed line {line}: {text[:80]!r})"
+            outcome.message = f"{path}: no usable records found as {fmt}{where}"
+            return outcome
+        sha, lines = read.digest(path, size)
+        record = SourceRecord(
+            source=source, path=str(path.resolve()), sha256=sha, bytes=size, lines=lines,
+            format=fmt, records=parsed.records, unparsed=parsed.unparsed,
+            unparsed_examples=json.dumps([list(x) for x in parsed.examples]),
+        )
+        store.write_source(run_id, record, stage)
+        outcome.rows = {t: n for t, n in stage.rows.items() if n}
     outcome.status = "ingested"
-    outcome.rows = {t: f.height for t, f in result.tables.items()}
-    outcome.message = "; ".join(result.notes)
-    metrics = result.tables.get("metrics")
-    if metrics is not None and metrics.height:
-        steps = metrics.get_column("step").drop_nulls()
-        if steps.len():
-            outcome.steps = (int(steps.min()), int(steps.max()))
-        outcome.ranks = sorted(metrics.get_column("rank").drop_nulls().unique().to_list())
-    events = result.tables.get("events")
-    if events is not None and events.height:
-        outcome.events = dict(events.group_by("kind").len().sort("kind").iter_rows())
+    outcome.message = "; ".join(parsed.notes)
+    outcome.steps = parsed.steps
+    outcome.ranks = sorted(parsed.ranks)
+    outcome.events = dict(sorted(parsed.events.items()))
     return outcome

@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import polars as pl
 
@@ -83,9 +83,15 @@ class SourceFile:
     path: Path
     name: str  # `source` column value: the file name as ingested
     year: int | None = None  # for syslog times without a year
+    # sees every block read through `read_bytes`/`iter_line_chunks`, in order (the driver
+    # hashes and counts lines as the parser reads, so the file is read once)
+    tap: Callable[[bytes], None] | None = field(default=None, repr=False, compare=False)
 
     def read_bytes(self) -> bytes:
-        return self.path.read_bytes()
+        data = self.path.read_bytes()
+        if self.tap:
+            self.tap(data)
+        return data
 
     def lines(self) -> pl.DataFrame:
         """All physical lines as (line: 1-based Int64, text: String), bad UTF-8 replaced."""
@@ -100,6 +106,8 @@ class SourceFile:
                 block = fh.read(chunk_bytes)
                 if not block:
                     break
+                if self.tap:
+                    self.tap(block)
                 block = tail + block
                 cut = block.rfind(b"\n")
                 if cut < 0:
@@ -386,7 +394,10 @@ def metrics_from_long(
     # a name twice in one record keeps the first: dedupe on an integer key (names are few)
     codes = {n: i for i, n in enumerate(vals.get_column("name").unique().to_list())}
     key = pl.col("line") * max(len(codes), 1) + pl.col("name").replace_strict(codes, return_dtype=pl.Int64)
-    vals = vals.filter(key.is_first_distinct())
+    vals = vals.with_columns(key.alias("_key"))
+    if vals.get_column("_key").n_unique() < vals.height:  # rare; the filter is the slow part
+        vals = vals.filter(pl.col("_key").is_first_distinct())
+    vals = vals.drop("_key")
     long = kept.join(vals, on="line", how="inner", maintain_order="right").with_columns(pl.lit(source).alias("source"))
     return schema.conform("metrics", long)
 
@@ -596,7 +607,7 @@ def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.Da
     evals = {k: "eval_" + re.sub(r"^(?:eval|valid|validation|val)_", "", normalise_name(k.strip())) for k in keys}
     evals = {k: (canon[k] if canon[k].startswith("eval_") or canon[k] == "epoch" else e) for k, e in evals.items()}
     name = pl.col("k").replace_strict(canon, default="", return_dtype=pl.String)
-    if eval_rows is not None:
+    if eval_rows is not None and pairs.select(eval_rows.any()).item():
         name = pl.when(eval_rows).then(pl.col("k").replace_strict(evals, default="", return_dtype=pl.String)).otherwise(name)
     out = parse_numbers(pairs.with_columns(name.alias("name")), raw="v", out="value")
     return out.filter(pl.col("value").is_not_null() & (pl.col("name") != ""))

@@ -19,6 +19,7 @@ with the log: `parse_chunks` yields one set of tables per chunk, numbering carri
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import polars as pl
@@ -26,6 +27,7 @@ import polars as pl
 from spikeforensics import schema
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
+    TIME_ISO_RE,
     ParseResult,
     RecordState,
     SniffSample,
@@ -75,10 +77,13 @@ def _join_wrapped(seg: pl.DataFrame) -> pl.DataFrame:
     with `|` continues on the next one or two lines; join them without a separator (the
     wrap can cut a word) and mark the continuation lines `_cont`."""
     text = pl.col("text")
-    maybe_open = text.str.contains("iteration", literal=True) & ~text.str.contains(r"\|\s*$")
-    if not seg.select(maybe_open.any()).item():  # the common case: nothing wrapped
-        return seg.with_columns(pl.lit(False).alias("_cont"))
+    # the common case, nothing wrapped, checked on the few lines that do not end with `|`
+    maybe = seg.filter(~text.str.ends_with("|") & text.str.contains("iteration", literal=True))
     g = text.str.extract_groups(ITER_RE)
+    if not maybe.select(
+        (g.struct.field("2").is_not_null() & (g.struct.field("1") == "") & ~text.str.strip_chars_end().str.ends_with("|")).any()
+    ).item():
+        return seg.with_columns(pl.lit(False).alias("_cont"))
     start = g.struct.field("2").is_not_null()
     pipe_style = start & (g.struct.field("1") == "")
     seg = seg.with_columns(
@@ -98,18 +103,23 @@ def _join_wrapped(seg: pl.DataFrame) -> pl.DataFrame:
     return seg.with_columns(joined.alias("text"), cont.alias("_cont")).drop("_start", "_open", "_j1", "_j2")
 
 
-def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(records, long values, unparsed lines) of one chunk of prepared segments."""
+def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(records, long values, unparsed lines, other lines) of one chunk of prepared
+    segments; `other` (not a record, not a continuation) is where events are looked for."""
     text = pl.col("text")
-    cand = seg.filter(text.str.contains("iteration") & ~pl.col("_cont"))
+    cand = seg.filter(text.str.contains("iteration", literal=True) & ~pl.col("_cont"))
     it = text.str.extract_groups(ITER_RE)
-    va = text.str.extract_groups(VALID_RE)
     cand = cand.with_columns(
         it.struct.field("2").cast(pl.Int64, strict=False).alias("_it"),
         (it.struct.field("1") == "").alias("_pipe_style"),
-        va.struct.field("2").cast(pl.Int64, strict=False).alias("_va"),
     )
-    rec = cand.filter(pl.col("_it").is_not_null() | pl.col("_va").is_not_null()).with_columns(
+    # validation records, among the few candidates that are not train records
+    evals = cand.filter(pl.col("_it").is_null()).with_columns(
+        text.str.extract(VALID_RE, 2).cast(pl.Int64, strict=False).alias("_va")
+    ).filter(pl.col("_va").is_not_null())
+    train = cand.filter(pl.col("_it").is_not_null()).with_columns(pl.lit(None, dtype=pl.Int64).alias("_va"))
+    rec = pl.concat([train, evals]).sort("line") if evals.height else train
+    rec = rec.with_columns(
         pl.coalesce("_it", "_va").alias("step"),
         pl.when(pl.col("_it").is_not_null()).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
         # a pipe-style record that lost its tail: its last field may be cut, drop it
@@ -120,22 +130,31 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     body = text.str.replace(r"^.*?(?:\biteration:?\s*\d+\s*/\s*\d+|\bloss at iteration\s+\d+[^|]*)\s*\|", "")
     body = pl.when(pl.col("_cut")).then(body.str.replace(r"[^|]*$", "")).otherwise(body)
     rec = rec.with_columns(body.alias("_body"), text.str.contains(LEGACY_FIELD).alias("_legacy"))
-    fast = split_colon_fields(rec.filter(~pl.col("_legacy")).select("line", pl.col("_body").alias("text"), "record_kind"), "|")
-    slow = split_fields(rec.filter(pl.col("_legacy")).select("line", pl.col("_body").alias("text"), "record_kind"), "|", FIELD_RE)
+    bodies = rec.select("line", pl.col("_body").alias("text"), pl.col("_it").is_null().alias("_eval"), "_legacy")
+    fast = split_colon_fields(bodies.filter(~pl.col("_legacy")).drop("_legacy"), "|")
+    slow = split_fields(bodies.filter(pl.col("_legacy")).drop("_legacy"), "|", FIELD_RE)
     fields = pl.concat([fast, slow]) if slow.height else fast
-    values = named_values(fields, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")
+    values = named_values(fields, eval_rows=pl.col("_eval")).select("line", "name", "value")
     has_values = values.select("line").unique()
-    records = rec.select(
-        "line", "step", "prefix_rank", "record_kind", extract_time(text).alias("time")
-    ).join(has_values, on="line", how="semi")
+    records = _with_time(rec).select("line", "step", "prefix_rank", "record_kind", "time").join(
+        has_values, on="line", how="semi"
+    )
+    other = seg.filter(~pl.col("_cont")).join(rec.select("line"), on="line", how="anti")
     bad = pl.concat([
         rec.join(has_values, on="line", how="anti").select("line", "text"),
         rec.filter(pl.col("_cut")).join(has_values, on="line", how="semi").select("line", "text"),
-        seg.filter(
-            ~pl.col("_cont") & text.str.contains(LOOKS_LIKE) & ~text.str.contains(ITER_RE) & ~text.str.contains(VALID_RE)
-        ).select("line", "text"),
+        other.filter(text.str.contains(LOOKS_LIKE)).select("line", "text"),
     ]).unique("line").sort("line")
-    return records, values, bad
+    return records, values, bad, other
+
+
+def _with_time(rec: pl.DataFrame) -> pl.DataFrame:
+    """`extract_time` of each record, cheaper when every record has an ISO time (the
+    usual `[2024-05-01 12:00:00]` prefix): then only that short piece is parsed and
+    the line is not searched again for other time formats."""
+    rec = rec.with_columns(pl.col("text").str.extract(TIME_ISO_RE, 1).alias("_iso"))
+    found = rec.get_column("_iso").null_count() == 0
+    return rec.with_columns(extract_time(pl.col("_iso" if found else "text")).alias("time")).drop("_iso")
 
 
 def _scale_events(records: pl.DataFrame, values: pl.DataFrame, carry: dict) -> pl.DataFrame:
@@ -184,9 +203,11 @@ def parse_chunks(src: SourceFile, chunk_bytes: int = 32 << 20) -> Iterator[Parse
     state = RecordState()
     carry: dict = {}
     tail = pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64, "attempt": pl.Int32})
-    for lines in src.iter_line_chunks(chunk_bytes):
+    for lines, own_from, own_to in _overlapping_chunks(src, chunk_bytes):
         seg = _join_wrapped(strip_prefixes(split_segments(lines)))
-        records, values, bad = _records(seg)
+        owned = pl.col("line") >= own_from
+        seg = seg.filter(owned if own_to is None else owned & (pl.col("line") <= own_to))
+        records, values, bad, other = _records(seg)
         out = ParseResult()
         metrics = metrics_from_long(records, values, src.name, state, multi_rank=True)
         out.add("metrics", metrics)
@@ -197,7 +218,7 @@ def parse_chunks(src: SourceFile, chunk_bytes: int = 32 << 20) -> Iterator[Parse
         # last record of the previous chunk)
         recs = step_records(metrics)
         recs = pl.concat([tail, recs.cast(tail.schema)]).sort("line")
-        events = extract_events(seg.filter(~pl.col("_cont")).select("line", "text", "prefix_rank"))
+        events = extract_events(other.select("line", "text", "prefix_rank"))
         if events.height:
             out.add("events", attach_steps(events, recs, mode="done"))
         inferred = _scale_events(records, values, carry)
@@ -210,6 +231,39 @@ def parse_chunks(src: SourceFile, chunk_bytes: int = 32 << 20) -> Iterator[Parse
             tail = recs.tail(1)
         out.notes = []
         yield out
+
+
+# A terminal-wrapped record spans at most 1 + CONTEXT lines.
+CONTEXT = 2
+
+
+def _overlapping_chunks(src: SourceFile, chunk_bytes: int) -> Iterator[tuple[pl.DataFrame, int, int | None]]:
+    """(lines, first owned line, last owned line or None) per chunk of the file. Each
+    chunk after the first starts with the last 2 * CONTEXT lines of the one before, so a
+    record wrapped across the cut is joined as in a whole-file read; the last CONTEXT
+    lines of a chunk are owned by the next one. A file of one chunk is read whole."""
+    chunks = _prefetched(src.iter_line_chunks(chunk_bytes))
+    lines = next(chunks, None)
+    own_from = 1
+    while lines is not None:
+        following = next(chunks, None)
+        if following is None:
+            yield lines, own_from, None
+            return
+        last = int(lines.get_column("line")[-1])
+        yield lines, own_from, last - CONTEXT
+        own_from = last - CONTEXT + 1
+        lines = pl.concat([lines.tail(2 * CONTEXT), following])
+
+
+def _prefetched(items: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """The items of `items`, the next one read in a background thread while the current
+    one is parsed (reading and splitting lines overlaps parsing)."""
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        future = reader.submit(next, items, None)
+        while (item := future.result()) is not None:
+            future = reader.submit(next, items, None)
+            yield item
 
 
 def finish_ranks(metrics: pl.DataFrame, ranks: set[int]) -> pl.DataFrame:
