@@ -224,8 +224,10 @@ def _median(values: list) -> float | None:
 
 
 def _f1(p: float | None, r: float | None) -> float | None:
-    if p is None or r is None:
+    """F1; an undefined side (no truth, or no prediction, of the kind) counts as 0; None if both are."""
+    if p is None and r is None:
         return None
+    p, r = p or 0.0, r or 0.0
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
@@ -340,7 +342,8 @@ def targets(table: dict, product: str = "spikeforensics") -> list[dict]:
             if base == product:
                 continue
             other = block["detection"].get(kind, {}).get("f1")
-            met = None if f1 is None else f1 > (other or 0.0)
+            # strictly better, except that a perfect score cannot beat another perfect score
+            met = None if f1 is None else (f1 > (other or 0.0) or f1 == other == 1.0)
             found.append({"name": f"F1 {kind} > {base}", "value": f1, "target": f"> {_fmt(other)}", "met": met})
     clean = me["clean"]
     found.append({"name": "false incidents on clean runs", "value": clean["false_incidents"], "target": "0",

@@ -151,12 +151,12 @@ class Store:
         return pl.concat([pl.scan_parquet(f) for f in files], how="vertical_relaxed")
 
     # -- writing ---------------------------------------------------------------
-    def staging(self) -> "Staging":
+    def staging(self) -> Staging:
         """A fresh staging folder under `<store>/.tmp/` for one source's tables."""
         self._ensure_root()
         return Staging(self.root / ".tmp" / uuid.uuid4().hex)
 
-    def write_source(self, run_id: str, record: SourceRecord, tables: "dict[str, pl.DataFrame] | Staging") -> None:
+    def write_source(self, run_id: str, record: SourceRecord, tables: dict[str, pl.DataFrame] | Staging) -> None:
         """Atomically add one source's tables to a run (replacing an earlier copy of it).
 
         `tables` is either the frames themselves or a `Staging` the caller has filled
@@ -172,7 +172,7 @@ class Store:
                 stage.append(table, frame)
             self._commit(run_id, record, stage)
 
-    def _commit(self, run_id: str, record: SourceRecord, stage: "Staging") -> None:
+    def _commit(self, run_id: str, record: SourceRecord, stage: Staging) -> None:
         name = f"{record.sha256[:16]}.parquet"
         staged = stage.finish()
         manifest = stage.folder / "sources.manifest.parquet"
@@ -203,7 +203,7 @@ class Staging:
         self.rows: dict[str, int] = {}  # table -> rows appended so far
         self._writers: dict[str, pq.ParquetWriter] = {}
 
-    def __enter__(self) -> "Staging":
+    def __enter__(self) -> Staging:
         return self
 
     def __exit__(self, *exc) -> None:

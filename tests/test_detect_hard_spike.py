@@ -168,4 +168,16 @@ def test_unstable_start_is_reported_only_for_a_log_that_starts_at_step_one():
     [f] = hard_spike.detect(run_from(c), Params())
     assert f.facts["early_rise"] and f.severity == "critical" and f.step_start == 1 and f.peak_step == 5
     late = dict(c, step=c["step"] + 5000)    # the same curve as an excerpt from mid-training
-    assert hard_spike.detect(run_from(late), Params()) == []
+    assert not any(f.facts.get("early_rise") for f in hard_spike.detect(run_from(late), Params()))
+
+
+def test_resumed_run_reports_the_step_and_keeps_the_attempt():
+    # attempt 0 runs steps 1-1200, crashes; attempt 1 resumes at step 1001 and spikes at 1100 (a replayed step)
+    a = curves(1200, seed=15)
+    b = curves(1500, seed=16)
+    b = {k: v[1000:] for k, v in b.items()}
+    b["loss"][99] *= 3          # step 1100 of attempt 1
+    cols = {k: np.concatenate([a[k], b[k]]) for k in a}
+    attempt = np.concatenate([np.zeros(1200, dtype=np.int32), np.ones(500, dtype=np.int32)])
+    [f] = hard_spike.detect(run_from(cols, attempt=attempt), Params())
+    assert (f.peak_step, f.attempt, f.severity) == (1100, 1, "critical")

@@ -142,13 +142,17 @@ def test_sample_recall_at_k():
 def test_targets_compare_with_every_baseline():
     t = truth(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault"))
     me = score_run(diag(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault")), t)
-    base = score_run(diag(inc("hard_spike", 10)), t, detector="zclip")
+    base = score_run(diag(inc("hard_spike", 10), inc("hard_spike", 200)), t, detector="zclip")
     targets = {x["name"]: x for x in aggregate([me, base])["targets"]}
-    assert targets["F1 hard_spike"]["met"] and targets["F1 hard_spike > zclip"]["met"] is False  # a tie is not better
+    assert targets["F1 hard_spike"]["met"] and targets["F1 hard_spike > zclip"]["met"]
+    worse = score_run(diag(inc("hard_spike", 10, root_cause="data_outlier")), t)
+    tie = {x["name"]: x for x in aggregate([worse, score_run(diag(inc("hard_spike", 10)), t, detector="zclip")])["targets"]}
+    assert tie["F1 hard_spike > zclip"]["met"] is True  # both perfect: cannot do better
+    assert tie["F1 nonfinite"]["value"] == 0.0  # a missed kind: recall 0, precision undefined -> F1 0
     assert targets["F1 nonfinite > zclip"]["met"]
     assert targets["root cause top-1"]["value"] == 1.0
     text = evaluate.render_markdown(aggregate([me, base]), title="t")
-    assert "| zclip | hard_spike | 1 | 1 | 1.00 |" in text
+    assert "| zclip | hard_spike | 1 | 1 | 1.00 | 2 | 0.50 | 0.67 |" in text
 
 
 # -- baselines ------------------------------------------------------------------------------

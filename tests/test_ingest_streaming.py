@@ -129,3 +129,46 @@ def test_hash_and_line_count_come_from_the_parse_pass(tmp_path, store, real, mon
     assert row["lines"] == data.count(b"\n") + (not data.endswith(b"\n"))
     monkeypatch.undo()
     assert ingest_paths([log], "r", store).files[0].status == "unchanged"
+
+
+def test_streaming_ingest_is_atomic(tmp_path, store, monkeypatch):
+    """A crash between the data files and the manifest, or a parser error after some
+    chunks were staged, leaves the store as it was and no staging files behind."""
+    import os
+
+    first = tmp_path / "first.log"
+    first.write_text(megatron_log(["[rank0]: ", "[rank1]: "], steps=20))
+    ingest_paths([first], "r", store)
+    before = store.table("r", "metrics")
+    second = tmp_path / "second.log"
+    second.write_text(megatron_log(["[rank0]: ", "[rank1]: "]))
+    real_replace = os.replace
+    calls = {"n": 0}
+
+    def crashing_replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 2:  # metrics moved, events not yet, manifest not yet
+            raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", crashing_replace)
+        with pytest.raises(KeyboardInterrupt):
+            ingest_paths([second], "r", store)
+    assert store.sources("r").height == 1 and store.table("r", "metrics").equals(before)
+    assert not any((store.root / ".tmp").iterdir())
+
+    original = megatron.parse_chunks
+
+    def failing_chunks(src, chunk_bytes=1500):
+        for n, part in enumerate(original(src, chunk_bytes)):
+            if n == 3:
+                raise ValueError("parser bug")
+            yield part
+
+    with monkeypatch.context() as m:
+        m.setattr(megatron, "parse_chunks", failing_chunks)
+        with pytest.raises(ingest.IngestError, match="parser bug"):
+            ingest_paths([second], "r", store)
+    assert store.sources("r").height == 1 and store.table("r", "metrics").equals(before)
+    assert not any((store.root / ".tmp").iterdir())

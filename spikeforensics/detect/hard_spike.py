@@ -84,9 +84,12 @@ def detect(run: RunData, params) -> list[Finding]:
                 flagged.append(f.select("signal", "per_rank", "derived", "t", "step", "attempt", "rank", "pos", "value",
                                         "left", "base", "z", "z_left", "ratio_left", "ratio_base"))
     findings = _early_rise(run, params)
-    if not flagged:
+    flags = pl.concat(flagged, how="vertical_relaxed") if flagged else None
+    if flags is not None and findings:  # flags inside the unstable start are that same event
+        flags = flags.filter((pl.col("attempt") > 0) | (pl.col("step") > findings[0].step_end))
+    if flags is None or flags.height == 0:
         return findings
-    flags = robust.flag_groups(pl.concat(flagged, how="vertical_relaxed"), hp.group_gap)
+    flags = robust.flag_groups(flags, hp.group_gap)
     layer_base = signals.layer_baseline(run, params)
     for _, group in flags.group_by("group", maintain_order=True):
         findings.append(_finding(group, tracks, layer_base, run, params))

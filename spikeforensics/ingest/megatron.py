@@ -13,8 +13,11 @@ mode "done"). A NaN interval loss is omitted by Megatron, so such a record has n
 Lines a terminal wrapped mid-field are joined back (up to two continuation lines); a
 record line that still does not parse, or lost its tail, is counted as unparsed.
 
-The file is read in chunks (`SourceFile.iter_line_chunks`), so memory does not grow
-with the log: `parse_chunks` yields one set of tables per chunk, numbering carried over.
+The file is read in chunks (`SourceFile.iter_line_chunks`, the next chunk read in a
+background thread), so memory does not grow with the log: `parse_chunks` yields one set
+of tables per chunk, numbering carried over, and the ingest driver writes each chunk as
+it comes. Chunks overlap by a few lines so a wrapped record is never cut. Events are
+looked for in the lines that are not step records (a record line is never an event).
 """
 
 from __future__ import annotations
@@ -274,6 +277,8 @@ def finish_ranks(metrics: pl.DataFrame, ranks: set[int]) -> pl.DataFrame:
 
 
 def parse(src: SourceFile) -> ParseResult:
+    """The whole file at once: the chunks of `parse_chunks` concatenated (tests, notebooks;
+    `ingest` streams them instead)."""
     result = ParseResult()
     ranks: set[int] = set()
     examples: list[tuple[int, str]] = []
