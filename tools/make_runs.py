@@ -88,7 +88,7 @@ def calibrate(sc):
         target = sc.clip[1]
         pilot = run(fault_free(cfg, sc.pilot_overrides, clip=None))
         thr = round(quantile([s["grad_norm"] for s in pilot["steps"]], 1 - target), 3)
-        for _ in range(3):
+        for _ in range(2):
             trial = run(dataclasses.replace(cfg, clip=thr))
             rate = sum(s["clipped"] for s in trial["steps"]) / len(trial["steps"])
             if abs(rate - target) <= 0.02:
@@ -121,8 +121,9 @@ def generate(sc, out_root):
     gname = GRAD_FILES[spec.get("grads_format", "csv")]
     W.write_layers(os.path.join(outdir, gname), rec, spec)
     files["layer_grads"] = gname
-    W.write_batches(os.path.join(outdir, "batches.jsonl"), rec, spec)
-    files["batches"] = "batches.jsonl"
+    bname = "batches.parquet" if spec.get("batches_format") == "parquet" else "batches.jsonl"
+    W.write_batches(os.path.join(outdir, bname), rec, spec)
+    files["batches"] = bname
     if sc.telemetry:
         tele = dict(sc.telemetry)
         st = [s for s in rec["steps"] if s["attempt"] == 0 and s["step"] == tele["step"]][0]
