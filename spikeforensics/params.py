@@ -222,7 +222,9 @@ class TracingParams:
     w_before: float = 0.6  # score for being in an implicated earlier step (weights may already be damaged)
     w_recurrence: float = 2.0  # per other spike incident the sample also appears in (DOMAIN: recurrence = data)
     w_healthy: float = 0.75  # penalty per healthy step the sample was seen in (exoneration; OLMo 2 caveat: soft)
-    w_loss: float = 1.5  # per log2 of the sample's loss over the step's median sample loss
+    w_loss: float = 1.5  # per log2 of the sample's loss over its reference (healthy per-sample loss / step's lower quartile)
+    loss_ref_window: int = 50  # healthy per-sample loss reference: the 50 steps before the incident (DETECTION-ANCHORS W=50)
+    loss_ref_quantile: float = 0.1  # the step's 10th percentile follows a batch-wide rise (LR, hardware) yet ignores up to 90% bad samples
     w_nonfinite_loss: float = 6.0  # a sample whose own loss is NaN/Inf is the prime suspect
     w_rank: float = 1.0  # the sample sat on the rank the incident is confined to
     w_source: float = 0.5  # per log2 of its source's enrichment in spike batches vs healthy ones

@@ -12,7 +12,7 @@ from spikeforensics.detect import hard_spike
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
-REAL = Path("/work/shared/formats/real")
+from conftest import REAL  # noqa: E402
 
 
 def llmc_run(path: Path) -> RunData:

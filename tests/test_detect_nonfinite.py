@@ -1,7 +1,6 @@
 """Non-finite detector: NaN/Inf counted row by row, handled fp16 overflows left to the loss scale."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -12,7 +11,7 @@ from spikeforensics.detect import nonfinite
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
-REAL = Path("/work/shared/formats/real")
+from conftest import REAL  # noqa: E402
 
 
 def events(rows):

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import accuracy  # noqa: E402
 import baselines  # noqa: E402
 
-LLMC = Path("/work/shared/formats/real/llmc/llmc_main_log_norm_spike_s8650_8800.log")
+LLMC = Path(__file__).resolve().parent / "data" / "real" / "llmc" / "llmc_main_log_norm_spike_s8650_8800.log"
 
 
 def inc(kind, start, end=None, *, kinds=None, severity="warning", root_cause=None, sample_ids=(), peak=None, id=None):

@@ -5,7 +5,6 @@ import json
 import math
 import re
 
-import polars as pl
 import pytest
 from report_helpers import SCRIPT_ID, SCRIPT_LOG, make_diagnosis, make_run
 

@@ -10,7 +10,7 @@ import pytest
 
 from spikeforensics import schema
 from spikeforensics.ingest import IngestError, ingest_paths
-from spikeforensics.store import Store, StoreError, run_id_from_path, validate_run_id
+from spikeforensics.store import StoreError, run_id_from_path, validate_run_id
 
 LLMC = "llmc/llmc_main_log_norm_spike_s8650_8800.log"
 

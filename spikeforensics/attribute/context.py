@@ -104,6 +104,13 @@ def infer_clip_threshold(run: RunData, incidents: list[Incident], params: Params
     return None, "unknown"
 
 
+def uses_loss_scaling(loss_scale: pl.DataFrame) -> bool:
+    """A loss scale other than 1 was logged. Megatron and DeepSpeed print `loss scale: 1.0` for
+    bf16/fp32 runs too, so a scale that is 1 throughout means no fp16 loss scaling."""
+    finite = loss_scale.filter(pl.col("value").is_finite())
+    return finite.filter(pl.col("value") != 1.0).height > 0
+
+
 def build_context(run: RunData, incidents: list[Incident], params: Params) -> RunContext:
     pad = params.attribution.pad_steps
     grad, derived = run.grad_norm_series()
@@ -118,7 +125,7 @@ def build_context(run: RunData, incidents: list[Incident], params: Params) -> Ru
     step_time = timed.group_by("attempt", "step").agg(pl.col("time").min()).sort("time")
     first, last, _ = run.step_range()
     loss_scale = step_level(run.series("loss_scale"))
-    fp16 = loss_scale.height > 0 or run.events_of("overflow", "hysteresis").height > 0
+    fp16 = uses_loss_scaling(loss_scale) or run.events_of("overflow", "hysteresis").height > 0
     clip, clip_source = infer_clip_threshold(run, incidents, params)
     return RunContext(
         loss=step_level(run.series("loss")),

@@ -78,7 +78,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "has_sample_losses": (B, "the manifest carries per-sample losses"),
     "top_samples": (S, "the most suspicious sample IDs, comma separated"),
     "top_sample_score": (N, "suspicion score of the top sample"),
-    "top_sample_loss_ratio": (N, "top sample's loss / the median sample loss of its step"),
+    "top_sample_loss_ratio": (N, "top sample's loss / its reference: max(healthy per-sample loss before the incident, the step's 10th percentile)"),
     "sample_loss_nonfinite": (B, "a sample in the implicated steps has a NaN/Inf loss of its own"),
     "sample_recurrence": (N, "other spike incidents that contain the top sample"),
     "sample_exonerated": (N, "healthy steps in which the top sample was also seen"),

@@ -9,7 +9,7 @@ batch damages the weights the next step uses) and score every sample in them:
     score = step weight (peak / earlier step)
           + w_recurrence x other spike incidents the sample is also in    (recurrence = data)
           - w_healthy    x healthy steps the sample was seen in (max 4)     (exoneration, soft)
-          + w_loss       x log2(sample loss / median sample loss of the step)
+          + w_loss       x log2(sample loss / max(healthy per-sample loss, step's 10th percentile))
           + w_nonfinite  when the sample's own loss is NaN/Inf
           + w_rank       when it sat on the rank the incident is confined to
           + w_source     x log2(enrichment of its source in spike batches vs healthy ones)
@@ -62,6 +62,7 @@ class TraceContext:
     median_tokens: float | None
     spike_tokens_ratio: float | None  # mean tokens in spike batches / in healthy batches
     interval: int = 1  # steps between logged records
+    healthy_loss: pl.DataFrame | None = None  # step, loss: median per-sample loss of each healthy step
 
     @property
     def has_manifest(self) -> bool:
@@ -101,7 +102,21 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     spike_ratio = None
     if median_tokens and spike.get_column("tokens").drop_nulls().len() and healthy.get_column("tokens").drop_nulls().len():
         spike_ratio = float(spike.get_column("tokens").mean()) / max(float(healthy.get_column("tokens").mean()), 1e-9)
-    return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval)
+    finite = pl.col("sample_loss").is_not_null() & pl.col("sample_loss").is_finite()
+    healthy_loss = healthy.filter(finite).group_by("step").agg(pl.col("sample_loss").median().alias("loss")).sort("step")
+    return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval, healthy_loss)
+
+
+def healthy_sample_loss(incident: Incident, tc: TraceContext, params: TracingParams) -> float | None:
+    """Typical per-sample loss before the incident: median over the healthy steps of the
+    `loss_ref_window` steps before its first implicated step (else over all healthy steps)."""
+    if tc.healthy_loss is None or tc.healthy_loss.height == 0:
+        return None
+    first = implicated_steps(incident, params, tc.interval)[0]
+    before = tc.healthy_loss.filter(pl.col("step").is_between(first - params.loss_ref_window, first - 1))
+    rows = before if before.height else tc.healthy_loss
+    value = rows.get_column("loss").median()
+    return float(value) if value is not None and math.isfinite(value) and value > 0 else None
 
 
 def log_interval(run: RunData) -> int:
@@ -121,9 +136,15 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     rows = tc.batches.filter(pl.col("step").is_in(steps))
     if rows.height == 0:
         return pl.DataFrame(schema=SAMPLE_COLUMNS)
+    # A bad sample stands out from normal data: compare its loss with the larger of the healthy
+    # per-sample loss before the incident and a low quantile of its step. The quantile follows a
+    # batch-wide rise (LR, hardware: every sample's loss goes up together), while several bad
+    # samples in one batch cannot inflate it the way they inflate the step median.
     finite_loss = pl.when(pl.col("sample_loss").is_finite()).then(pl.col("sample_loss"))
-    step_median = finite_loss.median().over("step")
-    rows = rows.with_columns((pl.col("sample_loss") / step_median).alias("loss_ratio"))
+    step_low = finite_loss.quantile(params.loss_ref_quantile, "linear").over("step")
+    ref = healthy_sample_loss(incident, tc, params)
+    denom = step_low if ref is None else pl.max_horizontal(step_low, pl.lit(ref))
+    rows = rows.with_columns((pl.col("sample_loss") / denom).alias("loss_ratio"))
     recurrence = (
         tc.membership.filter(pl.col("incident") != incident.id).group_by("sample_id").agg(pl.len().alias("recurrence"))
     )

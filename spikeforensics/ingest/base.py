@@ -562,6 +562,17 @@ def parse_numbers(frame: pl.DataFrame, raw: str = "raw", out: str = "value") -> 
     return frame
 
 
+
+def captured_values(frame: pl.DataFrame, cols: dict[str, str]) -> pl.DataFrame:
+    """(line, name, value) from regex-captured string columns, renamed to metric names
+    (`cols` maps capture column -> metric name); absent captures give no row."""
+    if frame.height == 0:
+        return pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64})
+    raw = frame.select("line", *[pl.col(c).alias(n) for c, n in cols.items()]).unpivot(
+        index="line", variable_name="name", value_name="raw"
+    ).filter(pl.col("raw").is_not_null())
+    return parse_numbers(raw).select("line", "name", "value")
+
 def split_fields(frame: pl.DataFrame, sep: str, field_re: str, text: str = "text") -> pl.DataFrame:
     """One row per field: split `text` on the literal `sep`, keep the pieces that fully
     match `field_re` (named groups `k` and `v`); returns the frame's other columns plus

@@ -15,11 +15,11 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    captured_values,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
     SourceFile,
-    parse_numbers,
     prepared_lines,
     sniff_share,
     text_result,
@@ -48,11 +48,6 @@ def sniff(sample: SniffSample) -> float:
     return 0.0
 
 
-def _long(frame: pl.DataFrame, cols: dict[str, str]) -> pl.DataFrame:
-    raw = frame.select("line", *[pl.col(c).alias(n) for c, n in cols.items()]).unpivot(
-        index="line", variable_name="name", value_name="raw"
-    ).filter(pl.col("raw").is_not_null())
-    return parse_numbers(raw).select("line", "name", "value")
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -68,7 +63,7 @@ def parse(src: SourceFile) -> ParseResult:
         pl.when(pl.col("key") == "tel").then("v").alias("tel"),
         pl.when(pl.col("key") == "eval").then("v").alias("hs"),
     )
-    vals.append(_long(m, {"loss": "loss", "lr": "lr", "norm": "grad_norm", "tel": "eval_loss", "hs": "hellaswag_acc"}))
+    vals.append(captured_values(m, {"loss": "loss", "lr": "lr", "norm": "grad_norm", "tel": "eval_loss", "hs": "hellaswag_acc"}))
     rest = lines.join(m.select("line"), on="line", how="anti")
     # stdout
     for pattern in (STDOUT, OLD_STDOUT):
@@ -77,14 +72,14 @@ def parse(src: SourceFile) -> ParseResult:
         recs.append(s.select("line", pl.col("step").cast(pl.Int64), "prefix_rank", pl.lit("train").alias("record_kind")))
         cols = {"loss": "loss", "ms": "step_time_ms"}
         cols |= {k: v for k, v in {"norm": "grad_norm", "lr": "lr", "mfu": "mfu", "tps": "tokens_per_s"}.items() if k in s.columns}
-        vals.append(_long(s, cols))
+        vals.append(captured_values(s, cols))
     # stdout `val loss X`: the step of the next step line
     v = rest.with_columns(text.str.extract(VAL, 1).alias("v")).filter(pl.col("v").is_not_null())
     if v.height:
         train = pl.concat(recs).filter(pl.col("record_kind") == "train").select(pl.col("line").alias("_n"), "step").sort("_n")
         v = v.sort("line").join_asof(train, left_on="line", right_on="_n", strategy="forward")
         recs.append(v.select("line", "step", "prefix_rank", pl.lit("eval").alias("record_kind")))
-        vals.append(_long(v, {"v": "eval_loss"}))
+        vals.append(captured_values(v, {"v": "eval_loss"}))
         rest = rest.join(v.select("line"), on="line", how="anti")
     values = pl.concat(vals)
     values = values.filter(~((pl.col("name") == "mfu") & (pl.col("value") < 0)))  # -100%: not measured

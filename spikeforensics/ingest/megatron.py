@@ -27,7 +27,6 @@ from typing import Iterator
 
 import polars as pl
 
-from spikeforensics import schema
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
     TIME_ISO_RE,

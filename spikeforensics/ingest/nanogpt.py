@@ -13,12 +13,12 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    captured_values,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
     SourceFile,
     extract_time,
-    parse_numbers,
     prepared_lines,
     sniff_share,
     text_result,
@@ -43,14 +43,6 @@ def sniff(sample: SniffSample) -> float:
     return 0.0
 
 
-def _long(frame: pl.DataFrame, cols: dict[str, str]) -> pl.DataFrame:
-    """(line, name, value) from captured string columns renamed to metric names."""
-    if frame.height == 0:
-        return pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64})
-    raw = frame.select("line", *[pl.col(c).alias(n) for c, n in cols.items()]).unpivot(
-        index="line", variable_name="name", value_name="raw"
-    ).filter(pl.col("raw").is_not_null())
-    return parse_numbers(raw).select("line", "name", "value")
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -66,7 +58,7 @@ def parse(src: SourceFile) -> ParseResult:
         g = cand.with_columns(text.str.extract_groups(pattern).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
         cand = cand.join(g.select("line"), on="line", how="anti")
         recs.append(g.select("line", pl.col("step").cast(pl.Int64), "prefix_rank", pl.lit(kind).alias("record_kind"), extract_time(text).alias("time")))
-        vals.append(_long(g, cols))
+        vals.append(captured_values(g, cols))
     g = cand.with_columns(text.str.extract_groups(MODDED).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
     cand = cand.join(g.select("line"), on="line", how="anti")
     kind = pl.when(pl.col("which") == "val").then(pl.lit("eval")).otherwise(pl.lit("train"))
@@ -75,7 +67,7 @@ def parse(src: SourceFile) -> ParseResult:
         pl.when(pl.col("which") == "val").then(pl.col("loss")).alias("val"),
         pl.when(pl.col("which") == "train").then(pl.col("loss")).alias("train"),
     )
-    vals.append(_long(g, {"train": "loss", "val": "eval_loss", "ttime": "train_time_ms", "time": "step_avg_ms"}))
+    vals.append(captured_values(g, {"train": "loss", "val": "eval_loss", "ttime": "train_time_ms", "time": "step_avg_ms"}))
     values = pl.concat(vals)
     # nanoGPT prints `mfu -100.00%` until the running MFU is measured: not a value
     values = values.filter(~((pl.col("name") == "mfu") & (pl.col("value") < 0)))

@@ -97,7 +97,7 @@ def _incident(inc: dict) -> list[str]:
         fence = "```"
         while fence in body:
             fence += "`"
-        out += ["", f"<details><summary>Log lines around the peak</summary>", "", fence + "text", body, fence, "", "</details>"]
+        out += ["", "<details><summary>Log lines around the peak</summary>", "", fence + "text", body, fence, "", "</details>"]
     if inc.get("actions"):
         out += ["", "**Recommended actions**", ""] + [f"{n}. {cell(a)}" for n, a in enumerate(inc["actions"], 1)]
     return out + [""]

@@ -14,7 +14,7 @@ import polars as pl
 
 from spikeforensics.report import downsample as ds
 from spikeforensics.report.charts import (
-    PALETTE, SEVERITY_COLOURS, Figure, clip_threshold, esc, event_steps, hline_trace, line_trace, marker_trace,
+    PALETTE, SEVERITY_COLOURS, Figure, clip_threshold, esc, event_steps, line_trace, marker_trace,
     recommended_clip, thin_steps, timeline, wants_log,
 )
 from spikeforensics.report.text import fmt_num, fmt_rate
