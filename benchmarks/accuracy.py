@@ -297,13 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(runs)} runs in {seconds:.1f} s (entry point: {entry[0]})")
 
     meta = {"mode": entry[0], "runs": len(runs), "root": args.runs, "seconds": seconds}
-    if args.write_readme:
+    crashed = [i for i in infos if i["crash"]]
+    if args.write_readme and crashed:
+        print(f"not writing {args.readme}: {len(crashed)} run(s) crashed (see below)", file=sys.stderr)
+    elif args.write_readme:
         write_readme(readme_section(tables, meta, per_run_table(scores, infos)), Path(args.readme))
         print(f"wrote the accuracy section of {args.readme}", file=sys.stderr)
     if args.json_out:
         out = {"meta": meta, "tables": tables, "runs": infos, "scores": [s.as_dict() for s in scores]}
         Path(args.json_out).write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
-    crashed = [i for i in infos if i["crash"]]
     for info in crashed:
         print(f"crash in {info['set']}/{info['run']}:\n{info['traceback']}", file=sys.stderr)
     return 1 if (args.check and crashed) else 0

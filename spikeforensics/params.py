@@ -196,11 +196,16 @@ class AttributionParams:
     plateau_window: int = 100  # steps after recovery checked for a loss plateau (AdamW second-moment lag)
     plateau_ratio: float = 1.05  # loss after the incident >= 5% above before it = plateau / no recovery
     early_frac: float = 0.1  # first 10% of training is "early" (warmup, front-of-stream data)
+    warmup_max_frac: float = 0.25  # an LR schedule that never decays is past its warmup after 25% of the run
+    lr_rise_after_decay: float = 1.1  # once decaying, the LR rising >10% again is a schedule fault (restarted warmup)
+    lr_rise_no_decay: float = 2.0  # without any decay, the LR still doubling after the warmup is a schedule fault
     layer_share_high: float = 0.5  # one layer holding >= 50% of the peak squared norm = concentrated
     zero_frac_stuck: float = 0.99  # a layer whose gradient is >= 99% exact zeros is masked / frozen
     sign_stuck: float = 0.95  # pos_frac >= 0.95 or <= 0.05: nearly all one sign (structural bias; DOMAIN 40-60%)
+    sign_max_zero_frac: float = 0.5  # a layer over half exact zeros has no meaningful sign share (as sign_ratio.max_zero_frac)
     astronomical_norm: float = 1e4  # a logged grad norm >= 1e4 before a NaN means clipping was not in effect
     loss_scale_unscaled_ratio: float = 1e3  # norms >= 1000x the threshold: clipping sees loss-scaled grads
+    sample_outlier_ratio: float = 3.0  # a sample >= 3x normal per-sample loss stands out (healthy batches peak near 2x: mixed sources/lengths)
     enrichment_min_batches: int = 3  # need >= 3 spike-batch samples before an enrichment ratio means anything
     oscillation_spikes: int = 4  # >= 4 spike incidents in a run = recurring, systematic instability
     xid_strong_codes: tuple = (48, 63, 64, 74, 79, 92, 94, 95)  # ECC / row remap / NVLink / off the bus (DETECTION-ANCHORS 4)
@@ -226,9 +231,11 @@ class TracingParams:
     loss_ref_window: int = 50  # healthy per-sample loss reference: the 50 steps before the incident (DETECTION-ANCHORS W=50)
     loss_ref_quantile: float = 0.1  # the step's 10th percentile follows a batch-wide rise (LR, hardware) yet ignores up to 90% bad samples
     w_nonfinite_loss: float = 6.0  # a sample whose own loss is NaN/Inf is the prime suspect
+    w_replay_clean: float = 4.0  # the same sample in the replayed step had a normal loss: exonerated (DETECTION-ANCHORS 3: replay)
+    replay_clean_frac: float = 0.5  # "normal on replay": finite and under half its first-pass loss
     w_rank: float = 1.0  # the sample sat on the rank the incident is confined to
     w_source: float = 0.5  # per log2 of its source's enrichment in spike batches vs healthy ones
-    w_length: float = 0.5  # per log2 of its length over the median length
+    w_length: float = 0.5  # per |log2| of its tokens over the median: extreme length either way (long junk, empty docs)
     skip_min_confidence: float = 0.3  # data incidents below 30% confidence do not feed the skip list
     skip_score_frac: float = 0.75  # skip the samples scoring >= 75% of the top suspect (at most 5 per incident)
 

@@ -32,6 +32,10 @@ SHIFT_KEYS = {"step_start", "step_end", "peak_step", "first_nonfinite_step", "no
               "nonfinite_steps_attempt0", "nonfinite_steps_after_resume", "spike_steps", "steps_layer_over_10x",
               "first_overflow_step", "last_overflow_step", "loss_min_step", "peak_grad_norm_step",
               "back_below_initial_at", "occurrences", "step", "steps", "crashed_at", "crash_step", "from_step"}
+KINDS = {"hard_spike", "soft_drift", "nonfinite", "loss_scale_collapse", "underflow_zeros", "sign_ratio_anomaly",
+         "clip_rate_anomaly", "layer_outlier", "vanishing_gradients", "loss_oscillation"}
+CAUSES = {"data_outlier", "data_drift", "hardware_fault", "lr_too_high", "lr_schedule", "fp16_overflow",
+          "fp16_underflow", "clip_misconfigured", "layer_instability", "vanishing_gradients", "model_bug", "unknown"}
 GRAD_FILES = {"csv": "grads.csv", "jsonl": "layer_grads.jsonl", "parquet": "grad_stats.parquet"}
 
 
@@ -153,6 +157,7 @@ def generate(sc, out_root):
                     checkpoint_interval=cfg.ckpt_interval, eval_interval=cfg.eval_interval,
                     n_params=rec["n_params"]),
     )
+    check_ground_truth(gt)
     with open(os.path.join(outdir, "ground_truth.json"), "w") as fh:
         json.dump(clean_json(gt), fh, indent=2)
         fh.write("\n")
@@ -160,6 +165,15 @@ def generate(sc, out_root):
     flag = "ok  " if ok else "WEAK"
     print(f"[{flag}] {sc.set}/{sc.name} ({fmt}): {summary}  [{cpu:.0f}s cpu]", flush=True)
     return ok
+
+
+def check_ground_truth(gt):
+    assert gt["healthy"] == (not gt["incidents"]), gt["scenario"]
+    for i in gt["incidents"]:
+        assert i["kind"] in KINDS and i["kind"] in i["kinds"] and set(i["kinds"]) <= KINDS, i
+        assert i["root_cause"] in CAUSES, i
+        assert all(isinstance(i[k], int) for k in ("step_start", "step_end", "peak_step")), i
+        assert i["step_start"] <= i["peak_step"] <= i["step_end"] or i["kind"] == "soft_drift", i
 
 
 # ----------------------------------------------------------------------------- README

@@ -192,7 +192,7 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
         layers = list(inc.layers)
         if feats["layer_hidden"] and feats["top_layer"] and feats["top_layer"] not in layers:
             layers.append(feats["top_layer"])
-        sample_evidence = bool((feats["top_sample_loss_ratio"] or 0) >= 4 or feats["sample_loss_nonfinite"]
+        sample_evidence = bool(feats["sample_loss_outlier"] or feats["sample_loss_nonfinite"]
                                or feats["sample_recurrence"] or feats["replay_recurred"])
         implicated = att.root_cause in (*DATA_LABELS, "unknown") or (sample_evidence and att.root_cause != "hardware_fault")
         samples_list = _samples_json(samples, params.tracing.max_samples)

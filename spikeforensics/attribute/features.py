@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import polars as pl
 
-from spikeforensics.attribute.context import RunContext
+from spikeforensics.attribute.context import RunContext, step_level
 from spikeforensics.attribute.tracing import TraceContext, consumed_samples_range, rank_samples, skip_candidates
 from spikeforensics.detect.base import KINDS, Incident
 from spikeforensics.params import AttributionParams, Params
@@ -44,6 +44,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "lead_signal": (S, "which signal moved first (detector fact), or unknown"),
     "detector_cause": (S, "a cause a detector already recognised (finding fact `cause`, e.g. clip_before_unscale), or empty"),
     "n_spike_incidents": (N, "warning+ hard_spike/nonfinite incidents in the whole run"),
+    "recurring_spikes": (N, "separate spikes the detector grouped into this incident as a recurring pattern (fact recurring_spikes), else 0"),
     "n_incidents": (N, "warning+ incidents in the whole run"),
     "spike_interval_shrinking": (B, "gaps between successive spike incidents get shorter"),
     # ranks
@@ -79,7 +80,9 @@ FEATURES: dict[str, tuple[str, str]] = {
     "top_samples": (S, "the most suspicious sample IDs, comma separated"),
     "top_sample_score": (N, "suspicion score of the top sample"),
     "top_sample_loss_ratio": (N, "top sample's loss / its reference: max(healthy per-sample loss before the incident, the step's 10th percentile)"),
-    "sample_loss_nonfinite": (B, "a sample in the implicated steps has a NaN/Inf loss of its own"),
+    "sample_loss_outlier": (B, "the top sample's loss ratio reaches attribution.sample_outlier_ratio (one sample far above normal data)"),
+    "sample_loss_nonfinite": (B, "a sample in the implicated steps has a NaN/Inf loss of its own while most of its step is finite"),
+    "sample_replay_recurred": (B, "the top sample's step was replayed and its own loss was again non-finite or an outlier (None when not replayed)"),
     "sample_recurrence": (N, "other spike incidents that contain the top sample"),
     "sample_exonerated": (N, "healthy steps in which the top sample was also seen"),
     "source_enrichment": (N, "largest enrichment of a sample source in spike batches vs healthy ones"),
@@ -96,8 +99,9 @@ FEATURES: dict[str, tuple[str, str]] = {
     "fp16": (B, "a dynamic loss scale is in use (loss_scale metric or overflow events)"),
     "overflow_count": (N, "overflow events (skipped steps) in the whole run"),
     "overflow_window": (N, "overflow events within the incident (padded)"),
-    "loss_scale_halvings": (N, "net halvings of the loss scale from run start to the incident end"),
+    "loss_scale_halvings": (N, "halvings of the loss scale from its level in the window before onset to its lowest in the incident"),
     "loss_scale_min": (N, "smallest loss scale seen up to the incident end"),
+    "scale_drop_at_resume": (B, "the loss scale fell by >= 2 halvings in one record at a resume/relaunch, with no skipped steps logged: reconfigured, not lowered by overflows"),
     # layers
     "has_layers": (B, "a per-layer gradient dump exists"),
     "top_layer": (S, "layer with the largest share of the peak squared norm"),
@@ -113,11 +117,14 @@ FEATURES: dict[str, tuple[str, str]] = {
     "drift_before": (N, "median grad norm in the window before onset / the window before that"),
     "plateau_after": (N, "median loss after the incident / median loss before onset"),
     "train_frac": (N, "position of the peak in the run, 0 = first step, 1 = last"),
+    "onset_frac": (N, "position of the incident's onset in the run, 0 = first step, 1 = last"),
     "early": (B, "the peak lies in the first early_frac of training"),
     "lr_at_peak": (N, "learning rate at the peak step"),
     "lr_trend_before": (N, "relative LR change over the window before onset (+ = rising)"),
     "in_warmup": (B, "the peak is before the LR maximum while the LR is still rising"),
-    "lr_rising_late": (B, "after the LR maximum the LR rises again by >10% (restarted warmup / wrong schedule)"),
+    "lr_rising_late": (B, "after the warmup the LR rises again: >10% after it began to decay, or >2x when it never decays (wrong schedule)"),
+    "warmup_steps": (N, "steps from the first logged LR to the LR maximum of the warmup (0 = no warmup at all)"),
+    "lr_late_rise": (N, "largest LR / its running minimum after the warmup (decay start, or warmup_max_frac of the run)"),
     "lr_restart": (B, "the LR after a resume jumps back up by > 2x"),
 }
 
@@ -160,6 +167,8 @@ def shape_features(inc: Incident, incidents: list[Incident], ctx: RunContext, ap
     spikes = sorted(i.peak_step for i in incidents if i.severity != "info" and {"hard_spike", "nonfinite"} & set(i.kinds))
     gaps = [b - a for a, b in zip(spikes, spikes[1:])]
     out["n_spike_incidents"] = len(spikes)
+    grouped = [f.facts.get("recurring_spikes") for f in inc.findings if isinstance(f.facts.get("recurring_spikes"), list)]
+    out["recurring_spikes"] = max((len(g) for g in grouped), default=0)
     out["n_incidents"] = sum(1 for i in incidents if i.severity != "info")
     out["spike_interval_shrinking"] = len(gaps) >= 2 and all(b <= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] < gaps[0]
     pad = ap.pad_steps
@@ -344,7 +353,8 @@ def sample_features(inc: Incident, run: RunData, ctx: RunContext, tc: TraceConte
            "has_sample_losses": samples.height > 0 and samples.get_column("sample_loss").null_count() < samples.height,
            "top_samples": ", ".join(skip_candidates(samples, params.tracing.skip_score_frac, limit=3)
                                     or samples.head(1).get_column("sample_id").to_list()),
-           "top_sample_score": None, "top_sample_loss_ratio": None, "sample_loss_nonfinite": False,
+           "top_sample_score": None, "top_sample_loss_ratio": None, "sample_loss_outlier": False,
+           "sample_loss_nonfinite": False, "sample_replay_recurred": None,
            "sample_recurrence": 0, "sample_exonerated": 0, "source_enrichment": None,
            "length_enrichment": tc.spike_tokens_ratio, "source_shift": None, "tokens_shift": None,
            "consumed_samples_known": consumed_samples_range(run, inc, params.tracing, tc.interval) is not None}
@@ -354,8 +364,12 @@ def sample_features(inc: Incident, run: RunData, ctx: RunContext, tc: TraceConte
         out["top_sample_loss_ratio"] = _f(top["loss_ratio"])
         out["sample_recurrence"] = int(top["recurrence"])
         out["sample_exonerated"] = int(top["healthy_seen"])
-        losses = samples.get_column("sample_loss").drop_nulls()
-        out["sample_loss_nonfinite"] = bool((~losses.is_finite()).any()) if losses.len() else False
+        out["sample_loss_outlier"] = (out["top_sample_loss_ratio"] or 0.0) >= params.attribution.sample_outlier_ratio
+        out["sample_loss_nonfinite"] = bool(samples.get_column("own_nonfinite").any())
+        rep = top["replay_loss"]
+        if rep is not None:
+            ratio = top["replay_ratio"]
+            out["sample_replay_recurred"] = bool(not math.isfinite(rep) or (ratio is not None and ratio >= params.attribution.sample_outlier_ratio))
     if tc.source_enrichment.height:
         out["source_enrichment"] = _f(tc.source_enrichment.get_column("source_enrichment").max())
     if tc.has_manifest and ctx.first_step is not None and ctx.last_step is not None:
@@ -399,15 +413,43 @@ def precision_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribu
     counts = overflow.select(pl.col("detail").str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1))
     in_win = overflow.filter(pl.col("step").is_between(inc.step_start - ap.pad_steps, inc.step_end + ap.pad_steps))
     out = {"fp16": ctx.fp16, "overflow_count": int(counts.sum().item() or 0) if counts.height else 0,
-           "overflow_window": in_win.height, "loss_scale_halvings": 0, "loss_scale_min": None}
+           "overflow_window": in_win.height, "loss_scale_halvings": 0, "loss_scale_min": None,
+           "scale_drop_at_resume": False}
     scale = ctx.loss_scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0))
     upto = scale.filter(pl.col("step") <= inc.step_end)
-    if upto.height:
-        top = float(upto.get_column("value").max())
+    if upto.height and ctx.fp16:  # a constant `loss scale: 1.0` (bf16/fp32 Megatron logs) says nothing
         low = float(upto.get_column("value").min())
         out["loss_scale_min"] = low
-        out["loss_scale_halvings"] = int(round(math.log2(top / low))) if low > 0 else 0
+        # halvings from the level the scale had settled at before the incident (the start-up halvings
+        # of a scaler that begins at 2^32 are normal) down to the lowest scale inside it
+        on = _onset(inc)
+        before = upto.filter(pl.col("step").is_between(on - ap.baseline_window, on - 1))
+        top = float((before if before.height else upto).get_column("value").max())
+        inside = upto.filter(pl.col("step") >= inc.step_start - ap.pad_steps)
+        low_in = float(inside.get_column("value").min()) if inside.height else low
+        out["loss_scale_halvings"] = max(0, int(round(math.log2(top / low_in)))) if low_in > 0 else 0
+        out["scale_drop_at_resume"] = _scale_drop_at_resume(run, upto, ap)
     return out
+
+
+def _scale_drop_at_resume(run: RunData, scale: pl.DataFrame, ap: AttributionParams) -> bool:
+    """A dynamic scaler halves once per overflow and skips that step; a drop of several halvings in one
+    record right at a relaunch, with the skipped-iterations counter flat, is a new configuration."""
+    drops = scale.sort("attempt", "step").with_columns(
+        (pl.col("value").shift(1) / pl.col("value")).log(2).alias("halvings"),
+        (pl.col("attempt") != pl.col("attempt").shift(1)).alias("new_attempt"),
+    ).filter(pl.col("halvings") >= 2)
+    if drops.height == 0:
+        return False
+    resumes = run.events_of("resume").get_column("step").drop_nulls()
+    skipped = step_level(run.series("skipped_iters")).sort("attempt", "step").with_columns(
+        (pl.col("value") - pl.col("value").shift(1)).alias("d"))
+    for row in drops.iter_rows(named=True):  # a handful of drops at most
+        at_resume = row["new_attempt"] or bool(((resumes - row["step"]).abs() <= ap.pad_steps).any())
+        skips = skipped.filter(pl.col("step").is_between(row["step"] - ap.pad_steps, row["step"]) & (pl.col("d") > 0))
+        if at_resume and skipped.height and skips.height == 0:
+            return True
+    return False
 
 
 def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams, peak_grad_ratio) -> dict:
@@ -452,16 +494,21 @@ def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribution
         out["layer_all_zero"] = row["zero_frac"] >= ap.zero_frac_stuck
     pf = window.filter(pl.col("pos_frac").is_not_null())
     if pf.height:
-        stuck = pf.group_by("layer").agg(pl.col("pos_frac").mean()).filter(
-            (pl.col("pos_frac") >= ap.sign_stuck) | (pl.col("pos_frac") <= 1 - ap.sign_stuck))
+        # sign share among the non-zero elements (pos_frac counts > 0 over all elements, so a layer of
+        # exact zeros would look "all negative"); layers mostly zero are not judged
+        nonzero = 1 - pl.col("zero_frac").fill_null(0.0)
+        pf = pf.filter(nonzero >= 1 - ap.sign_max_zero_frac).with_columns((pl.col("pos_frac") / nonzero).alias("pos_share"))
+        stuck = pf.group_by("layer").agg(pl.col("pos_share").mean()).filter(
+            (pl.col("pos_share") >= ap.sign_stuck) | (pl.col("pos_share") <= 1 - ap.sign_stuck))
         out["sign_stuck"] = stuck.height > 0
     return out
 
 
 def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams) -> dict:
     on, w = _onset(inc), ap.baseline_window
-    out = {"drift_before": None, "plateau_after": None, "train_frac": None, "early": False, "lr_at_peak": None,
-           "lr_trend_before": None, "in_warmup": False, "lr_rising_late": False, "lr_restart": False}
+    out = {"drift_before": None, "plateau_after": None, "train_frac": None, "onset_frac": None, "early": False, "lr_at_peak": None,
+           "lr_trend_before": None, "in_warmup": False, "warmup_steps": None, "lr_rising_late": False, "lr_late_rise": None,
+           "lr_restart": False}
     recent = _median(_at(ctx.grad, inc.attempt, on - w, on - 1))
     older = _median(_at(ctx.grad, inc.attempt, on - 3 * w, on - w - 1))
     if recent is not None and older:
@@ -473,6 +520,7 @@ def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
     if ctx.first_step is not None and ctx.last_step is not None and ctx.last_step > ctx.first_step:
         out["train_frac"] = (inc.peak_step - ctx.first_step) / (ctx.last_step - ctx.first_step)
         out["early"] = out["train_frac"] <= ap.early_frac
+        out["onset_frac"] = max(0.0, (on - ctx.first_step) / (ctx.last_step - ctx.first_step))
     lr = ctx.lr.filter(pl.col("value").is_finite())
     if lr.height:
         first_pass = lr.filter(pl.col("attempt") == inc.attempt)
@@ -486,14 +534,24 @@ def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
             seq = first_pass.sort("step").with_columns(pl.col("value").cum_max().alias("cmax"))
             decayed = seq.filter(pl.col("value") < 0.9 * pl.col("cmax"))
             decay_step = int(decayed.get_column("step")[0]) if decayed.height else None
-            warm = seq if decay_step is None else seq.filter(pl.col("step") < decay_step)
+            # warmup ends where the decay starts; without any decay, a warmup never lasts past
+            # `warmup_max_frac` of the run, so the LR rising after that is a schedule fault too
+            cut = decay_step
+            if cut is None and ctx.first_step is not None and ctx.last_step is not None:
+                cut = int(ctx.first_step + ap.warmup_max_frac * (ctx.last_step - ctx.first_step))
+            warm = seq if cut is None else seq.filter(pl.col("step") < cut)
+            warm = warm if warm.height else seq
             top = float(warm.get_column("value").max())
             warm_end = int(warm.filter(pl.col("value") >= 0.99 * top).get_column("step")[0])
             out["in_warmup"] = inc.peak_step <= warm_end and (out["lr_trend_before"] or 0) > 0
-            if decay_step is not None:
-                late = seq.filter(pl.col("step").is_between(decay_step, inc.peak_step)).with_columns(
+            out["warmup_steps"] = warm_end - int(seq.get_column("step")[0])
+            if cut is not None:
+                late = seq.filter(pl.col("step").is_between(cut, inc.peak_step) & (pl.col("value") > 0)).with_columns(
                     pl.col("value").cum_min().alias("cmin"))
-                out["lr_rising_late"] = late.filter(pl.col("value") > 1.1 * pl.col("cmin")).height > 0
+                if late.height:
+                    out["lr_late_rise"] = float((late.get_column("value") / late.get_column("cmin")).max())
+                    limit = ap.lr_rise_after_decay if decay_step is not None else ap.lr_rise_no_decay
+                    out["lr_rising_late"] = out["lr_late_rise"] > limit
         if lr.get_column("attempt").n_unique() > 1:
             # LR of the first record of each later attempt vs the last LR of the attempt before it
             firsts = lr.group_by("attempt").agg(pl.col("value").first().alias("f"), pl.col("value").last().alias("l")).sort("attempt")
@@ -526,7 +584,7 @@ def incident_features(inc: Incident, run: RunData, ctx: RunContext, tc: TraceCon
         (out["multi_rank"] and (out["rank_confined"] or out["rank_mismatch"]))
         or out["xid_count"] > 0 or out["ecc_delta"] > 0 or out["hw_event_count"] > 0
         or out["xid_unplaced_weight"] > 0 or out["ecc_run_delta"] > 0
-        or out["replay_recurred"] is False
+        or out["replay_recurred"] is False or out["sample_replay_recurred"] is False
     )
     missing = set(FEATURES) - set(out)
     assert not missing, f"features not computed: {sorted(missing)}"

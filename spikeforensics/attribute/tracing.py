@@ -13,7 +13,8 @@ batch damages the weights the next step uses) and score every sample in them:
           + w_nonfinite  when the sample's own loss is NaN/Inf
           + w_rank       when it sat on the rank the incident is confined to
           + w_source     x log2(enrichment of its source in spike batches vs healthy ones)
-          + w_length     x log2(its tokens / the run's median tokens)
+          + w_length     x |log2(its tokens / the run's median tokens)| (too long or nearly empty)
+          - w_replay_clean when the step was replayed and the sample's loss came out normal
 
 Without a manifest, `consumed_samples_range` turns the log's consumed-samples counter
 into the sample index range of the implicated steps. Everything here is polars over the
@@ -34,7 +35,8 @@ from spikeforensics.rundata import RunData
 SAMPLE_COLUMNS = {
     "sample_id": pl.String, "score": pl.Float64, "step": pl.Int64, "rank": pl.Int32, "micro": pl.Int32,
     "sample_loss": pl.Float64, "loss_ratio": pl.Float64, "recurrence": pl.Int64, "healthy_seen": pl.Int64,
-    "source": pl.String, "source_enrichment": pl.Float64, "tokens": pl.Int64,
+    "source": pl.String, "source_enrichment": pl.Float64, "tokens": pl.Int64, "own_nonfinite": pl.Boolean,
+    "replay_loss": pl.Float64, "replay_ratio": pl.Float64,
 }
 
 
@@ -72,9 +74,15 @@ class TraceContext:
 def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.DataFrame, params: Params) -> TraceContext:
     tp = params.tracing
     interval = log_interval(run)
-    batches = run.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null()).unique(
-        subset=["step", "rank", "micro", "sample_id"], keep="first", maintain_order=True
-    )
+    keys = ["step", "rank", "micro", "sample_id"]
+    rows = run.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
+    # a replayed step (resume from a checkpoint) appears again later in the manifest: keep the first
+    # pass, and the loss the same sample had when the step was trained again
+    replays = rows.group_by(keys, maintain_order=True).agg(
+        pl.len().alias("_n"), pl.col("sample_loss").last().alias("replay_loss")
+    ).filter(pl.col("_n") > 1).drop("_n")
+    batches = rows.unique(subset=keys, keep="first", maintain_order=True).join(
+        replays, on=keys, how="left", nulls_equal=True)
     steps = [
         pl.DataFrame({"incident": inc.id, "step": implicated_steps(inc, tp, interval)}, schema={"incident": pl.String, "step": pl.Int64})
         for inc in incidents
@@ -141,10 +149,11 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     # batch-wide rise (LR, hardware: every sample's loss goes up together), while several bad
     # samples in one batch cannot inflate it the way they inflate the step median.
     finite_loss = pl.when(pl.col("sample_loss").is_finite()).then(pl.col("sample_loss"))
-    step_low = finite_loss.quantile(params.loss_ref_quantile, "linear").over("step")
+    step_low = finite_loss.quantile(params.loss_ref_quantile, "lower").over("step")
     ref = healthy_sample_loss(incident, tc, params)
     denom = step_low if ref is None else pl.max_horizontal(step_low, pl.lit(ref))
-    rows = rows.with_columns((pl.col("sample_loss") / denom).alias("loss_ratio"))
+    rows = rows.with_columns((pl.col("sample_loss") / denom).alias("loss_ratio"),
+                             (pl.col("replay_loss") / denom).alias("replay_ratio"))
     recurrence = (
         tc.membership.filter(pl.col("incident") != incident.id).group_by("sample_id").agg(pl.len().alias("recurrence"))
     )
@@ -160,14 +169,24 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     )
     log2 = lambda e: (e.clip(lower_bound=1.0)).log(2).fill_null(0.0).fill_nan(0.0)  # noqa: E731
     step_weight = pl.when(pl.col("step") == incident.peak_step).then(params.w_peak).otherwise(params.w_before)
-    nonfinite = pl.col("sample_loss").is_not_null() & ~pl.col("sample_loss").is_finite()
+    # a NaN/Inf of the sample's own, while most of its step is finite (once the weights are NaN every
+    # sample's loss is NaN, and that says nothing about any one of them)
+    nonfinite = (pl.col("sample_loss").is_not_null() & ~pl.col("sample_loss").is_finite()
+                 & (pl.col("sample_loss").is_finite().fill_null(False).mean().over("step") >= 0.5))
     rank_hit = pl.lit(False) if confined_rank is None else (pl.col("rank") == confined_rank).fill_null(False)
-    length = log2(pl.col("tokens").cast(pl.Float64) / tc.median_tokens) if tc.median_tokens else pl.lit(0.0)
-    rows = rows.with_columns(
+    # extreme length either way: very long documents, or empty / all-padding ones (0/0 losses)
+    tok = pl.col("tokens").cast(pl.Float64)
+    length = (log2(pl.max_horizontal(tok / tc.median_tokens, tc.median_tokens / tok))
+              if tc.median_tokens else pl.lit(0.0))
+    # the step was replayed and this sample's loss came out finite and well below its first pass
+    replay_clean = pl.col("replay_loss").is_finite() & (
+        ~pl.col("sample_loss").is_finite() | (pl.col("replay_loss") < params.replay_clean_frac * pl.col("sample_loss")))
+    rows = rows.with_columns(nonfinite.alias("own_nonfinite")).with_columns(
         (
             step_weight
             + params.w_loss * log2(pl.col("loss_ratio"))
-            + pl.when(nonfinite).then(params.w_nonfinite_loss).otherwise(0.0)
+            + pl.when(pl.col("own_nonfinite")).then(params.w_nonfinite_loss).otherwise(0.0)
+            - pl.when(replay_clean.fill_null(False)).then(params.w_replay_clean).otherwise(0.0)
             + pl.when(rank_hit).then(params.w_rank).otherwise(0.0)
             + params.w_source * log2(pl.col("source_enrichment"))
             + params.w_length * length

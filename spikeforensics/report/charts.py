@@ -314,8 +314,11 @@ def incident_windows(run, diagnosis: dict) -> dict[str, Figure]:
         return out
     clip = clip_threshold(diagnosis)
     gl_used = 0
+    first, last, _ = run.step_range()
     for inc in (diagnosis.get("incidents") or [])[:MAX_WINDOW_CHARTS]:
         lo, hi = incident_window(inc)
+        if first is not None:  # the title names steps the run has, not the padding
+            lo, hi = max(lo, first), min(hi, last)
         data, notes, has_loss, grad_log = [], [], False, False
         for series, name, colour, axis in ((loss_s, "loss", PALETTE[0], "y"),
                                            (grad_s, "grad norm (derived)" if derived else "grad norm", PALETTE[1], "y2")):
