@@ -46,6 +46,14 @@ class HardSpikeParams:
     joint_reach: int = 1  # why: grad norm and loss of one bad batch land in the same or the next record
     group_gap: int = 5  # why: flags closer than 5 steps are one incident (DETECTION-ANCHORS §2.3)
     layer_ratio_min: float = 2.0  # why: a layer is named as the spike's location only if it rose >= 2x its own baseline
+    # corroboration by a recurring sample (detect/recurrence.py): small bumps one sample explains
+    bump_z: float = 2.0  # why: a candidate bump stands 2 robust sigma over both sides: common alone; the chance test below does the rest
+    bump_loss_ratio: float = 1.1  # why: ... with the loss >= 10% up (one bad sample in a batch of n lifts it by ~(r-1)/n)
+    bump_grad_ratio: float = 1.8  # why: ... or the grad norm about doubled (DOMAIN's recurring-sample hits are 2-3x)
+    corroborate_min_events: int = 2  # why: DOMAIN: a sample that recurs and spikes again is data: two separate bumps
+    corroborate_sample_ratio: float = 1.5  # why: with per-sample losses, the sample's loss >= 1.5x its step's median in the bump
+    corroborate_min_share: float = 0.5  # why: at least half of the sample's appearances are bumps (seen in calm steps = exonerated)
+    corroborate_chance: float = 0.05  # why: expected chance recurrences (binomial tail x samples tested) must stay under 5%
 
 
 @dataclass
@@ -111,7 +119,9 @@ class ClippingParams:
     unscale_factor: float = 100.0  # why: median norm >= 100x threshold with ~all steps clipped = clip before unscale
     unscale_rate: float = 0.9  # why: "nearly every step clipped"
     scaled_ratio_lo: float = 0.01  # why: without a threshold, logged norm / loss scale between 0.01 ...
-    scaled_ratio_hi: float = 100.0  # why: ... and 100 (an unscaled norm is ~1/scale of that) means norms taken before unscaling
+    scaled_ratio_hi: float = 10.0  # why: ... and 10 (healthy unscaled norms are 0.1-5) means norms taken before unscaling; 104B's ~20 is large in itself
+    unscaled_norm_median: float = 1e3  # why: no scale logged: a median norm >= 1e3 (a 2^10-2^16 scale x a normal norm) on every step ...
+    unscaled_loss_fall: float = 0.05  # why: ... while the loss trains normally (last quarter >= 5% below the first): clip before unscale
     dominant_share: float = 0.5  # why: one layer carrying > 50% of the squared norm on clipped steps dominates it
     min_steps: int = 50  # why: a clip rate over fewer steps says nothing
     settle_factor: float = 1.25  # why: the early phase (initial norms above the run median) clips by design ...
@@ -134,6 +144,7 @@ class LayerOutlierParams:
 @dataclass
 class VanishingParams:
     ratio: float = 0.1  # why: norm < 0.1x its reference ...
+    severe_ratio: float = 0.01  # why: DOMAIN "by orders of magnitude": under 0.01x fires even while the loss still falls (else the loss must stall)
     min_records: int = 200  # why: ... for >= 200 steps (DETECTION-ANCHORS §2.10)
     smooth: int = 25  # why: rolling median over 25 records before comparing
     reference_window: int = 500  # why: the reference is the highest 500-record median level seen since the early phase

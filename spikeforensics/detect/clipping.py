@@ -9,7 +9,9 @@
   high or threshold too tight (a warning only when the loss is not falling there);
   8-20% and < 0.1% are notes.
 - clip before unscale: nearly every step clipped with norms >= 100x the threshold
-  (about loss-scale times normal): a warning.
+  (about loss-scale times normal): a warning. Without a threshold (`_scaled_norms`): norms
+  about the printed loss scale times a normal norm, or, with no loss scale in the log,
+  astronomically large norms on every step while the loss trains normally.
 - runs of consecutive clipped steps: 3 in a row is a note (its steps go to the sample
   trace); `sustained_run` in a row with a non-falling loss is a warning.
 - a high clip rate carried by one layer that dominates the squared norm is that layer's
@@ -63,7 +65,7 @@ def detect(run: RunData, params) -> list[Finding]:
     if pre.height < cp.min_steps:
         return []
     if thr is None:
-        return _scaled_norms(run, pre, basis, cp)
+        return _scaled_norms(run, pre, basis, params)
     settled = robust.settled_step(pre, cp.settle_smooth, cp.settle_factor)
     data = pre.filter(pl.col("step") >= settled)
     if data.height < cp.min_steps:
@@ -104,23 +106,64 @@ def detect(run: RunData, params) -> list[Finding]:
     return findings
 
 
-def _scaled_norms(run: RunData, pre: pl.DataFrame, basis: str, cp) -> list[Finding]:
+def _scaled_norms(run: RunData, pre: pl.DataFrame, basis: str, params) -> list[Finding]:
     """No threshold known: the clip-before-unscale signature can still show as logged norms about
-    loss-scale times normal (norm / scale of order 1 with a large scale), which any sane threshold clips."""
-    scale = run.series("loss_scale").filter(pl.col("value").is_finite() & (pl.col("value") > 0))
-    if scale.height < cp.min_steps:
-        return []
-    med_scale, med_norm = float(scale.get_column("value").median()), float(pre.get_column("value").median())
-    ratio = med_norm / med_scale
-    if med_scale < cp.unscale_factor or not (cp.scaled_ratio_lo <= ratio <= cp.scaled_ratio_hi):
-        return []
+    loss-scale times normal, on essentially every step, while the loss trains normally (AdamW is
+    nearly scale-invariant: clipping scaled gradients slows training, it does not break it).
+
+    - The log prints a loss scale: median norm / median scale between `scaled_ratio_lo` and
+      `scaled_ratio_hi` (an unscaled norm of ordinary size) with a scale >= `unscale_factor`.
+      A scale of 1 (bf16/fp32 Megatron) proves nothing was scaled. Norms 20x the scale (the
+      bigscience 104B logs: 1e5 at scale 4096) are large in their own right, not scaled-normal.
+    - No loss scale at all (an HF Trainer log: grad_norm, loss, learning_rate): the norm is
+      astronomically large throughout (median >= `unscaled_norm_median`, and >= 1/10 of that on
+      `unscale_rate` of the steps), no NaN, and the loss falls. Any sane threshold would clip
+      every step. A framework that logs the scaled norm yet clips correctly (old DeepSpeed fp16)
+      or a sum-reduced loss looks the same in the log: the finding says what it measured.
+    """
+    cp = params.clipping
+    med_norm = float(pre.get_column("value").median())
     lo, hi = int(pre.get_column("step").min()), int(pre.get_column("step").max())
-    ev = [Evidence(signal="grad_norm", step=None, value=med_norm, baseline=med_scale, ratio=ratio,
-                   note="median logged grad norm vs median loss scale: the norm was taken on loss-scaled gradients")]
+    if not _trains_normally(run, pre, params):
+        return []
+    scale = run.series("loss_scale").filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+    facts = {"cause": "clip_before_unscale", "threshold_basis": basis, "scope": "run", "median_grad_norm": med_norm}
+    if scale.height:
+        if scale.height < cp.min_steps:
+            return []
+        med_scale = float(scale.get_column("value").median())
+        ratio = med_norm / med_scale
+        if med_scale < cp.unscale_factor or not (cp.scaled_ratio_lo <= ratio <= cp.scaled_ratio_hi):
+            return []
+        ev = [Evidence(signal="grad_norm", step=None, value=med_norm, baseline=med_scale, ratio=ratio,
+                       note="median logged grad norm vs median loss scale: the norm was taken on loss-scaled gradients")]
+        summary = (f"logged grad norms (median {med_norm:.3g}) are about the loss scale ({med_scale:g}) times "
+                   f"a normal norm: gradients are measured and clipped before unscaling")
+    else:
+        big = float((pre.get_column("value") >= cp.unscaled_norm_median / 10).mean())
+        if med_norm < cp.unscaled_norm_median or big < cp.unscale_rate:
+            return []
+        ev = [Evidence(signal="grad_norm", step=None, value=med_norm, baseline=cp.unscaled_norm_median,
+                       ratio=med_norm / cp.unscaled_norm_median,
+                       note=f"median logged grad norm, {big:.0%} of steps >= {cp.unscaled_norm_median / 10:g}, "
+                            "the loss falling normally, no loss scale in the log")]
+        summary = (f"logged grad norms are astronomically large on every step (median {med_norm:.3g}) while the loss "
+                   "trains normally: norms measured on loss-scaled gradients; any sane threshold clips ~100% of steps "
+                   "(clip before unscale?)")
+        facts["clip_rate_any_sane_threshold"] = 1.0
     return [Finding(kind="clip_rate_anomaly", step_start=lo, step_end=hi, peak_step=lo, severity="warning", score=10.0,
-                    summary=(f"logged grad norms (median {med_norm:.3g}) are about the loss scale ({med_scale:g}) times "
-                             f"a normal norm: gradients are measured and clipped before unscaling"),
-                    evidence=ev, facts={"cause": "clip_before_unscale", "threshold_basis": basis, "scope": "run"})]
+                    summary=summary, evidence=ev, facts=facts)]
+
+
+def _trains_normally(run: RunData, pre: pl.DataFrame, params) -> bool:
+    """No non-finite loss or grad norm, and the loss falls (last quarter's median below the first's)."""
+    loss, _ = signals.raw(run, "loss")
+    grad_all, _ = signals.raw(run, "grad_norm")
+    if loss.height < params.clipping.min_steps or not loss.get_column("finite").all() or not grad_all.get_column("finite").all():
+        return False
+    k = max(1, loss.height // 4)
+    first, last = loss.get_column("value").head(k).median(), loss.get_column("value").tail(k).median()
+    return bool(last < first * (1 - params.clipping.unscaled_loss_fall))
 
 
 def _band_findings(run, data, thr, layer, facts, base_ev, params) -> list[Finding]:

@@ -14,6 +14,8 @@ not show is critical only when also extreme for the run's noise (z >= 8), else a
 An unstable start (the loss climbing above its initial value in the first records) is
 reported too: the two-sided test cannot see it, the first records having no past. Grad-norm
 spikes that are notes one by one but recur (>= 3 at >= 5x) are one warning: a pattern.
+Small bumps below every bar that one recurring sample explains are promoted to warnings
+(`recurrence.py`: corroboration by the batch manifest).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 
 import polars as pl
 
-from spikeforensics.detect import robust, shape, signals
+from spikeforensics.detect import recurrence, robust, shape, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
@@ -87,13 +89,13 @@ def detect(run: RunData, params) -> list[Finding]:
     flags = pl.concat(flagged, how="vertical_relaxed") if flagged else None
     if flags is not None and findings:  # flags inside the unstable start are that same event
         flags = flags.filter((pl.col("attempt") > 0) | (pl.col("step") > findings[0].step_end))
-    if flags is None or flags.height == 0:
-        return findings
-    flags = robust.flag_groups(flags, hp.group_gap)
-    layer_base = signals.layer_baseline(run, params)
-    for _, group in flags.group_by("group", maintain_order=True):
-        findings.append(_finding(group, tracks, layer_base, run, params))
-    return findings + _recurring(findings, hp)
+    if flags is not None and flags.height:
+        flags = robust.flag_groups(flags, hp.group_gap)
+        layer_base = signals.layer_baseline(run, params)
+        for _, group in flags.group_by("group", maintain_order=True):
+            findings.append(_finding(group, tracks, layer_base, run, params))
+        findings += _recurring(findings, hp)
+    return recurrence.promote(run, findings, params)
 
 
 def _recurring(findings: list[Finding], hp) -> list[Finding]:
@@ -207,7 +209,7 @@ def _early_rise(run: RunData, params) -> list[Finding]:
                     severity=severity, score=float(peak["ratio"]), evidence=ev,
                     summary=(f"loss rose to {peak['ratio']:.1f}x its initial value at step {peak['step']} before falling "
                              f"(back below it at step {end}): unstable start, warmup too short or LR too high"),
-                    facts={"onset_step": int(first["step"]), "early_rise": True,
+                    facts={"onset_step": int(first["step"]), "early_rise": True, "cause": "unstable_start",
                            "recovery": "never" if not back.height else ("fast" if end - peak["step"] < params.shape.fast_recovery else "slow")})]
 
 

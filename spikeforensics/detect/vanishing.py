@@ -7,6 +7,10 @@ fires, so a short dip does not; a sudden or a slow fall by >= 10x does.
 The early phase (large initial norms falling during warmup) is never a reference. Run on
 the global norm and on every layer; a layer fires alone when the global norm does not
 (shallow layers dying while the rest learn).
+DOMAIN's vanishing is a fall "by orders of magnitude" and learning stalls: a fall of one
+order (10-100x) while the loss keeps falling over the low stretch is the norm calming after an
+early instability or following the LR decay, not vanishing; it fires only when the loss
+stalls or rises there. A fall of >= 100x (`severe_ratio`) fires regardless.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ def detect(run: RunData, params) -> list[Finding]:
     if glob.height:
         drops = _drops(glob.with_columns(pl.col("rank").cast(pl.String).fill_null("-").alias("_k")), "_k", vp)
         for _, g in drops.group_by("_k", "_run", maintain_order=True):
-            findings.append(_finding(g, None, derived, run, vp))
+            if not _learning(g, run, params):
+                findings.append(_finding(g, None, derived, run, vp))
             spans.append((int(g.get_column("step").min()), int(g.get_column("step").max())))
     layers = signals.layer_frame(run)
     if layers.height:
@@ -69,8 +74,23 @@ def detect(run: RunData, params) -> list[Finding]:
         if drops.height:
             groups = robust.flag_groups(drops.with_columns(pl.col("step").alias("pos")), vp.min_records)
             for _, g in groups.group_by("group", maintain_order=True):
-                findings.append(_finding(g, g.get_column("layer")[0], False, run, vp))
+                if not _learning(g, run, params):
+                    findings.append(_finding(g, g.get_column("layer")[0], False, run, vp))
     return findings
+
+
+def _learning(g: pl.DataFrame, run: RunData, params) -> bool:
+    """A fall short of `severe_ratio` while the loss keeps falling over the low stretch: not vanishing."""
+    vp = params.vanishing
+    if float((g.get_column("smooth") - g.get_column("ref")).min()) <= math.log(vp.severe_ratio):
+        return False
+    loss, _ = signals.raw(run, "loss")
+    lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
+    part = loss.filter(pl.col("step").is_between(lo, hi) & pl.col("y").is_not_null())
+    if part.height < 10:
+        return False  # no loss to judge by: the fall alone decides
+    b = robust.binned(part, "y", params.series.max_bins)
+    return robust.theil_sen(b.get_column("value").to_numpy()) < 0.0
 
 
 def _finding(g: pl.DataFrame, layer: str | None, derived: bool, run: RunData, vp) -> Finding:
