@@ -31,7 +31,8 @@ START = {"tune": datetime(2026, 3, 1, 8, 0, 0), "holdout": datetime(2026, 3, 9, 
 SHIFT_KEYS = {"step_start", "step_end", "peak_step", "first_nonfinite_step", "nonfinite_steps",
               "nonfinite_steps_attempt0", "nonfinite_steps_after_resume", "spike_steps", "steps_layer_over_10x",
               "first_overflow_step", "last_overflow_step", "loss_min_step", "peak_grad_norm_step",
-              "back_below_initial_at", "occurrences", "step", "steps", "crashed_at", "crash_step", "from_step"}
+              "back_below_initial_at", "occurrences", "probe_below_0_5x_from_step",
+              "probe_below_0_1x_from_step", "step", "steps", "crashed_at", "crash_step", "from_step"}
 KINDS = {"hard_spike", "soft_drift", "nonfinite", "loss_scale_collapse", "underflow_zeros", "sign_ratio_anomaly",
          "clip_rate_anomaly", "layer_outlier", "vanishing_gradients", "loss_oscillation"}
 CAUSES = {"data_outlier", "data_drift", "hardware_fault", "lr_too_high", "lr_schedule", "fp16_overflow",
@@ -111,8 +112,9 @@ def generate(sc, out_root):
     rec = run(cfg)
     spec = dict(sc.spec)
     rec["dump_layers"] = W.dumped_layers(rec, spec)
+    rec["step_offset"] = spec.get("step_offset", 0)
     incidents, summary, ok = sc.measure(rec, cfg, ref)
-    off = spec.get("step_offset", 0)
+    off = rec["step_offset"]
     outdir = os.path.join(out_root, sc.set, sc.name)
     shutil.rmtree(outdir, ignore_errors=True)
     os.makedirs(outdir)
@@ -201,7 +203,8 @@ def write_readme(out_root):
         what = g["summary"].replace("|", "/")
         if g["incidents"]:
             i = g["incidents"][0]
-            what = f"**{i['root_cause']}** / {i['kind']} steps {i['step_start']}-{i['step_end']}: " + what
+            more = f" (+{len(g['incidents']) - 1} more incidents)" if len(g["incidents"]) > 1 else ""
+            what = f"**{i['root_cause']}** / {i['kind']} steps {i['step_start']}-{i['step_end']}{more}: " + what
         lines.append(f"| {g['set']} | {g['scenario']} | {g['format']} | {files} | {'yes' if g['healthy'] else 'no'} | {what} |")
     lines += ["", "Formats: `hf` = HuggingFace Trainer stdout (tqdm bars + dicts), `megatron` = Megatron-LM iteration lines,",
               "`deepspeed` = HF Trainer stdout with DeepSpeed engine logger lines, `deepspeed_megatron` = Megatron-DeepSpeed",
