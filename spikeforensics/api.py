@@ -121,7 +121,7 @@ def default_report_paths(run_id: str, store: str | os.PathLike | Store | None = 
     st = open_store(store)
     html = Path(out) if out else st.run_dir(run_id) / "report.html"
     js = Path(json_path) if json_path else html.with_name("diagnosis.json")
-    return html, js, js.with_name("skiplist.json"), html.with_suffix(".md")
+    return html, js, html.with_suffix(".md")
 
 
 def write_reports(
@@ -132,20 +132,11 @@ def write_reports(
     json_path: str | os.PathLike | None = None,
     max_points: int = 2000,
 ) -> dict[str, Path]:
-    """Write report.html, diagnosis.json, skiplist.json and report.md for a run (id or
-    `RunData`); return their paths."""
-    import json
-
-    from spikeforensics.attribute.diagnosis import json_safe
+    """Write report.html, diagnosis.json, skiplist.json (beside the JSON) and report.md for a
+    run (id or `RunData`); return their paths."""
     from spikeforensics.report import write_reports as _write
 
     run = _as_run(run, store)
     run_id = run.run_id
-    html, js, skip, md = default_report_paths(run_id, store, out, json_path)
-    for p in (html, js, skip, md):
-        p.parent.mkdir(parents=True, exist_ok=True)
-    written = dict(_write(diagnosis, run, html_path=html, json_path=js, md_path=md, max_points=max_points))
-    skiplist = diagnosis.get("skiplist") or {"run_id": run_id, "steps": [], "sample_ids": []}
-    skip.write_text(json.dumps(json_safe(skiplist), indent=2) + "\n", encoding="utf-8")
-    written["skiplist"] = skip
-    return written
+    html, js, md = default_report_paths(run_id, store, out, json_path)
+    return _write(diagnosis, run, html_path=html, json_path=js, md_path=md, max_points=max_points)

@@ -203,6 +203,7 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
       spikeforensics diagnose --run gpt-03 --fail-on critical --format json
     """
     from spikeforensics import api
+    from spikeforensics.attribute.diagnosis import fail_on_exit_code
     from spikeforensics.params import Params
     from spikeforensics.report.terminal import summary_lines
 
@@ -228,16 +229,8 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
         click.echo(json.dumps(json_safe(diagnosis), indent=2))
     else:
         click.echo("\n".join(summary_lines(diagnosis, written)))
-    if fail_on and _worst_severity(diagnosis, fail_on):
+    if fail_on_exit_code(diagnosis, fail_on):
         sys.exit(EXIT_INCIDENTS)
-
-
-def _worst_severity(diagnosis: dict, threshold: str) -> bool:
-    order = ["info", "warning", "critical"]
-    items = list(diagnosis.get("incidents", []))
-    if threshold == "info":
-        items += diagnosis.get("notes", [])
-    return any(order.index(i.get("severity", "info")) >= order.index(threshold) for i in items)
 
 
 # -- runs, export ---------------------------------------------------------------------------

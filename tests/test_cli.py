@@ -82,3 +82,34 @@ def test_store_from_environment(runner, tmp_path, real, monkeypatch):
     monkeypatch.setenv("SPIKEFORENSICS_STORE", str(tmp_path / "envstore"))
     assert runner.invoke(cli, ["ingest", str(real / MODERNBERT), "--run", "mb"]).exit_code == 0
     assert (tmp_path / "envstore" / "tables").is_dir()
+
+
+def test_diagnose_path_writes_every_output_and_fail_on_gates(runner, tmp_path):
+    from conftest import SAMPLE_LOGS
+
+    run_dir = SAMPLE_LOGS / "tune" / "data_outlier_clip"
+    out = tmp_path / "r" / "report.html"
+    result = runner.invoke(cli, ["diagnose", str(run_dir), "--store", str(tmp_path / "s"), "--out", str(out),
+                                 "--fail-on", "critical", "-q"])
+    assert result.exit_code == 3, result.stderr
+    for name in ("report.html", "diagnosis.json", "skiplist.json", "report.md"):
+        assert (out.parent / name).stat().st_size > 0, name
+    diagnosis = json.loads((out.parent / "diagnosis.json").read_text())
+    assert diagnosis["run_id"] == "data_outlier_clip" and diagnosis["verdict"]["status"] == "unstable"
+    skip = json.loads((out.parent / "skiplist.json").read_text())
+    assert set(skip) >= {"run_id", "steps", "sample_ids"} and skip["steps"]
+    assert "inc-1" in result.stdout  # the terminal summary names the incident
+    # the same run, already ingested, as JSON on stdout; exit 0 without --fail-on
+    again = runner.invoke(cli, ["diagnose", "--run", "data_outlier_clip", "--store", str(tmp_path / "s"),
+                                "--out", str(out), "--format", "json", "-q"])
+    assert again.exit_code == 0
+    assert json.loads(again.stdout)["incidents"][0]["id"] == "inc-1"
+
+
+def test_healthy_run_passes_the_gate(runner, tmp_path):
+    from conftest import SAMPLE_LOGS
+
+    result = runner.invoke(cli, ["diagnose", str(SAMPLE_LOGS / "tune" / "clean"), "--store", str(tmp_path / "s"),
+                                 "--out", str(tmp_path / "report.html"), "--fail-on", "warning", "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert "Healthy" in result.stdout

@@ -153,7 +153,8 @@ def test_write_reports(tmp_path):
     d = make_diagnosis()
     d["incidents"][1]["evidence"].append({"signal": "loss", "step": 1493, "value": math.nan})
     paths = write_reports(d, make_run(), tmp_path / "r" / "report.html", tmp_path / "r" / "diagnosis.json", tmp_path / "r" / "report.md")
-    assert set(paths) == {"html", "json", "markdown"}
+    assert set(paths) == {"html", "json", "skiplist", "markdown"}
+    assert json.loads(paths["skiplist"].read_text())["run_id"] == d["run_id"]
     text = paths["json"].read_text()
     data = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))
     assert data["incidents"][1]["evidence"][-1]["value"] == "nan"
