@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Verbatim copies of shared/formats/real (real logs written by real frameworks).
 REAL = Path(__file__).resolve().parent / "data" / "real"
 SAMPLE_LOGS = REPO / "sample_logs"
+TUNE = SAMPLE_LOGS / "tune"
 
 
 @pytest.fixture
@@ -30,3 +31,26 @@ def runner(monkeypatch) -> CliRunner:
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.delenv("SPIKEFORENSICS_STORE", raising=False)
     return CliRunner()
+
+
+@pytest.fixture(scope="session")
+def tune_store(tmp_path_factory):
+    """One store for the labelled tune runs, shared by every test module that loads them."""
+    from spikeforensics.store import Store
+
+    return Store(tmp_path_factory.mktemp("tune-store"))
+
+
+def load_tune_run(store, name: str):
+    """Ingest sample_logs/tune/<name> (everything but ground_truth.json) once; return its RunData."""
+    from spikeforensics.ingest import IngestError, ingest_paths
+    from spikeforensics.rundata import RunData
+
+    if not store.has_run(name):
+        for path in sorted((TUNE / name).iterdir()):
+            if path.name != "ground_truth.json":
+                try:
+                    ingest_paths([path], name, store)
+                except IngestError:
+                    pass
+    return RunData.load(store, name)

@@ -11,37 +11,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
 
 from spikeforensics import evaluate
 from spikeforensics.attribute import diagnose_run
-from spikeforensics.ingest import IngestError, ingest_paths
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
-from spikeforensics.store import Store
 
-TUNE = Path(__file__).resolve().parents[1] / "sample_logs" / "tune"
+from conftest import TUNE, load_tune_run as load  # noqa: E402
 RUNS = sorted(p.parent.name for p in TUNE.glob("*/ground_truth.json")) if TUNE.exists() else []
 LABELLED = [r for r in RUNS if not json.loads((TUNE / r / "ground_truth.json").read_text()).get("healthy")]
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return Store(tmp_path_factory.mktemp("attr-fixtures"))
-
-
-def load(store: Store, name: str) -> RunData:
-    if not store.has_run(name):
-        for path in sorted((TUNE / name).iterdir()):
-            if path.name != "ground_truth.json":
-                try:
-                    ingest_paths([path], name, store)
-                except IngestError:
-                    pass
-    return RunData.load(store, name)
+def store(tune_store):
+    return tune_store
 
 
 def score(run: RunData, name: str) -> evaluate.RunScore:

@@ -6,36 +6,21 @@ predicted far from every labelled incident. Only the `tune` set is used here.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
 from spikeforensics.detect import detect_incidents
-from spikeforensics.ingest import IngestError, ingest_paths
 from spikeforensics.params import Params
-from spikeforensics.rundata import RunData
-from spikeforensics.store import Store
 
-TUNE = Path(__file__).resolve().parents[1] / "sample_logs" / "tune"
+from conftest import TUNE, load_tune_run as load  # noqa: E402
 RUNS = sorted(p.parent.name for p in TUNE.glob("*/ground_truth.json")) if TUNE.exists() else []
 KNOWN_MISSES: dict[str, str] = {}  # scenario -> why it cannot be detected from its own log
 TOL = 5
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return Store(tmp_path_factory.mktemp("fixtures-store"))
-
-
-def load(store: Store, name: str) -> RunData:
-    if not store.has_run(name):
-        for path in sorted((TUNE / name).iterdir()):
-            if path.name != "ground_truth.json":
-                try:
-                    ingest_paths([path], name, store)
-                except IngestError:
-                    pass
-    return RunData.load(store, name)
+def store(tune_store):
+    return tune_store
 
 
 def overlaps(inc, truth) -> bool:

@@ -18,30 +18,19 @@ import pytest
 from _detect_synth import curves, run_from
 from spikeforensics.attribute import diagnose_run
 from spikeforensics.detect import clipping, detect_incidents, hard_spike, recurrence, vanishing
-from spikeforensics.ingest import IngestError, ingest_paths
+from spikeforensics.ingest import ingest_paths
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 from spikeforensics.store import Store
 
-TUNE = Path(__file__).resolve().parents[1] / "sample_logs" / "tune"
+from conftest import TUNE, load_tune_run as load  # noqa: E402
 REAL = Path(__file__).resolve().parent / "data" / "real" / "megatron"
 needs_tune = pytest.mark.skipif(not (TUNE / "data_recurring").exists(), reason="no tune fixtures")
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return Store(tmp_path_factory.mktemp("generalize"))
-
-
-def load(store: Store, name: str) -> RunData:
-    if not store.has_run(name):
-        for path in sorted((TUNE / name).iterdir()):
-            if path.name != "ground_truth.json":
-                try:
-                    ingest_paths([path], name, store)
-                except IngestError:
-                    pass
-    return RunData.load(store, name)
+def store(tune_store):
+    return tune_store
 
 
 # --- variant builders -------------------------------------------------------------------------
