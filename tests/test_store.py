@@ -93,3 +93,12 @@ def test_junk_inside_a_folder_is_skipped_and_the_rest_ingested(store, tmp_path, 
     status = {f.source: f.status for f in report.files}
     assert status == {"junk.bin": "failed", "empty.txt": "failed", "main.log": "ingested"}
     assert store.table("r1", "metrics").height > 0
+
+
+def test_large_streamed_inputs_report_progress(store, real, monkeypatch):
+    import spikeforensics.ingest as ingest
+
+    monkeypatch.setattr(ingest, "PROGRESS_MIN_BYTES", 0)  # every streamed file counts as large
+    messages: list[str] = []
+    ingest_paths([real / "megatron/bigscience_tr8_104b_exp2_glitch.log"], "r1", store, progress=messages.append)
+    assert any(m.endswith("5 records parsed") for m in messages), messages

@@ -44,6 +44,7 @@ from spikeforensics.ingest.base import (
 )
 from spikeforensics.store import SourceRecord, Staging, Store, validate_run_id
 
+PROGRESS_MIN_BYTES = 64 << 20  # files at least this big report progress per parsed chunk
 SNIFF_BYTES = 64 << 10
 OUTCOME_EXAMPLES = 5  # unparsed lines shown to the user
 MANIFEST_EXAMPLES = 20  # unparsed lines kept in the sources manifest
@@ -234,7 +235,7 @@ def ingest_paths(
             progress(f"{path}: {name or 'unknown format'}")
         needs_year = bool(name and getattr(parsers()[name], "NEEDS_YEAR", False))
         year = _run_year(store, run_id) if needs_year else None
-        outcome = _ingest_file(path, source, name, run_id, store, year)
+        outcome = _ingest_file(path, source, name, run_id, store, year, progress)
         if outcome.status == "failed" and not in_folder:
             raise IngestError(outcome.message)
         outcomes.append(outcome)
@@ -311,7 +312,8 @@ def _parse_whole(parser: ModuleType, src: SourceFile, stage: Staging) -> _Parsed
     return parsed
 
 
-def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging) -> _Parsed:
+def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging,
+                     on_chunk: Callable[[int], None] | None = None) -> _Parsed:
     """Write each chunk's tables as they come (chunk k is written in a background thread
     while chunk k + 1 is parsed); then apply the one-rank rule (see the module
     docstring), rewriting the staged metrics only when exactly one rank printed values
@@ -330,6 +332,8 @@ def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging) -> _Pa
             if pending is not None:
                 pending.result()
             pending = writer.submit(_append_all, stage, tables)
+            if on_chunk:
+                on_chunk(parsed.records)
         if pending is not None:
             pending.result()
     if parsed.unparsed and not parsed.notes:
@@ -347,12 +351,17 @@ def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging) -> _Pa
     return parsed
 
 
+def _chunk_progress(progress: Callable[[str], None], path: Path) -> Callable[[int], None]:
+    return lambda records: progress(f"{path}: {records:,} records parsed")
+
+
 def _append_all(stage: Staging, tables: dict[str, pl.DataFrame]) -> None:
     for table, frame in tables.items():
         stage.append(table, frame)
 
 
-def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: Store, year: int | None) -> FileOutcome:
+def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: Store, year: int | None,
+                 progress: Callable[[str], None] | None = None) -> FileOutcome:
     outcome = FileOutcome(path=str(path), source=source, status="failed", format=fmt)
     try:
         size = path.stat().st_size
@@ -375,7 +384,8 @@ def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: S
     with store.staging() as stage:
         try:
             if hasattr(parser, "parse_chunks"):
-                parsed = _parse_streaming(parser, src, stage)
+                big = progress is not None and size >= PROGRESS_MIN_BYTES
+                parsed = _parse_streaming(parser, src, stage, _chunk_progress(progress, path) if big else None)
             else:
                 parsed = _parse_whole(parser, src, stage)
         except IngestError as exc:
