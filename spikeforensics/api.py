@@ -58,16 +58,18 @@ def runs(store: str | os.PathLike | Store | None = None) -> list[RunSummary]:
     out = []
     for run_id in st.runs():
         src = st.sources(run_id)
-        metrics = st.table(run_id, "metrics").filter(pl.col("record").is_not_null())
-        steps = metrics.get_column("step").drop_nulls()
+        first, last = (
+            st.scan(run_id, "metrics").filter(pl.col("record").is_not_null())
+            .select(pl.col("step").min().alias("first"), pl.col("step").max().alias("last")).collect().row(0)
+        )
         out.append(RunSummary(
             run_id=run_id,
             sources=src.height,
             formats=sorted(set(src.get_column("format").to_list())),
             records=int(src.get_column("records").sum()),
             unparsed=int(src.get_column("unparsed").sum()),
-            first_step=int(steps.min()) if steps.len() else None,
-            last_step=int(steps.max()) if steps.len() else None,
+            first_step=first,
+            last_step=last,
             ingested_at=str(src.get_column("ingested_at").max()),
         ))
     return out

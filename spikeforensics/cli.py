@@ -257,10 +257,11 @@ def runs(store, out_format, debug):
     if not found:
         note("no runs in the store")
         return
-    click.echo(f"{'run':<32} {'sources':>7} {'records':>8} {'unparsed':>8}  steps          formats")
+    width = max(len("run"), *(len(r.run_id) for r in found))
+    click.echo(f"{'run':<{width}} {'sources':>7} {'records':>8} {'unparsed':>8}  {'steps':<14} formats")
     for r in found:
         steps = f"{r.first_step}-{r.last_step}" if r.first_step is not None else "-"
-        click.echo(f"{r.run_id:<32} {r.sources:>7} {r.records:>8} {r.unparsed:>8}  {steps:<14} {','.join(r.formats)}")
+        click.echo(f"{r.run_id:<{width}} {r.sources:>7} {r.records:>8} {r.unparsed:>8}  {steps:<14} {','.join(r.formats)}")
 
 
 @cli.command(epilog=EPILOG)

@@ -96,11 +96,7 @@ class RunData:
             return logged, False
         if self.layers.height == 0:
             return logged, False
-        derived = (
-            self.layers.group_by("step", "rank", maintain_order=True)
-            .agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value"), pl.col("line").min(), pl.col("source").first())
-            .sort("step", "rank", nulls_last=True)
-        )
+        derived = self.layer_l2_norms()
         ranks = derived.get_column("rank").drop_nulls().unique()
         if ranks.len() > 1:
             # global norm after all-reduce is not the sum over ranks: keep per rank, and
@@ -114,6 +110,22 @@ class RunData:
             pl.lit(None, dtype=schema.TIME).alias("time"),
         ).select("t", "step", "attempt", "rank", "value", "line", "source", "time")
         return derived, True
+
+    def layer_l2_norms(self) -> pl.DataFrame:
+        """Grad norm per (step, rank) derived from the per-layer dump: the L2 over layers.
+
+        Columns `step`, `rank`, `value`, `line` (first dump line of the step), `source`;
+        sorted by step then rank. Empty when no layers were ingested.
+        """
+        key = ("layer_l2",)
+        if key not in self._cache:
+            self._cache[key] = (
+                self.layers.group_by("step", "rank", maintain_order=True)
+                .agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value"), pl.col("line").min(),
+                     pl.col("source").first())
+                .sort("step", "rank", nulls_last=True)
+            )
+        return self._cache[key]
 
     # -- other views -------------------------------------------------------------
     def ranks(self) -> list[int]:

@@ -45,13 +45,11 @@ def raw(run: RunData, name: str, per_rank: bool = False) -> tuple[pl.DataFrame, 
 
 
 def _derived_per_rank(run: RunData) -> pl.DataFrame:
-    ranked = run.layers.filter(pl.col("rank").is_not_null())
+    ranked = run.layer_l2_norms().filter(pl.col("rank").is_not_null())
     if ranked.get_column("rank").n_unique() < 2:
         return run.series("grad_norm").head(0)
     out = (
-        ranked.group_by("step", "rank").agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value"),
-                                            pl.col("line").min(), pl.col("source").first())
-        .sort("rank", "step")
+        ranked.sort("rank", "step")
         .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("t"),
                       pl.lit(0, pl.Int32).alias("attempt"), pl.lit(None, pl.Datetime("us")).alias("time"))
     )

@@ -131,9 +131,8 @@ def _per_rank(run, name: str) -> pl.DataFrame:
         x = "step" if rows.get_column("step").null_count() == 0 else "record"
         return rows.select(pl.col(x).cast(pl.Float64).alias("x"), pl.col("value").alias("y"), "rank")
     if name == "grad_norm" and run.layers.height and run.layers.get_column("rank").drop_nulls().n_unique() > 1:
-        return (run.layers.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
-                .group_by("step", "rank").agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("y"))
-                .select(pl.col("step").cast(pl.Float64).alias("x"), "y", "rank"))
+        return (run.layer_l2_norms().filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+                .select(pl.col("step").cast(pl.Float64).alias("x"), pl.col("value").alias("y"), "rank"))
     return pl.DataFrame(schema={"x": pl.Float64, "y": pl.Float64, "rank": pl.Int32})
 
 
