@@ -40,6 +40,7 @@ class HardSpikeParams:
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
     recurring_count: int = 3  # why: three or more grad-only spikes in one run are a pattern (LR too high), not noise ...
     recurring_ratio: float = 5.0  # why: ... counting spikes of at least 5x their baseline
+    recurring_z: float = 2.5  # why: ... and 2.5 robust sigma: a run that spikes all the time inflates its own sigma; 5x in a series whose noise makes it < 2.5 sigma is ordinary
     joint_z: float = 3.5  # why: loss and grad norm each >= 3.5 sigma at the same step is as unlikely by chance as one at 6
     joint_loss_ratio: float = 1.15  # why: ... with the loss at least 15% up
     joint_grad_ratio: float = 2.0  # why: ... and the grad norm at least doubled
@@ -171,6 +172,7 @@ class SoftDriftParams:
     smooth: int = 25  # why: judged on a rolling median, not single steps
     long_rise: float = 0.10  # why: a slow climb: loss >= 10% above its lowest level ...
     long_span: int = 500  # why: ... of the previous 500 records (catches drifts slower than 5% per 50 steps)
+    loss_noise_c: float = 3.0  # why: ... and either rise >= 3 sigma of a difference of two rolling medians: DOMAIN's 5% is for big-batch runs; a small-batch loss wanders 5% by noise
     grad_rise: float = 2.0  # why: grad norm level >= 2x the preceding level
     level_window: int = 100  # why: left/right windows of the level-shift test (ADTK LevelShiftAD)
     level_c: float = 6.0  # why: ADTK LevelShiftAD default c = 6 (in noise units)
@@ -239,12 +241,14 @@ class TracingParams:
     w_recurrence: float = 2.0  # per other spike incident the sample also appears in (DOMAIN: recurrence = data)
     w_healthy: float = 0.75  # penalty per healthy step the sample was seen in (exoneration; OLMo 2 caveat: soft)
     w_loss: float = 1.5  # per log2 of the sample's loss over its reference (healthy per-sample loss / step's lower quartile)
+    w_loss_abs: float = 1.0  # why: per log2 of the sample's loss over the healthy per-sample loss alone: when every sample of a step is bad, the step's own quantile hides them, the healthy level does not
     loss_ref_window: int = 50  # healthy per-sample loss reference: the 50 steps before the incident (DETECTION-ANCHORS W=50)
     loss_ref_quantile: float = 0.1  # the step's 10th percentile follows a batch-wide rise (LR, hardware) yet ignores up to 90% bad samples
     w_nonfinite_loss: float = 6.0  # a sample whose own loss is NaN/Inf is the prime suspect
     w_replay_clean: float = 4.0  # the same sample in the replayed step had a normal loss: exonerated (DETECTION-ANCHORS 3: replay)
     replay_clean_frac: float = 0.5  # "normal on replay": finite and under half its first-pass loss
     w_rank: float = 1.0  # the sample sat on the rank the incident is confined to
+    w_corroborated: float = 4.0  # the hard-spike detector's chance test (recurrence.py) tied this sample to several bumps: the strongest data evidence short of its own NaN
     w_source: float = 0.5  # per log2 of its source's enrichment in spike batches vs healthy ones
     w_length: float = 0.5  # per |log2| of its tokens over the median: extreme length either way (long junk, empty docs)
     skip_min_confidence: float = 0.3  # data incidents below 30% confidence do not feed the skip list

@@ -159,3 +159,31 @@ explanation = "c"
     assert sum([att.confidence] + [a["confidence"] for a in att.alternatives]) == pytest.approx(1.0, abs=1e-3)
     att2 = attribute(rs, features(nonfinite=True, replay_recurred=True, top_samples="s-1"), AttributionParams())
     assert att2.root_cause == "data_outlier" and att2.actions == ["drop s-1"] and att2.detail == "bad sample"
+
+
+def _base_spike(**over):
+    """Bundled-rule features of a short warning spike with a manifest but no sample evidence."""
+    f = features(kind="hard_spike", severity="critical", has_hard_spike=True, duration_steps=1, recovery="fast",
+                 n_ranks=1, rank_confined=False, has_manifest=True, has_sample_losses=False, sample_loss_outlier=False,
+                 sample_loss_nonfinite=False, sample_recurrence=0, sample_exonerated=0, recurring_spikes=0,
+                 run_recurring_spikes=0, n_spike_incidents=2, early=False)
+    f.update(over)
+    return f
+
+
+def test_a_lone_short_spike_is_not_the_lr_but_one_of_a_spiky_run_is():
+    rs, ap = load_rules(), AttributionParams()
+    assert attribute(rs, _base_spike(), ap).root_cause in ("data_outlier", "unknown")
+    assert attribute(rs, _base_spike(run_recurring_spikes=4), ap).root_cause == "lr_too_high"
+    # ... unless a sample explains it
+    assert attribute(rs, _base_spike(run_recurring_spikes=4, sample_recurrence=2), ap).root_cause == "data_outlier"
+    assert attribute(rs, _base_spike(run_recurring_spikes=4, sample_loss_outlier=True), ap).root_cause == "data_outlier"
+
+
+def test_vanishing_gradients_under_a_rising_lr_is_the_schedule():
+    rs, ap = load_rules(), AttributionParams()
+    f = features(kind="hard_spike", has_vanishing_gradients=True, has_soft_drift=True, lr_rising_late=True,
+                 lr_late_rise=9.5, n_ranks=1, rank_confined=False)
+    assert attribute(rs, f, ap).root_cause == "lr_schedule"
+    f.update(lr_rising_late=False, lr_late_rise=1.0)
+    assert attribute(rs, f, ap).root_cause == "vanishing_gradients"

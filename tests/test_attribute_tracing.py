@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import polars as pl
+import pytest
 from attribute_synth import bad_sample_id, incident, make_run, metric_rows
 
 from spikeforensics.attribute.context import build_context
@@ -27,6 +29,24 @@ def test_implicated_steps_include_the_step_before():
     tp = Params().tracing
     assert implicated_steps(incident(150), tp) == [149, 150]
     assert implicated_steps(incident(150, start=146, end=160, facts={"onset": 148}), tp) == [147, 148, 149, 150]
+
+
+def test_every_grouped_event_of_an_incident_is_implicated():
+    # a small corroborated bump at 156 grouped with a louder spike at 219 into one incident
+    tp = Params().tracing
+    inc = incident(219, start=155, end=228)
+    inc.findings.append(dataclasses.replace(inc.findings[0], step_start=156, step_end=156, peak_step=156, severity="warning"))
+    inc.findings.append(dataclasses.replace(inc.findings[0], step_start=190, step_end=190, peak_step=190, severity="info"))
+    steps = implicated_steps(inc, tp)
+    assert 155 in steps and 156 in steps and 219 in steps and 218 in steps
+    assert 190 not in steps and 157 not in steps  # an info note is not an event; nothing between is implicated
+    run = make_run(n=300, manifest=True)
+    out = ranked(run, inc)
+    assert set(out.get_column("step")) == set(steps)
+    # both events' own steps weigh as peaks
+    top = out.group_by("step").agg(pl.col("score").max()).sort("step")
+    s = dict(top.iter_rows())
+    assert s[156] > s[155] and s[219] > s[218]
 
 
 def test_high_loss_sample_ranks_first_across_ranks_and_micro_batches():
@@ -99,3 +119,34 @@ def test_logging_interval_implicates_every_step_since_the_previous_record():
     run = RunData.from_frames("r", metrics=logged, batches=b)
     out = ranked(run, incident(150))
     assert out.row(0, named=True)["step"] == bad_step
+
+
+def test_sample_the_detector_corroborated_ranks_first_without_sample_losses():
+    run = make_run(n=300, manifest=True)
+    b = run.batches.with_columns(pl.lit(None, dtype=pl.Float64).alias("sample_loss"))
+    run = RunData.from_frames("r", metrics=run.metrics, batches=b)
+    plain = ranked(run, incident(150))
+    # without per-sample losses the samples of the peak step differ only by length: take the least suspect
+    peak = plain.filter(pl.col("step") == 150)
+    named = peak.sort("score").get_column("sample_id")[0]
+    assert plain.get_column("sample_id")[0] != named
+    out = ranked(run, incident(150, facts={"corroborated_by": [named]}))
+    assert out.get_column("sample_id")[0] == named
+    before = peak.filter(pl.col("sample_id") == named).get_column("score")[0]
+    assert out.get_column("score")[0] == pytest.approx(before + Params().tracing.w_corroborated)
+
+
+def test_a_step_whose_every_sample_is_bad_outranks_the_step_before():
+    # every sample of the peak step has ~5x the healthy per-sample loss (a whole batch of junk): the step's
+    # own low quantile is junk too, so against it they look ordinary; against healthy data they do not
+    run = make_run(spike_at=150, micro=2, per_micro=3)
+    b = run.batches.with_columns(
+        pl.when(pl.col("step") == 150).then(pl.col("sample_loss") * 5).otherwise(pl.col("sample_loss")).alias("sample_loss"),
+    ).with_columns(  # and the step before is a little noisy, so its samples stand out within their own step
+        pl.when((pl.col("step") == 149) & (pl.col("micro") == 0)).then(pl.col("sample_loss") * 1.6)
+        .otherwise(pl.col("sample_loss")).alias("sample_loss"))
+    run = RunData.from_frames("r", metrics=run.metrics, batches=b)
+    out = ranked(run, incident(150))
+    top6 = out.head(6)
+    assert set(top6.get_column("step")) == {150}, top6
+    assert (top6.get_column("loss_ratio") < 1.5).all()  # within its step nothing stands out

@@ -181,3 +181,20 @@ def test_resumed_run_reports_the_step_and_keeps_the_attempt():
     attempt = np.concatenate([np.zeros(1200, dtype=np.int32), np.ones(500, dtype=np.int32)])
     [f] = hard_spike.detect(run_from(cols, attempt=attempt), Params())
     assert (f.peak_step, f.attempt, f.severity) == (1100, 1, "critical")
+
+
+def test_recurring_spikes_in_a_spiky_grad_norm_are_found_by_ratio_when_z_is_inflated():
+    """An LR far too high: the grad norm jumps 6-25x every few dozen steps while the loss does not move.
+    So many spikes inflate the robust sigma (each spike's z ~3-4, under the hard-spike bar), yet a 5x+ jump
+    over both sides, again and again, is the run's pattern. A clean noisy run never shows one."""
+    c = curves(600, seed=21, grad_noise=0.35)
+    assert [f for f in hard_spike.detect(run_from(c), Params()) if f.severity != "info"] == []
+    rng = np.random.default_rng(5)
+    spikes = sorted(rng.choice(np.arange(150, 590), 14, replace=False))
+    for s in spikes:
+        c["grad_norm"][s] *= rng.uniform(6, 25)
+    found = [f for f in hard_spike.detect(run_from(c), Params()) if f.severity != "info"]
+    pattern = [f for f in found if f.facts.get("recurring_spikes")]
+    assert len(pattern) == 1 and pattern[0].severity == "warning"
+    assert len(pattern[0].facts["recurring_spikes"]) >= 8
+    assert pattern[0].step_start >= 150 and pattern[0].step_end <= 592

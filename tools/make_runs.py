@@ -27,7 +27,9 @@ from tools.fixtures import scenarios as SC  # noqa: E402
 from tools.fixtures import writers as W  # noqa: E402
 from tools.fixtures.train import run  # noqa: E402
 
-START = {"tune": datetime(2026, 3, 1, 8, 0, 0), "holdout": datetime(2026, 3, 9, 14, 0, 0)}
+START = {"tune": datetime(2026, 3, 1, 8, 0, 0), "holdout": datetime(2026, 3, 9, 14, 0, 0),
+         "fresh": datetime(2026, 3, 17, 10, 0, 0), "final": datetime(2026, 3, 24, 9, 0, 0)}
+SETS = list(START)
 SHIFT_KEYS = {"step_start", "step_end", "peak_step", "first_nonfinite_step", "nonfinite_steps",
               "nonfinite_steps_attempt0", "nonfinite_steps_after_resume", "spike_steps", "steps_layer_over_10x",
               "first_overflow_step", "last_overflow_step", "loss_min_step", "peak_grad_norm_step",
@@ -181,7 +183,7 @@ def check_ground_truth(gt):
 # ----------------------------------------------------------------------------- README
 def write_readme(out_root):
     rows = []
-    for set_name in ("tune", "holdout"):
+    for set_name in SETS:
         for name in SC.SCENARIOS:
             p = os.path.join(out_root, set_name, name, "ground_truth.json")
             if os.path.exists(p):
@@ -195,7 +197,8 @@ def write_readme(out_root):
              "needs it, and `ground_truth.json` (schema in `tools/README.md`).", "",
              "The `tune` set is for developing detectors; the `holdout` set repeats the scenario list with other",
              "seeds, formats, depths, batch sizes, fault magnitudes and steps (and some manifests without",
-             "per-sample losses) and is for scoring only.", "",
+             "per-sample losses) and is for scoring only. The `fresh` set repeats the holdout variants with new seeds,",
+             "width, batch, learning rate and data mix; it was generated before the last tuning pass and scored once.", "",
              "| set | scenario | format | files | healthy | what happened (measured) |",
              "|---|---|---|---|---|---|"]
     for g in rows:
@@ -216,13 +219,13 @@ def write_readme(out_root):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=["tune", "holdout", "all"], default="all")
+    ap.add_argument("--set", choices=SETS + ["all"], default="all")
     ap.add_argument("--only", action="append", help="scenario name (repeatable)")
     ap.add_argument("--out", default="sample_logs")
     ap.add_argument("--jobs", type=int, default=1, help="parallel worker processes (each single-threaded)")
     ap.add_argument("--no-readme", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    sets = ["tune", "holdout"] if args.set == "all" else [args.set]
+    sets = SETS if args.set == "all" else [args.set]
     only = args.only or SC.SCENARIOS
     unknown = set(only) - set(SC.SCENARIOS)
     if unknown:

@@ -8,8 +8,11 @@ batch damages the weights the next step uses) and score every sample in them:
 
     score = step weight (peak / earlier step)
           + w_recurrence x other spike incidents the sample is also in    (recurrence = data)
+          + w_corroborated when the detector's chance test tied it to several bumps (recurrence.py)
           - w_healthy    x healthy steps the sample was seen in (max 4)     (exoneration, soft)
           + w_loss       x log2(sample loss / max(healthy per-sample loss, step's 10th percentile))
+          + w_loss_abs   x log2(sample loss / healthy per-sample loss)   (a whole batch of bad data still
+                                                                          stands above healthy data)
           + w_nonfinite  when the sample's own loss is NaN/Inf
           + w_rank       when it sat on the rank the incident is confined to
           + w_source     x log2(enrichment of its source in spike batches vs healthy ones)
@@ -41,7 +44,8 @@ SAMPLE_COLUMNS = {
 
 
 def implicated_steps(incident: Incident, params: TracingParams, interval: int = 1, max_span: int = 8) -> list[int]:
-    """Steps whose batches may have caused the incident: onset..peak (at most `max_span`) plus the step(s) before.
+    """Steps whose batches may have caused the incident: onset..peak (at most `max_span`) plus the step(s) before,
+    and the same around the peak of every other warning+ finding grouped into it.
 
     `interval` is the log's step cadence: a loss printed every k steps averages (or samples)
     the k steps since the previous record, so all of them are implicated.
@@ -50,7 +54,13 @@ def implicated_steps(incident: Incident, params: TracingParams, interval: int = 
     start = int(onset) if isinstance(onset, (int, float)) and onset <= incident.peak_step else incident.step_start
     start = max(start, incident.peak_step - max(max_span, interval) + 1)
     start = min(start, incident.peak_step - interval + 1)
-    return list(range(start - params.steps_before, incident.peak_step + 1))
+    steps = set(range(start - params.steps_before, incident.peak_step + 1))
+    # an incident can group several events (a corroborated bump beside a louder spike): each warning+
+    # finding's own peak, its log interval and the step before are implicated too
+    for f in incident.findings:
+        if f.severity not in ("info", "ok") and f.peak_step != incident.peak_step and f.attempt == incident.attempt:
+            steps.update(range(f.peak_step - interval + 1 - params.steps_before, f.peak_step + 1))
+    return sorted(steps)
 
 
 @dataclass
@@ -153,7 +163,8 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     ref = healthy_sample_loss(incident, tc, params)
     denom = step_low if ref is None else pl.max_horizontal(step_low, pl.lit(ref))
     rows = rows.with_columns((pl.col("sample_loss") / denom).alias("loss_ratio"),
-                             (pl.col("replay_loss") / denom).alias("replay_ratio"))
+                             (pl.col("replay_loss") / denom).alias("replay_ratio"),
+                             (pl.col("sample_loss") / ref if ref is not None else pl.lit(None, pl.Float64)).alias("_abs_ratio"))
     recurrence = (
         tc.membership.filter(pl.col("incident") != incident.id).group_by("sample_id").agg(pl.len().alias("recurrence"))
     )
@@ -168,12 +179,14 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
         )
     )
     log2 = lambda e: (e.clip(lower_bound=1.0)).log(2).fill_null(0.0).fill_nan(0.0)  # noqa: E731
-    step_weight = pl.when(pl.col("step") == incident.peak_step).then(params.w_peak).otherwise(params.w_before)
+    peaks = [incident.peak_step] + [f.peak_step for f in incident.findings if f.severity not in ("info", "ok")]
+    step_weight = pl.when(pl.col("step").is_in(peaks)).then(params.w_peak).otherwise(params.w_before)
     # a NaN/Inf of the sample's own, while most of its step is finite (once the weights are NaN every
     # sample's loss is NaN, and that says nothing about any one of them)
     nonfinite = (pl.col("sample_loss").is_not_null() & ~pl.col("sample_loss").is_finite()
                  & (pl.col("sample_loss").is_finite().fill_null(False).mean().over("step") >= 0.5))
     rank_hit = pl.lit(False) if confined_rank is None else (pl.col("rank") == confined_rank).fill_null(False)
+    corroborated = [str(x) for x in incident.facts.get("corroborated_by") or []]
     # extreme length either way: very long documents, or empty / all-padding ones (0/0 losses)
     tok = pl.col("tokens").cast(pl.Float64)
     length = (log2(pl.max_horizontal(tok / tc.median_tokens, tc.median_tokens / tok))
@@ -185,9 +198,11 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
         (
             step_weight
             + params.w_loss * log2(pl.col("loss_ratio"))
+            + params.w_loss_abs * log2(pl.when(pl.col("_abs_ratio").is_finite()).then(pl.col("_abs_ratio")))
             + pl.when(pl.col("own_nonfinite")).then(params.w_nonfinite_loss).otherwise(0.0)
             - pl.when(replay_clean.fill_null(False)).then(params.w_replay_clean).otherwise(0.0)
             + pl.when(rank_hit).then(params.w_rank).otherwise(0.0)
+            + pl.when(pl.col("sample_id").is_in(corroborated)).then(params.w_corroborated).otherwise(0.0)
             + params.w_source * log2(pl.col("source_enrichment"))
             + params.w_length * length
         ).alias("row_score")
@@ -217,15 +232,16 @@ def consumed_samples_range(run: RunData, incident: Incident, params: TracingPara
     cs = cs.filter(pl.col("attempt") == incident.attempt) if incident.attempt in cs.get_column("attempt") else cs
     steps = implicated_steps(incident, params, interval)
     before = cs.filter(pl.col("step") < steps[0]).sort("step")
-    upto = cs.filter(pl.col("step") <= incident.peak_step).sort("step")
+    last = max(steps[-1], incident.peak_step)
+    upto = cs.filter(pl.col("step") <= last).sort("step")
     if upto.height == 0:
         return None
     end = upto.get_column("value")[-1]
     start = before.get_column("value")[-1] if before.height else 0.0
     if not (math.isfinite(end) and math.isfinite(start)):
         return None
-    return {"start": int(start), "end": int(end), "steps": [steps[0], incident.peak_step],
-            "note": "samples consumed from the end of step %d to the end of step %d" % (steps[0] - 1, incident.peak_step)}
+    return {"start": int(start), "end": int(end), "steps": [steps[0], last],
+            "note": "samples consumed from the end of step %d to the end of step %d" % (steps[0] - 1, last)}
 
 
 def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5) -> list[str]:

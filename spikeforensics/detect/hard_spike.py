@@ -94,29 +94,49 @@ def detect(run: RunData, params) -> list[Finding]:
         layer_base = signals.layer_baseline(run, params)
         for _, group in flags.group_by("group", maintain_order=True):
             findings.append(_finding(group, tracks, layer_base, run, params))
-        findings += _recurring(findings, hp)
+    findings += _recurring(findings, run, params)
     return recurrence.promote(run, findings, params)
 
 
-def _recurring(findings: list[Finding], hp) -> list[Finding]:
-    """Grad-norm spikes that are notes one by one but keep coming back (>= `recurring_count` of them at
-    >= `recurring_ratio`): a pattern of the run (LR too high), reported as one warning over their span."""
-    grad_only = [f for f in findings if not f.facts.get("early_rise")
-                 and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}
-                 and max(e.ratio or 0 for e in f.evidence if e.signal == "grad_norm") >= hp.recurring_ratio]
-    if len(grad_only) < hp.recurring_count:
+def _recurring(findings: list[Finding], run: RunData, params) -> list[Finding]:
+    """Grad-norm spikes that keep coming back (>= `recurring_count` separate events at >= `recurring_ratio`):
+    a pattern of the run (LR too high), not one-offs. An event is a grad-only note that high over its past,
+    or a grad-norm record that high over *both* sides at a lower z (`recurring_z`): in a run whose grad norm
+    spikes all the time the robust sigma is inflated, so each spike's z understates it. Every hard-spike
+    finding of the run gets the pattern as fact `run_spike_pattern`; the events no warning+ finding already
+    covers become one warning over their span (fact `recurring_spikes`: all the pattern's steps)."""
+    hp = params.hard_spike
+    notes = [f.peak_step for f in findings if not f.facts.get("early_rise") and f.severity == "info"
+             and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}
+             and max(e.ratio or 0 for e in f.evidence if e.signal == "grad_norm") >= hp.recurring_ratio]
+    frame, _ = signals.with_baseline(run, "grad_norm", params)
+    high = frame.filter(pl.col("left").is_not_null() & (pl.col("z") >= hp.recurring_z)
+                        & (pl.col("y") - pl.col("base") >= math.log(hp.recurring_ratio)))
+    rows = high.select("step", "value", "base", "z").with_columns(pl.col("base").exp())
+    steps = sorted(set(notes) | set(rows.get_column("step").drop_nulls().to_list()))
+    events = [steps[0]] if steps else []
+    for a, b in zip(steps, steps[1:]):
+        if b - a > hp.group_gap:
+            events.append(b)
+    if len(events) < hp.recurring_count:
         return []
-    steps = [f.peak_step for f in grad_only]
-    ratios = [max(e.ratio or 0 for e in f.evidence if e.signal == "grad_norm") for f in grad_only]
-    top = grad_only[ratios.index(max(ratios))]
-    ev = [Evidence(signal="grad_norm", step=f.peak_step, value=e.value, baseline=e.baseline, ratio=e.ratio, rank=e.rank,
-                   note="one of the recurring grad-norm spikes")
-          for f in grad_only for e in f.evidence[:1]]
-    return [Finding(kind="hard_spike", step_start=min(steps), step_end=max(steps), peak_step=top.peak_step,
-                    severity="warning", score=float(len(grad_only)), evidence=ev[:10],
-                    summary=(f"{len(grad_only)} grad-norm spikes of {hp.recurring_ratio:g}x or more between steps "
-                             f"{min(steps)} and {max(steps)}: recurring, not a one-off (LR too high?)"),
-                    facts={"recurring_spikes": steps, "onset_step": min(steps)})]
+    for f in findings:
+        f.facts["run_spike_pattern"] = events
+    claimed = [f for f in findings if f.severity != "info" and not f.facts.get("early_rise")]
+    free = [s for s in events if not any(f.step_start - hp.group_gap <= s <= f.step_end + hp.group_gap for f in claimed)]
+    if not free:
+        return []
+    ev_rows = rows.filter(pl.col("step").is_in(free)).sort("step")
+    ev = [Evidence(signal="grad_norm", step=r["step"], value=r["value"], baseline=r["base"],
+                   ratio=round(r["value"] / r["base"], 4) if r["base"] else None,
+                   note=f"one of the recurring grad-norm spikes (robust z {r['z']:.1f})")
+          for r in ev_rows.iter_rows(named=True)]
+    top = ev_rows.sort("z", descending=True).row(0, named=True) if ev_rows.height else {"step": free[0]}
+    return [Finding(kind="hard_spike", step_start=min(free), step_end=max(free), peak_step=int(top["step"]),
+                    severity="warning", score=float(len(events)), evidence=ev[:10],
+                    summary=(f"{len(events)} grad-norm spikes of {hp.recurring_ratio:g}x or more between steps "
+                             f"{events[0]} and {events[-1]}: recurring, not a one-off (LR too high?)"),
+                    facts={"recurring_spikes": events, "run_spike_pattern": events, "onset_step": min(free)})]
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:

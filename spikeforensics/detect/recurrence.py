@@ -68,14 +68,15 @@ def _manifest(run: RunData) -> pl.DataFrame:
 def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
     """Samples that explain several candidate events: sample_id, events (list of event ids), expected (chance)."""
     hp = params.hard_spike
-    empty = pl.DataFrame(schema={"sample_id": pl.String, "events": pl.List(pl.Int64), "expected": pl.Float64})
+    empty = pl.DataFrame(schema={"sample_id": pl.String, "events": pl.List(pl.Int64), "hit_steps": pl.List(pl.Int64),
+                                 "expected": pl.Float64})
     man = _manifest(run)
     if man.height == 0 or cands.height == 0:
         return empty
     # one score per candidate step (the stronger signal); a record printed every k steps stands for
     # the k steps since the previous one
     interval = _interval(run)
-    steps = cands.group_by("step").agg(pl.col("z").max().alias("score"))
+    steps = step_scores(run, params).join(cands.select("step").unique(), on="step", how="semi")
     steps = robust.flag_groups(steps.with_columns(pl.col("step").alias("pos")), hp.group_gap)
     covered = pl.concat([steps.select((pl.col("step") - d).alias("step"), pl.col("group").alias("event"), "score")
                          for d in range(interval)]).sort("score", descending=True).unique(subset=["step"], keep="first")
@@ -87,6 +88,7 @@ def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
     man = man.with_columns(hit.alias("hit"))
     per = man.group_by("sample_id").agg(
         pl.col("event").filter(pl.col("hit")).unique().alias("events"),
+        pl.col("step").filter(pl.col("hit")).unique().sort().alias("hit_steps"),
         pl.col("step").filter(pl.col("hit")).n_unique().alias("k"),
         pl.col("score").filter(pl.col("hit")).min().alias("weakest"),
         pl.col("step").n_unique().alias("n"),
@@ -99,13 +101,32 @@ def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
         return empty
     # chance that a sample's appearances land on steps standing out at least as much as its weakest
     # hit: q = share of manifest steps scoring that high; binomial tail over its n appearances
-    step_scores = man.unique(subset=["step"]).get_column("score").fill_null(-math.inf).sort().to_numpy()
+    scores = man.unique(subset=["step"]).get_column("score").fill_null(-math.inf).sort().to_numpy()
     weakest = per.get_column("weakest").to_numpy()
-    q = 1.0 - np.searchsorted(step_scores, weakest, side="left") / max(step_scores.size, 1)
+    q = 1.0 - np.searchsorted(scores, weakest, side="left") / max(scores.size, 1)
     tail = stats.binom.sf(per.get_column("k").to_numpy() - 1, per.get_column("n").to_numpy(), q)
     per = per.with_columns(pl.Series("expected", tail * max(tested, 1)))
     per = per.filter(pl.col("expected") <= hp.corroborate_chance)
-    return per.select("sample_id", "events", "expected").sort("expected")
+    return per.select("sample_id", "events", "hit_steps", "expected").sort("expected")
+
+
+def step_scores(run: RunData, params) -> pl.DataFrame:
+    """One score per step (first pass): the stronger of the loss and grad-norm robust z, or their
+    Stouffer sum (z_loss + z_grad) / sqrt(2) when both are up. A bad sample lifts both its step's loss
+    and its gradient; noise mostly lifts one, so steps where the two agree are rarer, and the chance
+    test below sees that. Only positive z count toward the sum."""
+    parts = []
+    for name, _ in SIGNALS:
+        frame, _ = signals.with_baseline(run, name, params)
+        if frame.height:
+            parts.append(frame.filter((pl.col("attempt") == 0) & pl.col("z").is_not_null())
+                         .group_by("step").agg(pl.col("z").max().alias(f"z_{name}")))
+    if not parts:
+        return pl.DataFrame(schema={"step": pl.Int64, "score": pl.Float64})
+    joined = parts[0] if len(parts) == 1 else parts[0].join(parts[1], on="step", how="full", coalesce=True)
+    zs = [pl.col(c) for c in joined.columns if c.startswith("z_")]
+    both = sum(z.clip(lower_bound=0).fill_null(0) for z in zs) / math.sqrt(len(zs))
+    return joined.select("step", pl.max_horizontal(*zs, both).alias("score"))
 
 
 def _interval(run: RunData) -> int:
@@ -128,20 +149,29 @@ def promote(run: RunData, findings: list[Finding], params) -> list[Finding]:
     events = robust.flag_groups(cands.with_columns(pl.col("step").alias("pos")), hp.group_gap)
     by_event = culprits.explode("events").group_by("events").agg(pl.col("sample_id").sort())
     out = list(findings)
+    hit_steps = set(culprits.get_column("hit_steps").explode().drop_nulls().to_list())
+    interval = _interval(run)  # a record every k steps stands for the k manifest steps up to it
     for event, samples in by_event.sort("events").iter_rows():
         rows = events.filter(pl.col("group") == event)
+        # a chain of small bumps can be long: keep the records within `group_gap` of the culprit's own step
+        own = [s for s in rows.get_column("step").to_list() if any(s - interval < h <= s for h in hit_steps)]
+        if own:
+            rows = rows.filter(pl.col("step").is_between(min(own) - hp.group_gap, max(own) + hp.group_gap))
         lo, hi = int(rows.get_column("step").min()), int(rows.get_column("step").max())
         near = [f for f in out if f.step_start <= hi + hp.group_gap and f.step_end >= lo - hp.group_gap
                 and not f.facts.get("early_rise") and not f.facts.get("recurring_spikes")]
         if any(severity_rank(f.severity) >= severity_rank("warning") for f in near):
             continue
         out = [f for f in out if f not in near]  # an info note at these steps becomes the warning
-        out.append(_finding(rows, samples, culprits, lo, hi))
+        out.append(_finding(rows, samples, culprits, lo, hi, own))
     return sorted(out, key=lambda f: (f.attempt, f.step_start))
 
 
-def _finding(rows: pl.DataFrame, samples: list[str], culprits: pl.DataFrame, lo: int, hi: int) -> Finding:
-    peak = rows.sort("z", descending=True).row(0, named=True)
+def _finding(rows: pl.DataFrame, samples: list[str], culprits: pl.DataFrame, lo: int, hi: int,
+             own: list[int]) -> Finding:
+    # the peak is the bump the culprit explains (its own step), not a louder neighbour in the chain
+    at_own = rows.filter(pl.col("step").is_in(own)) if own else rows
+    peak = (at_own if at_own.height else rows).sort("z", descending=True).row(0, named=True)
     evidence = [Evidence(signal=r["signal"], step=r["step"], value=r["value"], baseline=r["base"], ratio=round(r["ratio"], 4),
                          note=f"robust z {r['z']:.1f}: below the hard-spike bar on its own")
                 for r in rows.sort("ratio", descending=True).unique(subset=["signal"], keep="first", maintain_order=True).iter_rows(named=True)]

@@ -56,11 +56,14 @@ def peak_index(track: Track, pos_start: int, pos_end: int) -> int | None:
     return int(lo + np.nanargmax(seg))
 
 
-def onset_index(track: Track, i_peak: int, z_thr: float) -> int:
-    """Walk back from the peak while the point stays > z_thr above the pre-peak level."""
+def onset_index(track: Track, i_peak: int, z_thr: float) -> int | None:
+    """Walk back from the peak while the point stays > z_thr above the pre-peak level. None when the
+    peak itself does not clear z_thr: this track did not move (another rank or signal raised the flag)."""
     level, sigma = track.left[i_peak], track.sigma[i_peak]
     lo = max(0, i_peak - LOOKBACK)
     z = (track.y[lo:i_peak + 1] - level) / sigma
+    if not z[-1] > z_thr:
+        return None
     quiet = np.nonzero(~(z > z_thr))[0]
     return lo if quiet.size == 0 else int(lo + quiet[-1] + 1)
 
@@ -103,6 +106,8 @@ def describe(tracks: list[Track], pos_start: int, pos_end: int, params) -> dict:
         if i_peak is None:
             continue
         i_on = onset_index(track, i_peak, sp.onset_z)
+        if i_on is None:
+            continue
         onsets.append((int(track.pos[i_on]), track.signal, track.rank, int(track.step[i_on])))
         key = track.signal if track.rank is None else f"{track.signal}@rank{track.rank}"
         if key in facts.get("onset_by_signal", {}):

@@ -2,7 +2,8 @@
 
 - loss: the rolling-median log loss rises > 5% over `loss_span` steps (DOMAIN rule), or
   sits >= 10% above its lowest level of the previous `long_span` records (a slow climb),
-  for at least a few consecutive records;
+  for at least a few consecutive records, and by more than `loss_noise_c` sigma of the
+  smoothed series (a small-batch loss wanders 5% by noise alone);
 - grad norm: a level shift up, the median of the next `level_window` records >= 2x the
   median of the previous ones and >= c times the noise of that difference (ADTK
   LevelShiftAD idea, two-sided windows).
@@ -32,14 +33,22 @@ def _prep(frame: pl.DataFrame, dp) -> pl.DataFrame:
 
 def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     span = robust.rows_for_steps(loss, dp.loss_span)
-    data = _prep(loss, dp).with_columns(
+    data = _prep(loss, dp)
+    # the noise of a rolling median of `smooth` records, from the residuals around it; a drift must
+    # clear `loss_noise_c` sigma of a difference of two such medians (1.77 = 1.25 x sqrt 2)
+    data = data.with_columns(
+        ((pl.col("y") - pl.col("smooth")).abs().median().over("_k") * robust.MAD_SCALE
+         * dp.loss_noise_c * 1.77 / math.sqrt(dp.smooth)).alias("_noise"))
+    data = data.with_columns(
         (pl.col("smooth") - pl.col("smooth").shift(span).over("_k")).alias("_short"),
         (pl.col("smooth") - pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("smooth"))
          .rolling_min(dp.long_span, min_samples=1).over("_k")).alias("_long"),
     ).with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
     flagged = data.filter(
-        ((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise)))
-        | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise)))
+        ((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise))
+         & (pl.col("_short") >= pl.col("_noise")))
+        | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise))
+           & (pl.col("_long") >= pl.col("_noise")))
     )
     return flagged.with_columns(pl.lit("loss").alias("signal"),
                                 (pl.col("smooth") - pl.col("rise")).alias("before"))
