@@ -38,7 +38,7 @@ from spikeforensics.store import Store  # noqa: E402
 TRUTH_FILE = "ground_truth.json"
 README = HERE / "README.md"
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
-SETS = ("tune", "holdout", "fresh", "final")
+SETS = ("tune", "holdout", "fresh", "final", "blind")
 PRODUCT = "spikeforensics"
 
 

@@ -150,3 +150,11 @@ def test_a_step_whose_every_sample_is_bad_outranks_the_step_before():
     top6 = out.head(6)
     assert set(top6.get_column("step")) == {150}, top6
     assert (top6.get_column("loss_ratio") < 1.5).all()  # within its step nothing stands out
+
+
+def test_skip_list_keeps_a_whole_tie_group():
+    tie = pl.DataFrame({"sample_id": [f"s{i}" for i in range(8)] + ["x", "y"],
+                        "score": [3.0] * 8 + [1.0, 0.5]})
+    assert skip_candidates(tie, 0.75) == [f"s{i}" for i in range(8)]  # 8 tied: none cut off at 5
+    ranked_ = pl.DataFrame({"sample_id": list("abcdefg"), "score": [5.0, 4.9, 4.8, 4.7, 4.6, 4.5, 4.4]})
+    assert skip_candidates(ranked_, 0.75) == list("abcde")  # distinct scores: at most 5

@@ -28,7 +28,8 @@ from tools.fixtures import writers as W  # noqa: E402
 from tools.fixtures.train import run  # noqa: E402
 
 START = {"tune": datetime(2026, 3, 1, 8, 0, 0), "holdout": datetime(2026, 3, 9, 14, 0, 0),
-         "fresh": datetime(2026, 3, 17, 10, 0, 0), "final": datetime(2026, 3, 24, 9, 0, 0)}
+         "fresh": datetime(2026, 3, 17, 10, 0, 0), "final": datetime(2026, 3, 24, 9, 0, 0),
+         "blind": datetime(2026, 4, 2, 16, 0, 0)}
 SETS = list(START)
 SHIFT_KEYS = {"step_start", "step_end", "peak_step", "first_nonfinite_step", "nonfinite_steps",
               "nonfinite_steps_attempt0", "nonfinite_steps_after_resume", "spike_steps", "steps_layer_over_10x",
@@ -197,8 +198,9 @@ def write_readme(out_root):
              "needs it, and `ground_truth.json` (schema in `tools/README.md`).", "",
              "The `tune` set is for developing detectors; the `holdout` set repeats the scenario list with other",
              "seeds, formats, depths, batch sizes, fault magnitudes and steps (and some manifests without",
-             "per-sample losses) and is for scoring only. The `fresh` set repeats the holdout variants with new seeds,",
-             "width, batch, learning rate and data mix; it was generated before the last tuning pass and scored once.", "",
+             "per-sample losses) and is for scoring. The `fresh`, `final` and `blind` sets repeat the holdout variants",
+             "with new seeds, widths, batches, learning rates and data mixes; `benchmarks/README.md` records when each",
+             "set was looked at.", "",
              "| set | scenario | format | files | healthy | what happened (measured) |",
              "|---|---|---|---|---|---|"]
     for g in rows:

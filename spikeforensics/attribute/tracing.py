@@ -245,11 +245,16 @@ def consumed_samples_range(run: RunData, incident: Incident, params: TracingPara
 
 
 def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5) -> list[str]:
-    """Sample IDs worth skipping on resume: those scoring within `score_frac` of the top one."""
+    """Sample IDs worth skipping on resume: those scoring within `score_frac` of the top one, at most
+    `limit` - except that samples tied with the last one kept are never cut off: without per-sample
+    losses a whole micro-batch can tie, and skipping half of it may leave the bad sample in."""
     if samples.height == 0:
         return []
     top = samples.get_column("score")[0]
     if top is None or top <= 0:
         return []
-    keep = samples.filter(pl.col("score") >= top * score_frac).head(limit)
-    return keep.get_column("sample_id").to_list()
+    near = samples.filter(pl.col("score") >= top * score_frac)
+    if near.height > limit:
+        last = near.get_column("score")[limit - 1]
+        near = near.filter(pl.col("score") >= last - 1e-9 * max(1.0, abs(last)))
+    return near.get_column("sample_id").to_list()

@@ -13,7 +13,9 @@ a loss spike below that is a warning; a grad-norm spike under 10x that the loss 
 not show is critical only when also extreme for the run's noise (z >= 8), else a note.
 An unstable start (the loss climbing above its initial value in the first records) is
 reported too: the two-sided test cannot see it, the first records having no past. Grad-norm
-spikes that are notes one by one but recur (>= 3 at >= 5x) are one warning: a pattern.
+spikes that recur (>= 3 separate events at >= 5x, counted also below the z bar: a run that
+spikes all the time inflates its own sigma) are the run's pattern: every finding carries it,
+and the events no other finding covers become one warning.
 Small bumps below every bar that one recurring sample explains are promoted to warnings
 (`recurrence.py`: corroboration by the batch manifest).
 """
