@@ -88,11 +88,14 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     rows = run.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
     # a replayed step (resume from a checkpoint) appears again later in the manifest: keep the first
     # pass, and the loss the same sample had when the step was trained again
-    replays = rows.group_by(keys, maintain_order=True).agg(
-        pl.len().alias("_n"), pl.col("sample_loss").last().alias("replay_loss")
-    ).filter(pl.col("_n") > 1).drop("_n")
-    batches = rows.unique(subset=keys, keep="first", maintain_order=True).join(
-        replays, on=keys, how="left", nulls_equal=True)
+    if rows.height and (rows.get_column("step").diff() < 0).any():  # steps go back: a replay (or per-rank files)
+        replays = rows.group_by(keys, maintain_order=True).agg(
+            pl.len().alias("_n"), pl.col("sample_loss").last().alias("replay_loss")
+        ).filter(pl.col("_n") > 1).drop("_n")
+        batches = rows.unique(subset=keys, keep="first", maintain_order=True).join(
+            replays, on=keys, how="left", nulls_equal=True)
+    else:
+        batches = rows.with_columns(pl.lit(None, pl.Float64).alias("replay_loss"))
     steps = [
         pl.DataFrame({"incident": inc.id, "step": implicated_steps(inc, tp, interval)}, schema={"incident": pl.String, "step": pl.Int64})
         for inc in incidents
@@ -100,7 +103,9 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     inc_steps = pl.concat(steps) if steps else pl.DataFrame(schema={"incident": pl.String, "step": pl.Int64})
     membership = inc_steps.join(batches.select("step", "sample_id"), on="step").select("incident", "sample_id").unique()
     healthy = batches.join(unhealthy, on="step", how="anti")
-    healthy_seen = healthy.group_by("sample_id").agg(pl.col("step").n_unique().alias("healthy_seen"))
+    # exoneration is only asked of the incidents' own samples
+    healthy_seen = healthy.join(membership.select("sample_id").unique(), on="sample_id", how="semi").group_by(
+        "sample_id").agg(pl.col("step").n_unique().alias("healthy_seen"))
     spike = batches.join(inc_steps.select("step").unique(), on="step")
     enrichment = pl.DataFrame(schema={"source": pl.String, "source_enrichment": pl.Float64})
     if batches.get_column("sample_source").null_count() < batches.height and spike.height and healthy.height:
@@ -121,7 +126,17 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     if median_tokens and spike.get_column("tokens").drop_nulls().len() and healthy.get_column("tokens").drop_nulls().len():
         spike_ratio = float(spike.get_column("tokens").mean()) / max(float(healthy.get_column("tokens").mean()), 1e-9)
     finite = pl.col("sample_loss").is_not_null() & pl.col("sample_loss").is_finite()
-    healthy_loss = healthy.filter(finite).group_by("step").agg(pl.col("sample_loss").median().alias("loss")).sort("step")
+    # the per-sample loss reference: healthy steps in the window before each incident (see
+    # healthy_sample_loss); over the whole run only when some incident has none before it
+    windows = pl.concat([pl.DataFrame({"step": list(range(s[0] - tp.loss_ref_window, s[0]))}, schema={"step": pl.Int64})
+                         for s in (implicated_steps(inc, tp, interval) for inc in incidents)]
+                        or [pl.DataFrame(schema={"step": pl.Int64})]).unique()
+    with_loss = healthy.filter(finite)
+    near = with_loss.join(windows, on="step", how="semi")
+    per_incident = [near.filter(pl.col("step").is_between(s[0] - tp.loss_ref_window, s[0] - 1)).height > 0
+                    for s in (implicated_steps(inc, tp, interval) for inc in incidents)]
+    source = near if all(per_incident) else with_loss
+    healthy_loss = source.group_by("step").agg(pl.col("sample_loss").median().alias("loss")).sort("step")
     return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval, healthy_loss)
 
 

@@ -60,9 +60,14 @@ def candidates(run: RunData, params) -> pl.DataFrame:
 def _manifest(run: RunData) -> pl.DataFrame:
     """First-pass manifest rows (a replayed step is not a new appearance), one per (step, sample)."""
     rows = run.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
-    return rows.unique(subset=["step", "sample_id"], keep="first", maintain_order=True).select(
-        "step", "sample_id", "sample_loss").with_columns(
-        (pl.col("sample_loss") / pl.col("sample_loss").median().over("step")).alias("rel"))
+    if rows.height and (rows.get_column("step").diff() < 0).any():  # a replay (or per-rank files): dedupe
+        rows = rows.unique(subset=["step", "sample_id"], keep="first", maintain_order=True)
+    rows = rows.select("step", "sample_id", "sample_loss")
+    if rows.get_column("sample_loss").is_not_null().any():
+        rows = rows.with_columns((pl.col("sample_loss") / pl.col("sample_loss").median().over("step")).alias("rel"))
+    else:
+        rows = rows.with_columns(pl.lit(None, pl.Float64).alias("rel"))
+    return rows
 
 
 def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
@@ -80,30 +85,32 @@ def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
     steps = robust.flag_groups(steps.with_columns(pl.col("step").alias("pos")), hp.group_gap)
     covered = pl.concat([steps.select((pl.col("step") - d).alias("step"), pl.col("group").alias("event"), "score")
                          for d in range(interval)]).sort("score", descending=True).unique(subset=["step"], keep="first")
-    man = man.join(covered, on="step", how="left")
-    has_losses = man.get_column("sample_loss").is_not_null().any()
-    hit = pl.col("event").is_not_null()
+    has_losses = man.get_column("rel").is_not_null().any()
+    # only the manifest rows of candidate steps can be hits: a small frame, whatever the run's length
+    hits = man.join(covered, on="step", how="inner")
     if has_losses:  # in a candidate step the sample must be why the step stood out
-        hit = hit & (pl.col("rel") >= hp.corroborate_sample_ratio)
-    man = man.with_columns(hit.alias("hit"))
-    per = man.group_by("sample_id").agg(
-        pl.col("event").filter(pl.col("hit")).unique().alias("events"),
-        pl.col("step").filter(pl.col("hit")).unique().sort().alias("hit_steps"),
-        pl.col("step").filter(pl.col("hit")).n_unique().alias("k"),
-        pl.col("score").filter(pl.col("hit")).min().alias("weakest"),
-        pl.col("step").n_unique().alias("n"),
-        (pl.col("rel") >= hp.corroborate_sample_ratio).any().alias("elevated"),
-    )
-    tested = per.filter(pl.col("elevated")).height if has_losses else per.height
-    per = per.filter((pl.col("events").list.len() >= hp.corroborate_min_events)
-                     & (pl.col("k") >= hp.corroborate_min_share * pl.col("n")))
+        hits = hits.filter(pl.col("rel") >= hp.corroborate_sample_ratio)
+    per = hits.group_by("sample_id").agg(
+        pl.col("event").unique().alias("events"),
+        pl.col("step").unique().sort().alias("hit_steps"),
+        pl.col("step").n_unique().alias("k"),
+        pl.col("score").min().alias("weakest"),
+    ).filter(pl.col("events").list.len() >= hp.corroborate_min_events)
     if per.height == 0:
         return empty
+    appearances = man.join(per.select("sample_id"), on="sample_id", how="semi").group_by("sample_id").agg(
+        pl.col("step").n_unique().alias("n"))
+    per = per.join(appearances, on="sample_id").filter(pl.col("k") >= hp.corroborate_min_share * pl.col("n"))
+    if per.height == 0:
+        return empty
+    # samples tested: all of them; with per-sample losses only those elevated somewhere
+    tested = (man.filter(pl.col("rel") >= hp.corroborate_sample_ratio) if has_losses else man).get_column("sample_id").n_unique()
     # chance that a sample's appearances land on steps standing out at least as much as its weakest
     # hit: q = share of manifest steps scoring that high; binomial tail over its n appearances
-    scores = man.unique(subset=["step"]).get_column("score").fill_null(-math.inf).sort().to_numpy()
+    n_steps = man.get_column("step").n_unique()
+    scores = covered.join(man.select("step").unique(), on="step", how="semi").get_column("score").sort().to_numpy()
     weakest = per.get_column("weakest").to_numpy()
-    q = 1.0 - np.searchsorted(scores, weakest, side="left") / max(scores.size, 1)
+    q = (scores.size - np.searchsorted(scores, weakest, side="left")) / max(n_steps, 1)
     tail = stats.binom.sf(per.get_column("k").to_numpy() - 1, per.get_column("n").to_numpy(), q)
     per = per.with_columns(pl.Series("expected", tail * max(tested, 1)))
     per = per.filter(pl.col("expected") <= hp.corroborate_chance)
