@@ -167,3 +167,18 @@ def test_xid_without_a_clock_is_kept_as_unplaced_evidence():
     assert f["xid_count"] == 0 and f["xid_unplaced_weight"] == 1.0 and f["hw_evidence"] is True
     f = feats(make_run(spike_at=150, timed=True, extra={"events": events([xid])}), incident(150))
     assert f["xid_count"] == 1 and f["xid_unplaced_weight"] == 0.0
+
+
+def test_an_excerpt_from_mid_training_has_no_start_to_judge(tmp_path):
+    """bigscience tr8-104B, iterations 7000-7220: a loss spike at 7010. Three records, the first at 7000:
+    'early in training' and 'no warmup' cannot be read off an excerpt (this once blamed the LR schedule),
+    and a recovery the log ends before showing is unknown, not 'never'."""
+    from conftest import REAL
+    from spikeforensics import api
+    store = tmp_path / "s"
+    api.ingest([REAL / "megatron" / "bigscience_tr8_104b_exp1_glitch_with_validation.log"], run_id="x", store=store)
+    [inc] = api.diagnose("x", store=store)["incidents"]
+    assert inc["peak_step"] == 7010
+    f = inc["features"]
+    assert f["early"] is False and f["warmup_steps"] is None and f["recovery"] == "unknown"
+    assert inc["root_cause"] not in ("lr_schedule",)

@@ -155,7 +155,7 @@ explanation = "c"
 """, "n.toml")
     att = attribute(rs, features(nonfinite=True, replay_recurred=False, top_samples="s-1"), AttributionParams())
     assert att.root_cause == "hardware_fault"  # 2 vs data 3-2=1 vs unknown 1
-    assert [a["root_cause"] for a in att.alternatives] == ["data_outlier", "unknown"]
+    assert [a["root_cause"] for a in att.alternatives] == ["unknown", "data_outlier"]  # a tie goes to unknown
     assert sum([att.confidence] + [a["confidence"] for a in att.alternatives]) == pytest.approx(1.0, abs=1e-3)
     att2 = attribute(rs, features(nonfinite=True, replay_recurred=True, top_samples="s-1"), AttributionParams())
     assert att2.root_cause == "data_outlier" and att2.actions == ["drop s-1"] and att2.detail == "bad sample"
@@ -187,3 +187,20 @@ def test_vanishing_gradients_under_a_rising_lr_is_the_schedule():
     assert attribute(rs, f, ap).root_cause == "lr_schedule"
     f.update(lr_rising_late=False, lr_late_rise=1.0)
     assert attribute(rs, f, ap).root_cause == "vanishing_gradients"
+
+
+def test_a_label_must_beat_unknown_not_tie_with_it():
+    rs = parse_rules("""
+[[rule]]
+name = "weak"
+label = "data_outlier"
+weight = 1
+when = [{feature = "nonfinite", op = "==", value = true}]
+explanation = "weak"
+""", "t.toml")
+    ap = AttributionParams()  # unknown_floor 1.0 = one weak rule
+    tie = attribute(rs, features(nonfinite=True), ap)
+    assert tie.root_cause == "unknown" and tie.alternatives[0]["root_cause"] == "data_outlier"
+    assert tie.explanation == "The evidence does not clearly support any root cause."
+    ap.unknown_floor = 0.5
+    assert attribute(rs, features(nonfinite=True), ap).root_cause == "data_outlier"

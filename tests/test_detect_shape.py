@@ -26,4 +26,14 @@ def test_a_track_that_did_not_move_has_no_onset_even_on_the_last_record():
     assert shape.describe([quiet], 3, 3, Params()) == {}
     moved = _track([0, 0.02, -0.01, 0.9])
     facts = shape.describe([quiet, moved], 3, 3, Params())
-    assert facts["onset_step"] == 4 and facts["recovery"] == "never"
+    assert facts["onset_step"] == 4 and facts["recovery"] == "unknown"  # the log ends at the peak
+
+
+def test_recovery_never_needs_enough_records_after_the_peak():
+    hold = Params().shape.recover_hold
+    stays_up = _track([0] * 30 + [1.0] * (hold + 5))
+    assert shape.describe([stays_up], 30, 30, Params())["recovery"] == "never"
+    cut_short = _track([0] * 30 + [1.0] * (hold - 5))
+    assert shape.describe([cut_short], 30, 30, Params())["recovery"] == "unknown"
+    falls_back = _track([0] * 30 + [1.0] + [0.0] * (hold + 5))
+    assert shape.describe([falls_back], 30, 30, Params())["recovery"] == "fast"

@@ -119,12 +119,12 @@ FEATURES: dict[str, tuple[str, str]] = {
     "plateau_after": (N, "median loss after the incident / median loss before onset"),
     "train_frac": (N, "position of the peak in the run, 0 = first step, 1 = last"),
     "onset_frac": (N, "position of the incident's onset in the run, 0 = first step, 1 = last"),
-    "early": (B, "the peak lies in the first early_frac of training"),
+    "early": (B, "the peak lies in the first early_frac of training (false for a log that starts after hard_spike.start_max_step)"),
     "lr_at_peak": (N, "learning rate at the peak step"),
     "lr_trend_before": (N, "relative LR change over the window before onset (+ = rising)"),
     "in_warmup": (B, "the peak is before the LR maximum while the LR is still rising"),
     "lr_rising_late": (B, "after the warmup the LR rises again: >10% after it began to decay, or >2x when it never decays (wrong schedule)"),
-    "warmup_steps": (N, "steps from the first logged LR to the LR maximum of the warmup (0 = no warmup at all)"),
+    "warmup_steps": (N, "steps from the first logged LR to the LR maximum of the warmup (0 = no warmup at all; none for a log that starts after hard_spike.start_max_step)"),
     "lr_late_rise": (N, "largest LR / its running minimum after the warmup (decay start, or warmup_max_frac of the run)"),
     "lr_restart": (B, "the LR after a resume jumps back up by > 2x"),
 }
@@ -508,7 +508,10 @@ def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribution
     return out
 
 
-def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams) -> dict:
+def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams, start_max_step: int) -> dict:
+    """Position in training, drift before, plateau after, and the LR schedule around the incident.
+    "Early" and the warmup length are judged only for a log that begins at the start of training
+    (first step <= `start_max_step`): an excerpt from step 7000 has no "start" of its own."""
     on, w = _onset(inc), ap.baseline_window
     out = {"drift_before": None, "plateau_after": None, "train_frac": None, "onset_frac": None, "early": False, "lr_at_peak": None,
            "lr_trend_before": None, "in_warmup": False, "warmup_steps": None, "lr_rising_late": False, "lr_late_rise": None,
@@ -523,7 +526,7 @@ def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
         out["plateau_after"] = after / before
     if ctx.first_step is not None and ctx.last_step is not None and ctx.last_step > ctx.first_step:
         out["train_frac"] = (inc.peak_step - ctx.first_step) / (ctx.last_step - ctx.first_step)
-        out["early"] = out["train_frac"] <= ap.early_frac
+        out["early"] = out["train_frac"] <= ap.early_frac and ctx.first_step <= start_max_step
         out["onset_frac"] = max(0.0, (on - ctx.first_step) / (ctx.last_step - ctx.first_step))
     lr = ctx.lr.filter(pl.col("value").is_finite())
     if lr.height:
@@ -548,7 +551,8 @@ def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
             top = float(warm.get_column("value").max())
             warm_end = int(warm.filter(pl.col("value") >= 0.99 * top).get_column("step")[0])
             out["in_warmup"] = inc.peak_step <= warm_end and (out["lr_trend_before"] or 0) > 0
-            out["warmup_steps"] = warm_end - int(seq.get_column("step")[0])
+            first_lr_step = int(seq.get_column("step")[0])
+            out["warmup_steps"] = warm_end - first_lr_step if first_lr_step <= start_max_step else None
             if cut is not None:
                 late = seq.filter(pl.col("step").is_between(cut, inc.peak_step) & (pl.col("value") > 0)).with_columns(
                     pl.col("value").cum_min().alias("cmin"))
@@ -583,7 +587,7 @@ def incident_features(inc: Incident, run: RunData, ctx: RunContext, tc: TraceCon
     out.update(clip_features(inc, ctx, params))
     out.update(precision_features(inc, run, ctx, ap))
     out.update(layer_features(inc, run, ctx, ap, out.get("peak_grad_ratio")))
-    out.update(dynamics_features(inc, run, ctx, ap))
+    out.update(dynamics_features(inc, run, ctx, ap, params.hard_spike.start_max_step))
     out["hw_evidence"] = bool(
         (out["multi_rank"] and (out["rank_confined"] or out["rank_mismatch"]))
         or out["xid_count"] > 0 or out["ecc_delta"] > 0 or out["hw_event_count"] > 0

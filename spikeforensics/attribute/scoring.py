@@ -47,7 +47,8 @@ def attribute(ruleset: RuleSet, features: dict, ap: AttributionParams) -> Attrib
     scores, matched, gated = score_labels(ruleset, features, ap)
     total = sum(scores.values()) or 1.0
     conf = {k: v / total for k, v in scores.items()}
-    order = sorted(LABELS, key=lambda k: (-conf[k], LABELS.index(k)))
+    # a label must beat `unknown` (whose floor is one weak rule's weight), not tie with it
+    order = sorted(LABELS, key=lambda k: (-conf[k], k != "unknown", LABELS.index(k)))
     best = order[0]
     alternatives = [
         {"root_cause": k, "confidence": round(conf[k], 4)}

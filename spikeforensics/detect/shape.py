@@ -116,7 +116,9 @@ def describe(tracks: list[Track], pos_start: int, pos_end: int, params) -> dict:
         if track.signal in ("loss", "grad_norm") and f"recovery_{track.signal}" not in facts:
             i_rec = recovery_index(track, i_peak, sp.recover_z, sp.recover_hold)
             if i_rec is None:
-                facts[f"recovery_{track.signal}"] = "never"
+                # the log ending within `recover_hold` records of the peak cannot show a recovery
+                ended = len(track) - i_peak - 1 < sp.recover_hold
+                facts[f"recovery_{track.signal}"] = "unknown" if ended else "never"
             else:
                 steps = int(track.step[i_rec] - track.step[i_peak])
                 facts[f"recovery_{track.signal}"] = "fast" if steps < sp.fast_recovery else "slow"
