@@ -252,6 +252,7 @@ class TracingParams:
     w_source: float = 0.5  # per log2 of its source's enrichment in spike batches vs healthy ones
     w_length: float = 0.5  # per |log2| of its tokens over the median: extreme length either way (long junk, empty docs)
     skip_min_confidence: float = 0.3  # data incidents below 30% confidence do not feed the skip list
+    tie_tol: float = 0.1  # why: suspicion scores closer than 0.1 are a tie (the smallest real evidence term, a 1.05x loss ratio, adds ~0.1): said so, and never cut apart by the skip list's limit
     skip_score_frac: float = 0.75  # skip the samples scoring >= 75% of the top suspect (at most 5 per incident)
 
 

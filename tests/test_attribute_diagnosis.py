@@ -147,3 +147,19 @@ def test_diagnose_run_end_to_end_with_the_detector():
     assert spikes, d["incidents"]
     assert spikes[0]["root_cause"] == "data_outlier"
     assert spikes[0]["sample_ids"][0] == bad_sample_id(run, 250)
+
+
+def test_tied_suspects_are_said_to_tie():
+    from spikeforensics.attribute.diagnosis import sample_ranking_note
+    tied = pl.DataFrame({"sample_id": ["a", "b", "c", "d"], "score": [3.0, 3.0, 3.0, 1.0]})
+    note = sample_ranking_note(tied, has_sample_losses=False, tie_tol=0.1)
+    assert note.startswith("the top 3 samples tie (the manifest has no per-sample losses)")
+    ranked = pl.DataFrame({"sample_id": ["a", "b"], "score": [5.0, 3.0]})
+    assert sample_ranking_note(ranked, has_sample_losses=True, tie_tol=0.1) is None
+    # end to end: a clear bad sample by its own loss is not a tie; without per-sample losses it is
+    run = make_run(spike_at=150, bad_sample_loss=40.0, micro=1, per_micro=4)
+    assert build_diagnosis(run, [incident(150)], [], Params())["incidents"][0]["sample_ranking_note"] is None
+    blind = RunData.from_frames("r", metrics=run.metrics, batches=run.batches.with_columns(
+        pl.lit(None, pl.Float64).alias("sample_loss"), pl.lit(100).alias("tokens")))
+    inc = build_diagnosis(blind, [incident(150)], [], Params())["incidents"][0]
+    assert "4 samples tie" in inc["sample_ranking_note"]

@@ -48,3 +48,21 @@ def test_cli_reference_matches_help():
     for name in cli.commands:
         text = runner.invoke(cli, [name, "--help"], prog_name="spikeforensics", terminal_width=100).output
         assert text.strip() in reference, f"docs/cli.md is stale for `{name}`: run python tools/gen_cli_docs.py"
+
+
+def test_diagnosis_doc_names_every_field_the_diagnosis_writes():
+    """docs/diagnosis.md must not go stale: every top-level, incident and sample field of a real
+    diagnosis (a tune fixture with a manifest) is named there."""
+    import tempfile
+
+    from conftest import TUNE
+    from spikeforensics import api
+    doc = (REPO / "docs" / "diagnosis.md").read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = TUNE / "data_outlier_clip"
+        api.ingest([p for p in folder.iterdir() if p.name != "ground_truth.json"], run_id="d", store=tmp)
+        d = api.diagnose("d", store=tmp)
+    inc = d["incidents"][0]
+    names = set(d) | set(inc) | set(inc["samples"][0]) | set(d["calibration"]) | set(d["skiplist"])
+    missing = sorted(n for n in names if f"`{n}`" not in doc)
+    assert not missing, f"docs/diagnosis.md does not mention {missing}"

@@ -115,6 +115,20 @@ def _samples_json(samples: pl.DataFrame, limit: int) -> list[dict]:
     return [{k: v for k, v in row.items() if v is not None} for row in samples.head(limit).iter_rows(named=True)]
 
 
+def sample_ranking_note(samples: pl.DataFrame, has_sample_losses: bool, tie_tol: float, in_skiplist: bool = False) -> str | None:
+    """Say so when the top suspects tie (scores within `tie_tol`): their order is then arbitrary, not evidence."""
+    if samples.height < 2:
+        return None
+    scores = samples.get_column("score")
+    tied = int((scores >= scores[0] - tie_tol).sum())
+    if tied < 2:
+        return None
+    why = ("the manifest has no per-sample losses" if not has_sample_losses
+           else "nothing in the manifest separates them")
+    return (f"the top {tied} samples tie ({why}): their order is arbitrary, not by suspicion"
+            + ("; the skip list keeps all of them" if in_skiplist else ""))
+
+
 def verdict(incidents: list[dict], steps: dict) -> dict:
     real = [i for i in incidents if i["severity"] in ("warning", "critical")]
     if not real:
@@ -140,7 +154,7 @@ def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:
             continue
         steps.update(inc.get("implicated_steps", []))
         picked = skip_candidates(pl.DataFrame(inc.get("samples") or [], schema_overrides={"score": pl.Float64}),
-                                 params.tracing.skip_score_frac) if inc.get("samples") else []
+                                 params.tracing.skip_score_frac, tie_tol=params.tracing.tie_tol) if inc.get("samples") else []
         ids += [s for s in picked if s not in ids]
         reasons.append({"incident": inc["id"], "steps": inc.get("implicated_steps", []), "sample_ids": picked})
     return {"run_id": run_id, "steps": sorted(steps), "sample_ids": ids, "reasons": reasons}
@@ -209,6 +223,10 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
             "implicated_steps": implicated_steps(inc, params.tracing, tc.interval),
             "consumed_samples_range": consumed_samples_range(run, inc, params.tracing, tc.interval),
             "samples": samples_list,
+            "sample_ranking_note": sample_ranking_note(
+                samples, bool(feats["has_sample_losses"]), params.tracing.tie_tol,
+                in_skiplist=att.root_cause in DATA_LABELS and att.confidence >= params.tracing.skip_min_confidence,
+            ) if implicated else None,
             "features": feats, "matched_rules": att.matched, "gated_labels": att.gated, "label_scores": att.scores,
             "findings": [f.summary for f in inc.findings],
             "log_lines": log_lines(run, inc),

@@ -259,7 +259,7 @@ def consumed_samples_range(run: RunData, incident: Incident, params: TracingPara
             "note": "samples consumed from the end of step %d to the end of step %d" % (steps[0] - 1, last)}
 
 
-def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5) -> list[str]:
+def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, tie_tol: float = 1e-9) -> list[str]:
     """Sample IDs worth skipping on resume: those scoring within `score_frac` of the top one, at most
     `limit` - except that samples tied with the last one kept are never cut off: without per-sample
     losses a whole micro-batch can tie, and skipping half of it may leave the bad sample in."""
@@ -271,5 +271,5 @@ def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5) ->
     near = samples.filter(pl.col("score") >= top * score_frac)
     if near.height > limit:
         last = near.get_column("score")[limit - 1]
-        near = near.filter(pl.col("score") >= last - 1e-9 * max(1.0, abs(last)))
+        near = near.filter(pl.col("score") >= last - tie_tol)
     return near.get_column("sample_id").to_list()

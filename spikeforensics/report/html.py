@@ -130,7 +130,8 @@ def _samples(inc: dict, run) -> dict:
     else:
         keys, table = ["sample_id"], [[i] for i in ids]
     return {"ids": ids, "top": ids[:TOP_SAMPLES], "rest": ids[TOP_SAMPLES:], "columns": keys,
-            "rows": table[:TOP_SAMPLES], "more_rows": table[TOP_SAMPLES:]}
+            "rows": table[:TOP_SAMPLES], "more_rows": table[TOP_SAMPLES:],
+            "note": str(inc.get("sample_ranking_note") or "")}
 
 
 def _read_lines(path: str, first: int, last: int) -> list[tuple[int, str]]:

@@ -91,6 +91,8 @@ def _incident(inc: dict) -> list[str]:
     if ids:
         more = f" and {len(ids) - TOP_SAMPLES} more" if len(ids) > TOP_SAMPLES else ""
         out += ["", "**Implicated samples:** " + ", ".join(code(s) for s in ids[:TOP_SAMPLES]) + more]
+        if inc.get("sample_ranking_note"):
+            out += ["", "Note: " + str(inc["sample_ranking_note"]) + "."]
     log_lines = [l for l in inc.get("log_lines") or [] if isinstance(l, dict)]
     if log_lines:
         body = "\n".join(f"{l.get('line', '')}: {l.get('text', '')}" for l in log_lines)
