@@ -127,6 +127,16 @@ class RunData:
             )
         return self._cache[key]
 
+    def manifest(self) -> tuple[pl.DataFrame, bool]:
+        """Batch-manifest rows that have a step and a sample ID, in file order, and whether the steps
+        ever go back (a replay after a resume, or per-rank files one after the other): only then can a
+        (step, sample) appear twice, so only then do readers need to de-duplicate."""
+        key = ("manifest",)
+        if key not in self._cache:
+            rows = self.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
+            self._cache[key] = rows, bool(rows.height and (rows.get_column("step").diff() < 0).any())
+        return self._cache[key]
+
     # -- other views -------------------------------------------------------------
     def ranks(self) -> list[int]:
         found = set(self.metrics.get_column("rank").drop_nulls().unique().to_list())

@@ -112,3 +112,33 @@ def telemetry(rows) -> pl.DataFrame:
     return pl.DataFrame([{"source": "smi.csv", "line": i + 1, "time": r[0], "host": r[1], "gpu": r[2],
                           "field": r[3], "value": float(r[4])} for i, r in enumerate(rows)],
                         schema_overrides={"time": pl.Datetime("us"), "gpu": pl.Int32})
+
+
+def _contexts(run, incidents, params):
+    from spikeforensics.attribute.context import build_context
+    from spikeforensics.attribute.tracing import build_trace_context
+
+    ctx = build_context(run, incidents, params)
+    return ctx, build_trace_context(run, incidents, ctx.unhealthy, params)
+
+
+def feats(run, inc, incidents=None, params=None):
+    """Every feature of `inc`, computed as build_diagnosis does."""
+    from spikeforensics.attribute.features import incident_features
+    from spikeforensics.params import Params
+
+    params = params or Params()
+    incidents = incidents or [inc]
+    ctx, tc = _contexts(run, incidents, params)
+    return incident_features(inc, run, ctx, tc, params, incidents)
+
+
+def ranked(run, inc, incidents=None, confined=None):
+    """The incident's samples, most suspicious first (tracing.rank_samples)."""
+    from spikeforensics.attribute.tracing import rank_samples
+    from spikeforensics.params import Params
+
+    params = Params()
+    incidents = incidents or [inc]
+    _, tc = _contexts(run, incidents, params)
+    return rank_samples(inc, tc, params.tracing, confined)

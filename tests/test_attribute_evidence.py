@@ -7,31 +7,14 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from attribute_synth import events, incident, make_run, metric_rows
+from attribute_synth import events, feats, incident, make_run, metric_rows, ranked
 
-from spikeforensics.attribute.context import build_context
-from spikeforensics.attribute.features import incident_features
 from spikeforensics.attribute.rules import load_rules
 from spikeforensics.attribute.scoring import attribute
-from spikeforensics.attribute.tracing import build_trace_context, rank_samples
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
 
-def feats(run, inc, incidents=None, params=None):
-    params = params or Params()
-    incidents = incidents or [inc]
-    ctx = build_context(run, incidents, params)
-    tc = build_trace_context(run, incidents, ctx.unhealthy, params)
-    return incident_features(inc, run, ctx, tc, params, incidents)
-
-
-def ranked(run, inc, incidents=None):
-    params = Params()
-    incidents = incidents or [inc]
-    ctx = build_context(run, incidents, params)
-    tc = build_trace_context(run, incidents, ctx.unhealthy, params)
-    return rank_samples(inc, tc, params.tracing)
 
 
 def verdict(f):

@@ -7,21 +7,12 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from attribute_synth import events, incident, make_run, metric_rows, step_time, telemetry
+from attribute_synth import events, feats, incident, make_run, metric_rows, step_time, telemetry
 
-from spikeforensics.attribute.context import build_context
-from spikeforensics.attribute.features import FEATURES, incident_features
-from spikeforensics.attribute.tracing import build_trace_context
+from spikeforensics.attribute.features import FEATURES
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
-
-def feats(run, inc, incidents=None, params=None):
-    params = params or Params()
-    incidents = incidents or [inc]
-    ctx = build_context(run, incidents, params)
-    tc = build_trace_context(run, incidents, ctx.unhealthy, params)
-    return incident_features(inc, run, ctx, tc, params, incidents)
 
 
 def test_every_feature_is_documented_and_computed():

@@ -7,22 +7,12 @@ import math
 
 import polars as pl
 import pytest
-from attribute_synth import bad_sample_id, incident, make_run, metric_rows
+from attribute_synth import bad_sample_id, incident, make_run, metric_rows, ranked
 
-from spikeforensics.attribute.context import build_context
-from spikeforensics.attribute.tracing import (
-    build_trace_context, consumed_samples_range, implicated_steps, rank_samples, skip_candidates,
-)
+from spikeforensics.attribute.tracing import consumed_samples_range, implicated_steps, skip_candidates
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
-
-def ranked(run, inc, incidents=None, confined=None):
-    params = Params()
-    incidents = incidents or [inc]
-    ctx = build_context(run, incidents, params)
-    tc = build_trace_context(run, incidents, ctx.unhealthy, params)
-    return rank_samples(inc, tc, params.tracing, confined)
 
 
 def test_implicated_steps_include_the_step_before():

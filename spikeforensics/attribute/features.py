@@ -44,7 +44,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "lead_signal": (S, "which signal moved first (detector fact), or unknown"),
     "detector_cause": (S, "a cause a detector already recognised (finding fact `cause`, e.g. clip_before_unscale), or empty"),
     "n_spike_incidents": (N, "warning+ hard_spike/nonfinite incidents in the whole run"),
-    "run_recurring_spikes": (N, "spikes in the run's recurring grad-norm spike pattern (any finding's fact recurring_spikes / run_spike_pattern), else 0"),
+    "run_recurring_spikes": (N, "spikes in the run's recurring grad-norm spike pattern (fact run_spike_pattern of any hard-spike finding), else 0"),
     "recurring_spikes": (N, "separate spikes the detector grouped into this incident as a recurring pattern (fact recurring_spikes), else 0"),
     "n_incidents": (N, "warning+ incidents in the whole run"),
     "spike_interval_shrinking": (B, "gaps between successive spike incidents get shorter"),
@@ -170,8 +170,8 @@ def shape_features(inc: Incident, incidents: list[Incident], ctx: RunContext, ap
     out["n_spike_incidents"] = len(spikes)
     grouped = [f.facts.get("recurring_spikes") for f in inc.findings if isinstance(f.facts.get("recurring_spikes"), list)]
     out["recurring_spikes"] = max((len(g) for g in grouped), default=0)
-    in_run = [f.facts.get(k) for i in incidents for f in i.findings for k in ("recurring_spikes", "run_spike_pattern")
-              if isinstance(f.facts.get(k), list)]
+    in_run = [f.facts["run_spike_pattern"] for i in incidents for f in i.findings
+              if isinstance(f.facts.get("run_spike_pattern"), list)]
     out["run_recurring_spikes"] = max((len(g) for g in in_run), default=0)
     out["n_incidents"] = sum(1 for i in incidents if i.severity != "info")
     out["spike_interval_shrinking"] = len(gaps) >= 2 and all(b <= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] < gaps[0]

@@ -85,10 +85,10 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     tp = params.tracing
     interval = log_interval(run)
     keys = ["step", "rank", "micro", "sample_id"]
-    rows = run.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
+    rows, replayed = run.manifest()
     # a replayed step (resume from a checkpoint) appears again later in the manifest: keep the first
     # pass, and the loss the same sample had when the step was trained again
-    if rows.height and (rows.get_column("step").diff() < 0).any():  # steps go back: a replay (or per-rank files)
+    if replayed:
         replays = rows.group_by(keys, maintain_order=True).agg(
             pl.len().alias("_n"), pl.col("sample_loss").last().alias("replay_loss")
         ).filter(pl.col("_n") > 1).drop("_n")
@@ -96,11 +96,10 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
             replays, on=keys, how="left", nulls_equal=True)
     else:
         batches = rows.with_columns(pl.lit(None, pl.Float64).alias("replay_loss"))
-    steps = [
-        pl.DataFrame({"incident": inc.id, "step": implicated_steps(inc, tp, interval)}, schema={"incident": pl.String, "step": pl.Int64})
-        for inc in incidents
-    ]
-    inc_steps = pl.concat(steps) if steps else pl.DataFrame(schema={"incident": pl.String, "step": pl.Int64})
+    implicated = {inc.id: implicated_steps(inc, tp, interval) for inc in incidents}
+    inc_steps = pl.DataFrame({"incident": [i for i, s in implicated.items() for _ in s],
+                              "step": [x for s in implicated.values() for x in s]},
+                             schema={"incident": pl.String, "step": pl.Int64})
     membership = inc_steps.join(batches.select("step", "sample_id"), on="step").select("incident", "sample_id").unique()
     healthy = batches.join(unhealthy, on="step", how="anti")
     # exoneration is only asked of the incidents' own samples
@@ -128,14 +127,13 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     finite = pl.col("sample_loss").is_not_null() & pl.col("sample_loss").is_finite()
     # the per-sample loss reference: healthy steps in the window before each incident (see
     # healthy_sample_loss); over the whole run only when some incident has none before it
-    windows = pl.concat([pl.DataFrame({"step": list(range(s[0] - tp.loss_ref_window, s[0]))}, schema={"step": pl.Int64})
-                         for s in (implicated_steps(inc, tp, interval) for inc in incidents)]
-                        or [pl.DataFrame(schema={"step": pl.Int64})]).unique()
+    firsts = [s[0] for s in implicated.values()]
+    windows = pl.DataFrame({"step": sorted({x for f in firsts for x in range(f - tp.loss_ref_window, f)})},
+                           schema={"step": pl.Int64})
     with_loss = healthy.filter(finite)
     near = with_loss.join(windows, on="step", how="semi")
-    per_incident = [near.filter(pl.col("step").is_between(s[0] - tp.loss_ref_window, s[0] - 1)).height > 0
-                    for s in (implicated_steps(inc, tp, interval) for inc in incidents)]
-    source = near if all(per_incident) else with_loss
+    every_window_has_steps = all(near.filter(pl.col("step").is_between(f - tp.loss_ref_window, f - 1)).height for f in firsts)
+    source = near if every_window_has_steps else with_loss
     healthy_loss = source.group_by("step").agg(pl.col("sample_loss").median().alias("loss")).sort("step")
     return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval, healthy_loss)
 

@@ -115,11 +115,10 @@ def _recurring(findings: list[Finding], run: RunData, params) -> list[Finding]:
     high = frame.filter(pl.col("left").is_not_null() & (pl.col("z") >= hp.recurring_z)
                         & (pl.col("y") - pl.col("base") >= math.log(hp.recurring_ratio)))
     rows = high.select("step", "value", "base", "z").with_columns(pl.col("base").exp())
-    steps = sorted(set(notes) | set(rows.get_column("step").drop_nulls().to_list()))
-    events = [steps[0]] if steps else []
-    for a, b in zip(steps, steps[1:]):
-        if b - a > hp.group_gap:
-            events.append(b)
+    steps = pl.DataFrame({"pos": sorted(set(notes) | set(rows.get_column("step").drop_nulls().to_list()))},
+                         schema={"pos": pl.Int64})
+    grouped = robust.flag_groups(steps, hp.group_gap).group_by("group").agg(pl.col("pos").min())
+    events = grouped.get_column("pos").sort().to_list()  # each event's first step
     if len(events) < hp.recurring_count:
         return []
     for f in findings:

@@ -59,8 +59,8 @@ def candidates(run: RunData, params) -> pl.DataFrame:
 
 def _manifest(run: RunData) -> pl.DataFrame:
     """First-pass manifest rows (a replayed step is not a new appearance), one per (step, sample)."""
-    rows = run.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
-    if rows.height and (rows.get_column("step").diff() < 0).any():  # a replay (or per-rank files): dedupe
+    rows, replayed = run.manifest()
+    if replayed:
         rows = rows.unique(subset=["step", "sample_id"], keep="first", maintain_order=True)
     rows = rows.select("step", "sample_id", "sample_loss")
     if rows.get_column("sample_loss").is_not_null().any():

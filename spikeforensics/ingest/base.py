@@ -670,3 +670,9 @@ def sniff_share(sample: SniffSample, pattern: str) -> int:
     if not sample.lines:
         return 0
     return int(pl.Series(sample.lines, dtype=pl.String).str.contains(pattern).sum())
+
+
+def sniff_tiers(sample: SniffSample, tiers: list[tuple[str, float]]) -> float:
+    """The confidence of the first (pattern, confidence) whose pattern some line matches, else 0:
+    a format's sure signature first, its weaker variants after."""
+    return next((conf for pattern, conf in tiers if sniff_share(sample, pattern)), 0.0)

@@ -27,7 +27,7 @@ from spikeforensics.ingest.base import (
     find_pairs,
     named_values,
     prepared_lines,
-    sniff_share,
+    sniff_tiers,
     split_fields,
     text_result,
 )
@@ -45,11 +45,10 @@ NOT_METRICS = ["num_updates", "epoch", "update", "best"]
 
 
 def sniff(sample: SniffSample) -> float:
-    if sniff_share(sample, r"\bepoch \d+:?\s+\d+ / \d+ loss=") or sniff_share(sample, VALID):
-        return 0.9
-    if sniff_share(sample, r"\|\s*epoch \d+ \| (?:train )?loss ") or sniff_share(sample, r'^\s*\{"epoch": .*"num_updates": '):
-        return 0.85
-    return 0.0
+    return sniff_tiers(sample, [
+        (rf"\bepoch \d+:?\s+\d+ / \d+ loss=|{VALID}", 0.9),
+        (r'\|\s*epoch \d+ \| (?:train )?loss |^\s*\{"epoch": .*"num_updates": ', 0.85),
+    ])
 
 
 def parse(src: SourceFile) -> ParseResult:

@@ -21,7 +21,7 @@ from spikeforensics.ingest.base import (
     SniffSample,
     SourceFile,
     prepared_lines,
-    sniff_share,
+    sniff_tiers,
     text_result,
 )
 
@@ -39,13 +39,11 @@ LOOKS_LIKE = r"^\s*s:\d+ \w+:|\bstep\s+\d+/\d+ \|"
 
 
 def sniff(sample: SniffSample) -> float:
-    if sniff_share(sample, r"^\s*s:\d+ (?:trl|tel):"):
-        return 0.95
-    if sniff_share(sample, r"\bstep\s+\d+/\d+ \| (?:train )?loss \S+ (?:\([^)]*z\))?\s*\| norm "):
-        return 0.9
-    if sniff_share(sample, r"\bstep \d+: train loss \S+ \(took "):
-        return 0.8
-    return 0.0
+    return sniff_tiers(sample, [
+        (r"^\s*s:\d+ (?:trl|tel):", 0.95),
+        (r"\bstep\s+\d+/\d+ \| (?:train )?loss \S+ (?:\([^)]*z\))?\s*\| norm ", 0.9),
+        (r"\bstep \d+: train loss \S+ \(took ", 0.8),
+    ])
 
 
 

@@ -20,7 +20,7 @@ from spikeforensics.ingest.base import (
     SourceFile,
     extract_time,
     prepared_lines,
-    sniff_share,
+    sniff_tiers,
     text_result,
 )
 
@@ -34,13 +34,11 @@ LOOKS_LIKE = r"\biter \d+:|\bstep \d+: train loss|\bstep:\d+/\d+ (?:train|val)_l
 
 
 def sniff(sample: SniffSample) -> float:
-    if sniff_share(sample, r"\biter \d+: loss ") or sniff_share(sample, r"\bstep:\d+/\d+ (?:train|val)_loss:"):
-        return 0.9
-    if sniff_share(sample, r"^\s*\d+ \| loss \S+ \| lr \S+ \| \S+ms"):
-        return 0.85
-    if sniff_share(sample, r"\bstep \d+: train loss \S+, val loss "):
-        return 0.8
-    return 0.0
+    return sniff_tiers(sample, [
+        (r"\biter \d+: loss |\bstep:\d+/\d+ (?:train|val)_loss:", 0.9),
+        (r"^\s*\d+ \| loss \S+ \| lr \S+ \| \S+ms", 0.85),
+        (r"\bstep \d+: train loss \S+, val loss ", 0.8),
+    ])
 
 
 
