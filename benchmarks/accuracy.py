@@ -218,7 +218,11 @@ How it is scored (`spikeforensics/evaluate.py`; the tolerance is `--tol`, defaul
   `root_cause` equal to the truth label. Missed incidents are counted in recall, not here.
 - **Hardware faults blamed on data**: matched truth `hardware_fault` incidents predicted `data_*`.
 - **Sample recall@5**: over matched truth `data_outlier` incidents that list `sample_ids`:
-  |first 5 predicted `sample_ids` ∩ truth| / min(5, |truth|), averaged.
+  |first 5 predicted `sample_ids` ∩ truth| / min(5, |truth|), averaged; also split by whether the
+  run's manifest recorded per-sample losses (the truth file's `per_sample_losses`, a property of the
+  input). **Skip-list recall**: the share of the labelled samples that the diagnosis' skip list
+  (`skiplist.reasons` of the matched incident, what a training script reads on resume) holds, with
+  its median size.
 - **Peak error**: |predicted `peak_step` - truth `peak_step`| of the best match, median per kind
   (how well the incident is localised; a wide predicted window can match a short truth incident).
 - Baselines (`benchmarks/baselines.py`, not in the product path) score detection only, with the

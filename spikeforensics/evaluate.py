@@ -25,7 +25,10 @@ Definitions (also written into the README by `benchmarks/accuracy.py`):
 - Hardware blamed on data: matched truth `hardware_fault` incidents whose prediction
   says `data_*`.
 - Sample recall@k (k=5): for matched truth `data_outlier` incidents with
-  `sample_ids`: |first k predicted sample_ids ∩ truth| / min(k, |truth|).
+  `sample_ids`: |first k predicted sample_ids ∩ truth| / min(k, |truth|); also split by
+  the truth file's `per_sample_losses` (did the manifest record them).
+- Skip-list recall: for the same incidents, |skip-list samples of the matched prediction
+  ∩ truth| / |truth| (the `skiplist.reasons` entry of that incident), with its size.
 - Peak error: |predicted peak_step - truth peak_step| of the best match (median per kind).
 """
 
@@ -63,6 +66,9 @@ class TruthOutcome:
     peak_error: int | None = None  # |predicted peak - truth peak| in steps, when detected
     truth_sample_ids: list[str] = field(default_factory=list)
     sample_recall: float | None = None  # None when not applicable
+    skip_recall: float | None = None  # share of the truth samples the skip list of the matched prediction holds
+    skip_size: int | None = None  # samples in that skip-list entry
+    per_sample_losses: bool | None = None  # the run's manifest recorded per-sample losses (from the truth file)
 
 
 @dataclass
@@ -159,6 +165,12 @@ def sample_recall_at_k(predicted: list, truth: list, k: int = DEFAULT_K) -> floa
     return len(top & truth_set) / min(k, len(truth_set))
 
 
+def skiplist_samples(diagnosis: dict, incident_id) -> list[str]:
+    """Sample IDs the diagnosis' skip list holds for one incident (its `reasons` entry)."""
+    reasons = ((diagnosis or {}).get("skiplist") or {}).get("reasons") or []
+    return [str(x) for r in reasons if r.get("incident") == incident_id for x in r.get("sample_ids") or []]
+
+
 def score_run(
     diagnosis: dict,
     truth: dict,
@@ -192,6 +204,11 @@ def score_run(
         t.peak_error = abs(best.peak_step - t.peak_step)
         if t.root_cause == "data_outlier" and t.truth_sample_ids:
             t.sample_recall = sample_recall_at_k(raw_preds[pi].get("sample_ids") or [], t.truth_sample_ids, k)
+            skipped = skiplist_samples(diagnosis, raw_preds[pi].get("id"))
+            t.skip_recall = len(set(skipped) & set(t.truth_sample_ids)) / len(set(t.truth_sample_ids))
+            t.skip_size = len(skipped)
+            if "per_sample_losses" in truth:
+                t.per_sample_losses = bool(truth["per_sample_losses"])
     for p in preds:
         hits = [ti for ti, t in enumerate(truths) if _matches(p, t, tol_steps)]
         if hits:
@@ -213,6 +230,10 @@ def score_run(
 
 def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
+
+
+def _mean(values: list) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _median(values: list) -> float | None:
@@ -307,6 +328,9 @@ def aggregate(scores: list[RunScore]) -> dict:
     for name, group in by_detector.items():
         hw = [t for s in group for t in s.truths if t.root_cause == "hardware_fault" and t.detected]
         recalls = [t.sample_recall for s in group for t in s.truths if t.sample_recall is not None]
+        traced = [t for s in group for t in s.truths if t.sample_recall is not None]
+        with_losses = [t.sample_recall for t in traced if t.per_sample_losses is True]
+        without_losses = [t.sample_recall for t in traced if t.per_sample_losses is False]
         eligible = [t for s in group for t in s.truths if t.root_cause == "data_outlier" and t.truth_sample_ids]
         out["detectors"][name] = {
             "detection": detection_rows(group),
@@ -321,6 +345,14 @@ def aggregate(scores: list[RunScore]) -> dict:
                 "eligible": len(eligible),
                 "matched": len(recalls),
                 "mean": sum(recalls) / len(recalls) if recalls else None,
+                # the same, split by whether the manifest had per-sample losses (an input property)
+                "with_sample_losses": _mean(with_losses), "n_with_sample_losses": len(with_losses),
+                "without_sample_losses": _mean(without_losses), "n_without_sample_losses": len(without_losses),
+                # the skip list is what a user acts on: how many culprits it holds, and at what size
+                "skip_recall": _mean([t.skip_recall for t in traced if t.skip_recall is not None]),
+                "skip_labelled": sum(len(set(t.truth_sample_ids)) for t in traced),
+                "skip_held": sum(round((t.skip_recall or 0.0) * len(set(t.truth_sample_ids))) for t in traced),
+                "skip_size": sum(t.skip_size or 0 for t in traced),
             },
         }
     out["targets"] = targets(out)
@@ -423,7 +455,13 @@ def render_markdown(table: dict, title: str = "", product: str = "spikeforensics
             hw, sr = me["hardware_blamed_on_data"], me["sample_recall"]
             lines += ["", f"Hardware faults blamed on data: {hw['blamed_on_data']} of {hw['matched']} matched. "
                           f"Sample recall@5: {_fmt(sr['mean'])} over {sr['matched']} matched of {sr['eligible']} "
-                          "data_outlier incidents with labelled samples.", ""]
+                          "data_outlier incidents with labelled samples"
+                          f" ({_fmt(sr.get('with_sample_losses'))} over {sr.get('n_with_sample_losses', 0)} whose manifest has "
+                          f"per-sample losses, {_fmt(sr.get('without_sample_losses'))} over {sr.get('n_without_sample_losses', 0)} "
+                          "without). "
+                          f"Skip list: holds {sr.get('skip_held', 0)} of the {sr.get('skip_labelled', 0)} labelled samples "
+                          f"(mean per incident {_fmt(sr.get('skip_recall'))}) and "
+                          f"{sr.get('skip_size', 0) - sr.get('skip_held', 0)} unlabelled ones.", ""]
         else:
             lines += ["(No root causes in these diagnoses: attribution not available, detection only.)", ""]
     return "\n".join(lines).strip("\n") + "\n"

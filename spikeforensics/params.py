@@ -238,6 +238,11 @@ class TracingParams:
     max_samples: int = 20  # implicated samples listed per incident
     w_peak: float = 1.0  # score for being in the peak step's batch
     w_before: float = 0.6  # score for being in an implicated earlier step (weights may already be damaged)
+    w_after: float = 0.3  # why: a later step of the incident enters only through samples whose own loss stands out (own_outlier_ratio); it is more often a victim of the damaged weights than a cause, so it weighs least
+    after_peak_span: int = 8  # why: later steps of the incident searched for such samples (a run of bad batches: 3 steps in the no-clip fixtures; 8 as for onset..peak)
+    own_outlier_ratio: float = 2.0  # why: the least loss ratio (over the healthy per-sample loss; after the peak also over its step's 10th percentile) at which a sample is bad data on its own evidence and goes to the skip list; raised to the healthy tail (below). attribution.sample_outlier_ratio (3x) stays the bar for blaming data at all
+    own_outlier_tail_quantile: float = 0.999  # why: the bar is raised to the P99.9 of healthy samples' loss over their step median (near the incident): mixed sources put healthy samples up to 2-2.8x
+    skip_max_outliers: int = 256  # why: at most this many own-evidence samples per incident in the skip list (a whole bad shard is a data-pipeline fix, not a skip list)
     w_recurrence: float = 2.0  # per other spike incident the sample also appears in (DOMAIN: recurrence = data)
     w_healthy: float = 0.75  # penalty per healthy step the sample was seen in (exoneration; OLMo 2 caveat: soft)
     w_loss: float = 1.5  # per log2 of the sample's loss over its reference (healthy per-sample loss / step's lower quartile)
@@ -251,6 +256,8 @@ class TracingParams:
     w_corroborated: float = 4.0  # the hard-spike detector's chance test (recurrence.py) tied this sample to several bumps: the strongest data evidence short of its own NaN
     w_source: float = 0.5  # per log2 of its source's enrichment in spike batches vs healthy ones
     w_length: float = 0.5  # per |log2| of its tokens over the median: extreme length either way (long junk, empty docs)
+    length_cap_log2: float = 6.0  # why: the length term stops at 64x either way (an empty document would be log2(inf)): length alone never outweighs a sample's own NaN loss (w_nonfinite_loss)
+    w_empty_nonfinite: float = 4.0  # why: a document with no target tokens in a NaN/Inf incident: the per-sample mean is 0/0 (HF "all labels -100"), as strong as the detector's own corroboration
     skip_min_confidence: float = 0.3  # data incidents below 30% confidence do not feed the skip list
     tie_tol: float = 0.1  # why: suspicion scores closer than 0.1 are a tie (the smallest real evidence term, a 1.05x loss ratio, adds ~0.1): said so, and never cut apart by the skip list's limit
     skip_score_frac: float = 0.75  # skip the samples scoring >= 75% of the top suspect (at most 5 per incident)

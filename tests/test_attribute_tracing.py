@@ -148,3 +148,101 @@ def test_skip_list_keeps_a_whole_tie_group():
     assert skip_candidates(tie, 0.75) == [f"s{i}" for i in range(8)]  # 8 tied: none cut off at 5
     ranked_ = pl.DataFrame({"sample_id": list("abcdefg"), "score": [5.0, 4.9, 4.8, 4.7, 4.6, 4.5, 4.4]})
     assert skip_candidates(ranked_, 0.75) == list("abcde")  # distinct scores: at most 5
+
+
+def _empty_document_run(kind_tokens=0):
+    """16 samples per step (2 micro-batches of 8), no per-sample losses, one document of step 150 with
+    `kind_tokens` target tokens."""
+    run = make_run(spike_at=150, micro=2, per_micro=8)
+    b = run.batches.with_columns(pl.lit(None, dtype=pl.Float64).alias("sample_loss"))
+    empty = b.filter(pl.col("step") == 150).get_column("sample_id")[5]
+    b = b.with_columns(pl.when(pl.col("sample_id") == empty).then(kind_tokens).otherwise(pl.col("tokens")).alias("tokens"))
+    return RunData.from_frames("r", metrics=run.metrics, batches=b), empty
+
+
+def test_empty_document_is_the_prime_suspect_of_a_nan_without_sample_losses():
+    run, empty = _empty_document_run()
+    out = ranked(run, incident(150, kind="nonfinite"))
+    scores = out.get_column("score")
+    assert out.get_column("sample_id")[0] == empty
+    # a finite score, well clear of the rest (the tie note and the skip list depend on that)
+    assert math.isfinite(scores[0]) and scores[0] - scores[1] > 4
+    assert skip_candidates(out, 0.75) == [empty]
+
+
+def test_empty_document_in_a_plain_spike_is_only_a_length_outlier():
+    run, empty = _empty_document_run()
+    nan_score = ranked(run, incident(150, kind="nonfinite")).get_column("score")[0]
+    out = ranked(run, incident(150))
+    top = out.row(0, named=True)
+    # still first (its length is extreme), but without the 0/0 evidence and with the length term capped
+    assert top["sample_id"] == empty and math.isfinite(top["score"])
+    p = Params().tracing
+    assert nan_score - top["score"] == pytest.approx(p.w_empty_nonfinite)
+    assert top["score"] - out.get_column("score")[1] <= p.w_length * p.length_cap_log2 + 0.1
+
+
+def test_short_but_not_empty_document_gets_no_nan_bonus():
+    run, short = _empty_document_run(kind_tokens=30)
+    nan_out = ranked(run, incident(150, kind="nonfinite"))
+    spike_out = ranked(run, incident(150))
+    assert nan_out.get_column("sample_id")[0] == short
+    assert nan_out.get_column("score")[0] == pytest.approx(spike_out.get_column("score")[0])
+
+
+def _bad_batches_run(bad: dict[int, float], victims: dict[int, float] | None = None):
+    """Per-sample losses; `bad`: step -> loss of the first 6 of its 8 samples (corrupted documents);
+    `victims`: step -> factor on every sample's loss (weights damaged by the spike)."""
+    run = make_run(spike_at=150, micro=2, per_micro=4)
+    b = run.batches
+    first6 = pl.int_range(pl.len()).over("step") < 6
+    for step, loss in bad.items():
+        b = b.with_columns(pl.when((pl.col("step") == step) & first6).then(pl.lit(loss)).otherwise(pl.col("sample_loss"))
+                           .alias("sample_loss"))
+    for step, factor in (victims or {}).items():
+        b = b.with_columns(pl.when(pl.col("step") == step).then(pl.col("sample_loss") * factor).otherwise(pl.col("sample_loss"))
+                           .alias("sample_loss"))
+    culprits = set(b.filter(pl.col("step").is_in(list(bad)) & first6.over("step")).get_column("sample_id")) if bad else set()
+    return RunData.from_frames("r", metrics=run.metrics, batches=b), culprits
+
+
+def test_a_run_of_bad_batches_after_the_peak_is_traced_sample_by_sample():
+    # corrupted documents in 150 (the peak), 151 and 152; the incident spans 150-153
+    run, culprits = _bad_batches_run({150: 9.0, 151: 8.0, 152: 7.0})
+    out = ranked(run, incident(150, start=150, end=153))
+    own = out.filter(pl.col("own_outlier"))
+    assert set(own.get_column("sample_id")) == culprits and own.height == 18
+    # the later steps enter only through those samples: no other sample of 151-153 is listed
+    assert out.filter(pl.col("step") > 150).height == 12
+    # all 18 go to the skip list, past its limit of 5 for samples ranked on the score alone
+    p = Params().tracing
+    assert set(skip_candidates(out, p.skip_score_frac, tie_tol=p.tie_tol, max_outliers=p.skip_max_outliers)) == culprits
+    assert len(skip_candidates(out, p.skip_score_frac, tie_tol=p.tie_tol)) < 18
+
+
+def test_victims_after_the_peak_are_not_outliers():
+    # one bad step; after it every sample's loss is 3x (damaged weights), or NaN (weights gone)
+    run, culprits = _bad_batches_run({150: 9.0}, victims={151: 3.0, 152: float("nan")})
+    out = ranked(run, incident(150, start=150, end=153))
+    assert set(out.filter(pl.col("own_outlier")).get_column("sample_id")) == culprits
+    assert out.filter(pl.col("step") > 150).height == 0
+
+
+def test_a_step_of_nothing_but_junk_is_all_outliers_at_the_peak():
+    run = make_run(spike_at=150, micro=2, per_micro=4)
+    b = run.batches.with_columns(pl.when(pl.col("step") == 150).then(9.0).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+    run = RunData.from_frames("r", metrics=run.metrics, batches=b)
+    out = ranked(run, incident(150))
+    # its own 10th percentile is junk too (loss ratio ~1), but each sample is 4.5x the healthy level
+    assert out.filter(pl.col("step") == 150).get_column("own_outlier").all()
+    assert not out.filter(pl.col("step") == 149).get_column("own_outlier").any()
+
+
+def test_the_outlier_bar_rises_with_the_healthy_tail():
+    # a source whose healthy samples sit at 2.6x the step median: at 2.6x a sample is not an outlier
+    run = make_run(spike_at=150, micro=2, per_micro=4)
+    tail = (pl.int_range(pl.len()).over("step") == 0)
+    b = run.batches.with_columns(pl.when(tail).then(pl.col("sample_loss") * 2.6).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+    run = RunData.from_frames("r", metrics=run.metrics, batches=b)
+    out = ranked(run, incident(150))
+    assert not out.get_column("own_outlier").any()

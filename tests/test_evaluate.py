@@ -139,6 +139,29 @@ def test_sample_recall_at_k():
     assert score_run(diag(inc("hard_spike", 10, sample_ids=["s1"])), t2).truths[0].sample_recall is None
 
 
+def test_skip_list_recall_and_the_per_sample_loss_split():
+    culprits = ["s1", "s2", "s3"]
+    t = truth(inc("hard_spike", 10, root_cause="data_outlier", sample_ids=culprits))
+    t["per_sample_losses"] = False
+    d = diag(inc("hard_spike", 10, root_cause="data_outlier", id="inc-1", sample_ids=["x1", "x2", "x3", "x4", "x5", "s1"]),
+             inc("hard_spike", 90, root_cause="data_outlier", id="inc-2", sample_ids=["s2"]))
+    # the skip list keeps the tie (8 samples) for inc-1; inc-2's entry must not count for it
+    d["skiplist"] = {"reasons": [{"incident": "inc-1", "sample_ids": ["x1", "x2", "x3", "x4", "x5", "s1", "s3", "x6"]},
+                                 {"incident": "inc-2", "sample_ids": ["s2"]}]}
+    s = score_run(d, t)
+    tr = s.truths[0]
+    assert tr.sample_recall == 0.0 and tr.skip_recall == pytest.approx(2 / 3) and tr.skip_size == 8
+    assert tr.per_sample_losses is False
+    t2 = truth(inc("hard_spike", 10, root_cause="data_outlier", sample_ids=["a"]), scenario="b")
+    t2["per_sample_losses"] = True
+    s2 = score_run(diag(inc("hard_spike", 10, root_cause="data_outlier", id="i", sample_ids=["a"])), t2)
+    assert s2.truths[0].skip_recall == 0.0 and s2.truths[0].skip_size == 0  # no skip list at all
+    sr = aggregate([s, s2])["detectors"]["spikeforensics"]["sample_recall"]
+    assert sr["mean"] == 0.5 and sr["with_sample_losses"] == 1.0 and sr["without_sample_losses"] == 0.0
+    assert sr["skip_recall"] == pytest.approx(1 / 3)
+    assert (sr["skip_labelled"], sr["skip_held"], sr["skip_size"]) == (4, 2, 8)
+
+
 def test_targets_compare_with_every_baseline():
     t = truth(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault"))
     me = score_run(diag(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault")), t)

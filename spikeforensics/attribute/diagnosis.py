@@ -26,7 +26,7 @@ from spikeforensics.attribute.features import incident_features, rank_features
 from spikeforensics.attribute.rules import load_rules
 from spikeforensics.attribute.scoring import attribute
 from spikeforensics.attribute.tracing import (
-    build_trace_context, consumed_samples_range, implicated_steps, rank_samples, skip_candidates,
+    build_trace_context, consumed_samples_range, implicated_steps, listed_count, rank_samples, skip_candidates,
 )
 from spikeforensics.detect.base import SEVERITIES, Finding, Incident, severity_rank
 from spikeforensics.params import Params
@@ -152,11 +152,16 @@ def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:
     for inc in incidents:
         if inc["root_cause"] not in DATA_LABELS or inc["confidence"] < params.tracing.skip_min_confidence:
             continue
-        steps.update(inc.get("implicated_steps", []))
-        picked = skip_candidates(pl.DataFrame(inc.get("samples") or [], schema_overrides={"score": pl.Float64}),
-                                 params.tracing.skip_score_frac, tie_tol=params.tracing.tie_tol) if inc.get("samples") else []
-        ids += [s for s in picked if s not in ids]
-        reasons.append({"incident": inc["id"], "steps": inc.get("implicated_steps", []), "sample_ids": picked})
+        listed = pl.DataFrame(inc.get("samples") or [], schema_overrides={"score": pl.Float64, "own_outlier": pl.Boolean})
+        picked = skip_candidates(listed, params.tracing.skip_score_frac, tie_tol=params.tracing.tie_tol,
+                                 max_outliers=params.tracing.skip_max_outliers) if inc.get("samples") else []
+        seen = set(ids)
+        ids += [s for s in picked if s not in seen]
+        # the steps: the implicated ones, and any later step of the incident that holds a picked sample
+        own_steps = {int(s["step"]) for s in inc.get("samples") or [] if s["sample_id"] in set(picked) and "step" in s}
+        inc_steps = sorted(set(inc.get("implicated_steps", [])) | own_steps)
+        steps.update(inc_steps)
+        reasons.append({"incident": inc["id"], "steps": inc_steps, "sample_ids": picked})
     return {"run_id": run_id, "steps": sorted(steps), "sample_ids": ids, "reasons": reasons}
 
 
@@ -209,7 +214,9 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
         sample_evidence = bool(feats["sample_loss_outlier"] or feats["sample_loss_nonfinite"]
                                or feats["sample_recurrence"] or feats["replay_recurred"])
         implicated = att.root_cause in (*DATA_LABELS, "unknown") or (sample_evidence and att.root_cause != "hardware_fault")
-        samples_list = _samples_json(samples, params.tracing.max_samples)
+        # a data incident lists every sample that stands out on its own loss (they all go to the skip list)
+        samples_list = _samples_json(samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS
+                                     else params.tracing.max_samples)
         out_incidents.append({
             "id": inc.id, "kind": inc.kind, "kinds": list(inc.kinds), "severity": inc.severity,
             "step_start": int(inc.step_start), "step_end": int(inc.step_end), "peak_step": int(inc.peak_step),
@@ -220,7 +227,9 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
             "evidence": _evidence(inc), "actions": att.actions,
             # extras
             "root_cause_detail": att.detail, "attempt": int(inc.attempt),
-            "implicated_steps": implicated_steps(inc, params.tracing, tc.interval),
+            # onset..peak and the step before, plus later steps of the incident holding a sample that stands out
+            "implicated_steps": sorted(set(implicated_steps(inc, params.tracing, tc.interval)) | {
+                int(s["step"]) for s in samples_list if s.get("own_outlier")}),
             "consumed_samples_range": consumed_samples_range(run, inc, params.tracing, tc.interval),
             "samples": samples_list,
             "sample_ranking_note": sample_ranking_note(

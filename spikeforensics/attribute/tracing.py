@@ -16,7 +16,9 @@ batch damages the weights the next step uses) and score every sample in them:
           + w_nonfinite  when the sample's own loss is NaN/Inf
           + w_rank       when it sat on the rank the incident is confined to
           + w_source     x log2(enrichment of its source in spike batches vs healthy ones)
-          + w_length     x |log2(its tokens / the run's median tokens)| (too long or nearly empty)
+          + w_length     x |log2(its tokens / the run's median tokens)|, capped (too long or nearly empty)
+          + w_empty_nonfinite when the incident has a NaN/Inf and the sample has no tokens at all
+                         (a per-sample mean over zero target tokens is 0/0)
           - w_replay_clean when the step was replayed and the sample's loss came out normal
 
 Without a manifest, `consumed_samples_range` turns the log's consumed-samples counter
@@ -39,6 +41,7 @@ SAMPLE_COLUMNS = {
     "sample_id": pl.String, "score": pl.Float64, "step": pl.Int64, "rank": pl.Int32, "micro": pl.Int32,
     "sample_loss": pl.Float64, "loss_ratio": pl.Float64, "recurrence": pl.Int64, "healthy_seen": pl.Int64,
     "source": pl.String, "source_enrichment": pl.Float64, "tokens": pl.Int64, "own_nonfinite": pl.Boolean,
+    "own_outlier": pl.Boolean,
     "replay_loss": pl.Float64, "replay_ratio": pl.Float64,
 }
 
@@ -75,6 +78,7 @@ class TraceContext:
     spike_tokens_ratio: float | None  # mean tokens in spike batches / in healthy batches
     interval: int = 1  # steps between logged records
     healthy_loss: pl.DataFrame | None = None  # step, loss: median per-sample loss of each healthy step
+    outlier_bar: float = 2.0  # loss ratio a sample must reach to stand out on its own loss (own_outlier)
 
     @property
     def has_manifest(self) -> bool:
@@ -135,7 +139,13 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     every_window_has_steps = all(near.filter(pl.col("step").is_between(f - tp.loss_ref_window, f - 1)).height for f in firsts)
     source = near if every_window_has_steps else with_loss
     healthy_loss = source.group_by("step").agg(pl.col("sample_loss").median().alias("loss")).sort("step")
-    return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval, healthy_loss)
+    # how far above its step's median a healthy sample's loss goes (mixed sources: a copy task sits far
+    # above arithmetic): a sample must clear this too before it counts as an outlier on its own loss
+    tail = source.select((pl.col("sample_loss") / pl.col("sample_loss").median().over("step"))
+                         .quantile(tp.own_outlier_tail_quantile)).item() if source.height else None
+    outlier_bar = max(tp.own_outlier_ratio, float(tail) if tail is not None and math.isfinite(tail) else 0.0)
+    return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval, healthy_loss,
+                        outlier_bar)
 
 
 def healthy_sample_loss(incident: Incident, tc: TraceContext, params: TracingParams) -> float | None:
@@ -164,7 +174,11 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     if not tc.has_manifest:
         return pl.DataFrame(schema=SAMPLE_COLUMNS)
     steps = implicated_steps(incident, params, tc.interval)
-    rows = tc.batches.filter(pl.col("step").is_in(steps))
+    # the incident's later steps too (a run of bad batches), but only for samples that stand out in
+    # their own step (below): after the peak every sample's loss is up with the damaged weights
+    after = [s for s in range(incident.peak_step + 1, min(incident.step_end, incident.peak_step + params.after_peak_span) + 1)
+             if s not in steps]
+    rows = tc.batches.filter(pl.col("step").is_in(steps + after))
     if rows.height == 0:
         return pl.DataFrame(schema=SAMPLE_COLUMNS)
     # A bad sample stands out from normal data: compare its loss with the larger of the healthy
@@ -193,7 +207,8 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     )
     log2 = lambda e: (e.clip(lower_bound=1.0)).log(2).fill_null(0.0).fill_nan(0.0)  # noqa: E731
     peaks = [incident.peak_step] + [f.peak_step for f in incident.findings if f.severity not in ("info", "ok")]
-    step_weight = pl.when(pl.col("step").is_in(peaks)).then(params.w_peak).otherwise(params.w_before)
+    step_weight = (pl.when(pl.col("step").is_in(peaks)).then(params.w_peak)
+                   .when(pl.col("step").is_in(after)).then(params.w_after).otherwise(params.w_before))
     # a NaN/Inf of the sample's own, while most of its step is finite (once the weights are NaN every
     # sample's loss is NaN, and that says nothing about any one of them)
     nonfinite = (pl.col("sample_loss").is_not_null() & ~pl.col("sample_loss").is_finite()
@@ -202,12 +217,24 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     corroborated = [str(x) for x in incident.facts.get("corroborated_by") or []]
     # extreme length either way: very long documents, or empty / all-padding ones (0/0 losses)
     tok = pl.col("tokens").cast(pl.Float64)
-    length = (log2(pl.max_horizontal(tok / tc.median_tokens, tc.median_tokens / tok))
+    length = (log2(pl.max_horizontal(tok / tc.median_tokens, tc.median_tokens / tok)).clip(upper_bound=params.length_cap_log2)
               if tc.median_tokens else pl.lit(0.0))
+    # an empty document (every target masked) makes a per-sample mean loss 0/0: in a NaN/Inf incident
+    # it is a suspect on its own, even when no per-sample loss was recorded
+    empty_in_nan = (pl.col("tokens") == 0).fill_null(False) & pl.lit("nonfinite" in incident.kinds)
     # the step was replayed and this sample's loss came out finite and well below its first pass
     replay_clean = pl.col("replay_loss").is_finite() & (
         ~pl.col("sample_loss").is_finite() | (pl.col("replay_loss") < params.replay_clean_frac * pl.col("sample_loss")))
-    rows = rows.with_columns(nonfinite.alias("own_nonfinite")).with_columns(
+    # its own loss stands out (ratio >= tc.outlier_bar) over the healthy per-sample level, and, after
+    # the peak, also over its step's low quantile (the damaged weights lift every sample there; a step
+    # of nothing but junk, at or before the peak, has no normal quantile); or its own NaN/Inf.
+    # (Ratios must be finite: polars orders NaN above every number.)
+    rel = pl.when(pl.col("loss_ratio").is_finite()).then(pl.col("loss_ratio"))
+    absolute = pl.when(pl.col("_abs_ratio").is_finite()).then(pl.col("_abs_ratio")).otherwise(rel)
+    own_outlier = nonfinite | ((absolute >= tc.outlier_bar) & ((pl.col("step") <= incident.peak_step) | (rel >= tc.outlier_bar)))
+    rows = rows.with_columns(nonfinite.alias("own_nonfinite"), own_outlier.fill_null(False).alias("own_outlier"))
+    rows = rows.filter(~pl.col("step").is_in(after) | pl.col("own_outlier"))
+    rows = rows.with_columns(
         (
             step_weight
             + params.w_loss * log2(pl.col("loss_ratio"))
@@ -218,6 +245,7 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
             + pl.when(pl.col("sample_id").is_in(corroborated)).then(params.w_corroborated).otherwise(0.0)
             + params.w_source * log2(pl.col("source_enrichment"))
             + params.w_length * length
+            + pl.when(empty_in_nan).then(params.w_empty_nonfinite).otherwise(0.0)
         ).alias("row_score")
     )
     out = (
@@ -257,10 +285,13 @@ def consumed_samples_range(run: RunData, incident: Incident, params: TracingPara
             "note": "samples consumed from the end of step %d to the end of step %d" % (steps[0] - 1, last)}
 
 
-def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, tie_tol: float = 1e-9) -> list[str]:
+def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, tie_tol: float = 1e-9,
+                    max_outliers: int = 0) -> list[str]:
     """Sample IDs worth skipping on resume: those scoring within `score_frac` of the top one, at most
     `limit` - except that samples tied with the last one kept are never cut off: without per-sample
-    losses a whole micro-batch can tie, and skipping half of it may leave the bad sample in."""
+    losses a whole micro-batch can tie, and skipping half of it may leave the bad sample in.
+    With `max_outliers`, every sample whose own loss stands out (`own_outlier`) is added too, up to
+    that many: a step with 25 corrupted documents needs all 25 skipped, each on its own evidence."""
     if samples.height == 0:
         return []
     top = samples.get_column("score")[0]
@@ -270,4 +301,15 @@ def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, ti
     if near.height > limit:
         last = near.get_column("score")[limit - 1]
         near = near.filter(pl.col("score") >= last - tie_tol)
-    return near.get_column("sample_id").to_list()
+    picked = near.get_column("sample_id").to_list()
+    if max_outliers and "own_outlier" in samples.columns:
+        own = samples.filter(pl.col("own_outlier").fill_null(False)).head(max_outliers).get_column("sample_id")
+        picked += [x for x in own if x not in set(picked)]
+    return picked
+
+
+def listed_count(samples: pl.DataFrame, params: TracingParams) -> int:
+    """How many of the ranked samples an incident lists: `max_samples`, or more when more samples stand
+    out on their own loss (each of them is implicated by its own evidence)."""
+    own = int(samples.get_column("own_outlier").sum()) if "own_outlier" in samples.columns and samples.height else 0
+    return max(params.max_samples, min(own, params.skip_max_outliers))
