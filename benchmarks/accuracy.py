@@ -220,9 +220,10 @@ How it is scored (`spikeforensics/evaluate.py`; the tolerance is `--tol`, defaul
 - **Sample recall@5**: over matched truth `data_outlier` incidents that list `sample_ids`:
   |first 5 predicted `sample_ids` ∩ truth| / min(5, |truth|), averaged; also split by whether the
   run's manifest recorded per-sample losses (the truth file's `per_sample_losses`, a property of the
-  input). **Skip-list recall**: the share of the labelled samples that the diagnosis' skip list
-  (`skiplist.reasons` of the matched incident, what a training script reads on resume) holds, with
-  its median size.
+  input); and its expectation when suspects with equal scores are put in random order, which
+  removes the luck of the product's tie-break by sample ID. **Skip list**: how many of the labelled samples the diagnosis' skip list
+  (`skiplist.reasons` of the matched incident, what a training script reads on resume) holds, and
+  how many unlabelled ones it adds.
 - **Peak error**: |predicted `peak_step` - truth `peak_step`| of the best match, median per kind
   (how well the incident is localised; a wide predicted window can match a short truth incident).
 - Baselines (`benchmarks/baselines.py`, not in the product path) score detection only, with the

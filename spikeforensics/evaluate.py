@@ -27,6 +27,9 @@ Definitions (also written into the README by `benchmarks/accuracy.py`):
 - Sample recall@k (k=5): for matched truth `data_outlier` incidents with
   `sample_ids`: |first k predicted sample_ids ∩ truth| / min(k, |truth|); also split by
   the truth file's `per_sample_losses` (did the manifest record them).
+- Expected recall@k with ties in random order: suspects with equal scores form a tie
+  group (the product breaks it by sample ID); a group that straddles position k
+  contributes its labelled share of the slots it gets.
 - Skip-list recall: for the same incidents, |skip-list samples of the matched prediction
   ∩ truth| / |truth| (the `skiplist.reasons` entry of that incident), with its size.
 - Peak error: |predicted peak_step - truth peak_step| of the best match (median per kind).
@@ -66,6 +69,7 @@ class TruthOutcome:
     peak_error: int | None = None  # |predicted peak - truth peak| in steps, when detected
     truth_sample_ids: list[str] = field(default_factory=list)
     sample_recall: float | None = None  # None when not applicable
+    sample_recall_ties: float | None = None  # recall@k expected with tied suspects in random order
     skip_recall: float | None = None  # share of the truth samples the skip list of the matched prediction holds
     skip_size: int | None = None  # samples in that skip-list entry
     per_sample_losses: bool | None = None  # the run's manifest recorded per-sample losses (from the truth file)
@@ -165,6 +169,33 @@ def sample_recall_at_k(predicted: list, truth: list, k: int = DEFAULT_K) -> floa
     return len(top & truth_set) / min(k, len(truth_set))
 
 
+def expected_recall_at_k(samples: list[dict], truth: list, k: int = DEFAULT_K, tie_tol: float = 1e-9) -> float | None:
+    """recall@k expected when samples with equal scores (within `tie_tol` of the previous one) are put
+    in random order, i.e. without the luck of the tie-break by ID: a tie group that straddles position k
+    contributes its labelled share of the slots it gets. `samples`: the prediction's ranked `samples`
+    (`sample_id`, `score`). None when the truth lists no sample."""
+    truth_set = {str(s) for s in truth}
+    if not truth_set:
+        return None
+    groups: list[list[str]] = []
+    last = None
+    for row in samples:
+        score = row.get("score")
+        if groups and score is not None and last is not None and last - score <= tie_tol:
+            groups[-1].append(str(row["sample_id"]))
+        else:
+            groups.append([str(row["sample_id"])])
+        last = score
+    hits, slots = 0.0, k
+    for group in groups:
+        if slots <= 0:
+            break
+        take = min(slots, len(group))
+        hits += take * sum(x in truth_set for x in group) / len(group)
+        slots -= take
+    return hits / min(k, len(truth_set))
+
+
 def skiplist_samples(diagnosis: dict, incident_id) -> list[str]:
     """Sample IDs the diagnosis' skip list holds for one incident (its `reasons` entry)."""
     reasons = ((diagnosis or {}).get("skiplist") or {}).get("reasons") or []
@@ -204,6 +235,7 @@ def score_run(
         t.peak_error = abs(best.peak_step - t.peak_step)
         if t.root_cause == "data_outlier" and t.truth_sample_ids:
             t.sample_recall = sample_recall_at_k(raw_preds[pi].get("sample_ids") or [], t.truth_sample_ids, k)
+            t.sample_recall_ties = expected_recall_at_k(raw_preds[pi].get("samples") or [], t.truth_sample_ids, k)
             skipped = skiplist_samples(diagnosis, raw_preds[pi].get("id"))
             t.skip_recall = len(set(skipped) & set(t.truth_sample_ids)) / len(set(t.truth_sample_ids))
             t.skip_size = len(skipped)
@@ -348,6 +380,8 @@ def aggregate(scores: list[RunScore]) -> dict:
                 # the same, split by whether the manifest had per-sample losses (an input property)
                 "with_sample_losses": _mean(with_losses), "n_with_sample_losses": len(with_losses),
                 "without_sample_losses": _mean(without_losses), "n_without_sample_losses": len(without_losses),
+                # the same with tied suspects in random order (what the ranking knows, without the tie-break's luck)
+                "mean_ties_random": _mean([t.sample_recall_ties for t in traced if t.sample_recall_ties is not None]),
                 # the skip list is what a user acts on: how many culprits it holds, and at what size
                 "skip_recall": _mean([t.skip_recall for t in traced if t.skip_recall is not None]),
                 "skip_labelled": sum(len(set(t.truth_sample_ids)) for t in traced),
@@ -458,7 +492,8 @@ def render_markdown(table: dict, title: str = "", product: str = "spikeforensics
                           "data_outlier incidents with labelled samples"
                           f" ({_fmt(sr.get('with_sample_losses'))} over {sr.get('n_with_sample_losses', 0)} whose manifest has "
                           f"per-sample losses, {_fmt(sr.get('without_sample_losses'))} over {sr.get('n_without_sample_losses', 0)} "
-                          "without). "
+                          "without); expected with tied suspects in random order "
+                          f"{_fmt(sr.get('mean_ties_random'))}. "
                           f"Skip list: holds {sr.get('skip_held', 0)} of the {sr.get('skip_labelled', 0)} labelled samples "
                           f"(mean per incident {_fmt(sr.get('skip_recall'))}) and "
                           f"{sr.get('skip_size', 0) - sr.get('skip_held', 0)} unlabelled ones.", ""]

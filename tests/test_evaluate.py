@@ -162,6 +162,26 @@ def test_skip_list_recall_and_the_per_sample_loss_split():
     assert (sr["skip_labelled"], sr["skip_held"], sr["skip_size"]) == (4, 2, 8)
 
 
+def test_expected_recall_with_ties_in_random_order():
+    from spikeforensics.evaluate import expected_recall_at_k
+
+    rows = lambda pairs: [{"sample_id": a, "score": b} for a, b in pairs]  # noqa: E731
+    # one culprit among 8 tied samples: 5 of the 8 slots -> 5/8, wherever the tie-break put it
+    tied = rows([(f"s{i}", 3.0) for i in range(8)])
+    assert expected_recall_at_k(tied, ["s7"]) == pytest.approx(5 / 8)
+    # 10 culprits among 16 tied: 5 x 10/16 / 5
+    tied16 = rows([(f"s{i}", 3.0) for i in range(16)][::-1])
+    assert expected_recall_at_k(tied16, [f"s{i}" for i in range(10)]) == pytest.approx(10 / 16)
+    # a clear order is scored as it stands, however close: the culprit second of distinct scores
+    assert expected_recall_at_k(rows([("a", 3.01), ("b", 3.0)]), ["b"], k=1) == 0.0
+    assert expected_recall_at_k(rows([("a", 9.0), ("b", 8.0), ("c", 1.0)]), ["b"], k=1) == 0.0
+    assert expected_recall_at_k(rows([("a", 9.0), ("b", 8.0)]), ["b"], k=2) == 1.0
+    # a tie group behind two clear suspects gets the last 3 slots
+    mixed = rows([("a", 9.0), ("b", 8.0)] + [(f"t{i}", 2.0) for i in range(6)])
+    assert expected_recall_at_k(mixed, ["t0"]) == pytest.approx(3 / 6)
+    assert expected_recall_at_k(mixed, []) is None
+
+
 def test_targets_compare_with_every_baseline():
     t = truth(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault"))
     me = score_run(diag(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault")), t)
