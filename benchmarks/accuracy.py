@@ -38,7 +38,7 @@ from spikeforensics.store import Store  # noqa: E402
 TRUTH_FILE = "ground_truth.json"
 README = HERE / "README.md"
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
-SETS = ("tune", "holdout", "fresh", "final", "blind")
+SETS = ("tune", "holdout", "fresh", "final", "blind", "sealed")
 PRODUCT = "spikeforensics"
 
 
@@ -235,8 +235,9 @@ How it is scored (`spikeforensics/evaluate.py`; the tolerance is `--tol`, defaul
   grad norm, alpha 0.97, z > 2.5; misses NaN and is blind after one). Flags closer than 5 steps
   form one incident, `nonfinite` when it holds a NaN/Inf, else `hard_spike`.
 - Sets: `tune` (what thresholds and rules are developed on); `holdout` (other seeds, formats, batch
-  sizes, depths and fault magnitudes); `fresh` and `final` (the holdout variants again with new seeds,
-  widths, batches, LRs and data mixes, each generated before it was first scored). How often each
+  sizes, depths and fault magnitudes); `fresh`, `final`, `blind` and `sealed` (the holdout variants
+  again with new seeds, widths, batches, LRs and data mixes, each generated before it was first scored;
+  `sealed` with a per-sample CSV manifest). How often each
   non-tune set was looked at, and what changed after, is recorded below the table: a set that
   informed a change no longer gives an independent figure. Targets: F1 >= 0.95 on `hard_spike` and
   `nonfinite` and above every baseline (a tie at 1.00 counts as met), zero false incidents on every clean run, top-1 >= 90%,

@@ -29,7 +29,7 @@ from tools.fixtures.train import run  # noqa: E402
 
 START = {"tune": datetime(2026, 3, 1, 8, 0, 0), "holdout": datetime(2026, 3, 9, 14, 0, 0),
          "fresh": datetime(2026, 3, 17, 10, 0, 0), "final": datetime(2026, 3, 24, 9, 0, 0),
-         "blind": datetime(2026, 4, 2, 16, 0, 0)}
+         "blind": datetime(2026, 4, 2, 16, 0, 0), "sealed": datetime(2026, 4, 11, 7, 30, 0)}
 SETS = list(START)
 SHIFT_KEYS = {"step_start", "step_end", "peak_step", "first_nonfinite_step", "nonfinite_steps",
               "nonfinite_steps_attempt0", "nonfinite_steps_after_resume", "spike_steps", "steps_layer_over_10x",
@@ -130,7 +130,8 @@ def generate(sc, out_root):
     gname = GRAD_FILES[spec.get("grads_format", "csv")]
     W.write_layers(os.path.join(outdir, gname), rec, spec)
     files["layer_grads"] = gname
-    bname = "batches.parquet" if spec.get("batches_format") == "parquet" else "batches.jsonl"
+    bname = ("batches.csv" if spec.get("batches_layout") == "per_sample" else
+             "batches.parquet" if spec.get("batches_format") == "parquet" else "batches.jsonl")
     W.write_batches(os.path.join(outdir, bname), rec, spec)
     files["batches"] = bname
     if sc.telemetry:
@@ -198,9 +199,9 @@ def write_readme(out_root):
              "needs it, and `ground_truth.json` (schema in `tools/README.md`).", "",
              "The `tune` set is for developing detectors; the `holdout` set repeats the scenario list with other",
              "seeds, formats, depths, batch sizes, fault magnitudes and steps (and some manifests without",
-             "per-sample losses) and is for scoring. The `fresh`, `final` and `blind` sets repeat the holdout variants",
-             "with new seeds, widths, batches, learning rates and data mixes; `benchmarks/README.md` records when each",
-             "set was looked at.", "",
+             "per-sample losses) and is for scoring. The `fresh`, `final`, `blind` and `sealed` sets repeat the holdout",
+             "variants with new seeds, widths, batches, learning rates and data mixes (`sealed` with a per-sample CSV",
+             "manifest, `batches.csv`); `benchmarks/README.md` records when each set was looked at.", "",
              "| set | scenario | format | files | healthy | what happened (measured) |",
              "|---|---|---|---|---|---|"]
     for g in rows:
