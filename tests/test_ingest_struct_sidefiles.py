@@ -286,3 +286,18 @@ def test_docs_list_every_alias():
                   aliases.TELEMETRY_FIELD_ALIASES):
         for alias, canonical in table.items():
             assert f"`{alias}`" in doc and f"`{canonical}`" in doc, alias
+
+
+def test_batch_manifest_with_dataset_indices_and_lengths(tmp_path):
+    # an OLMo-style dump: data-parallel rank, dataset indices and per-document lengths per micro-batch
+    rows = ['{"global_step": 5, "dp_rank": 1, "micro_batch_idx": 0, "indices": [1201, 1202], "lengths": [512, 0], '
+            '"per_sample_losses": [2.5, NaN], "domain": "web"}']
+    path = write(tmp_path, "data_indices.jsonl", "\n".join(rows) + "\n")
+    assert detect_format(path)[0] == "batches"
+    b = parse_file(path, "batches").tables["batches"]
+    assert b.get_column("sample_id").to_list() == ["1201", "1202"] and b.get_column("rank").to_list() == [1, 1]
+    assert b.get_column("tokens").to_list() == [512, 0] and b.get_column("sample_source").to_list() == ["web", "web"]
+    assert b.get_column("step").to_list() == [5, 5] and math.isnan(b.get_column("sample_loss")[1])
+    per_sample = write(tmp_path, "docs.csv", "step,doc_id,token_count\n7,d-1,300\n7,d-2,12\n")
+    b = parse_file(per_sample, "batches").tables["batches"]
+    assert b.get_column("sample_id").to_list() == ["d-1", "d-2"] and b.get_column("tokens").to_list() == [300, 12]

@@ -71,11 +71,21 @@ LAYER_COLUMN_ALIASES: dict[str, str] = {
 # Columns of batch manifests.
 BATCH_COLUMN_ALIASES: dict[str, str] = {
     "step": "step", "iteration": "step", "iter": "step", "global_step": "step",
-    "rank": "rank", "micro": "micro", "micro_batch": "micro", "microbatch": "micro", "micro_step": "micro",
+    "rank": "rank", "dp_rank": "rank", "data_parallel_rank": "rank",
+    "micro": "micro", "micro_batch": "micro", "microbatch": "micro", "micro_step": "micro",
+    "micro_batch_idx": "micro", "microbatch_idx": "micro", "accum_step": "micro", "grad_accum_step": "micro",
     "sample_id": "sample_id", "sample_ids": "sample_ids", "ids": "sample_ids", "sample": "sample_id",
-    "sample_loss": "sample_loss", "sample_losses": "sample_losses", "losses": "sample_losses",
-    "tokens": "tokens", "num_tokens": "tokens", "n_tokens": "tokens", "length": "tokens",
-    "source": "sample_source", "sample_source": "sample_source", "dataset": "sample_source",
+    # dataset indices and document IDs are sample IDs too (OLMo-style "data indices" dumps)
+    "sample_idx": "sample_id", "sample_index": "sample_id", "doc_id": "sample_id", "document_id": "sample_id",
+    "example_id": "sample_id", "instance_id": "sample_id", "data_index": "sample_id",
+    "sample_indices": "sample_ids", "indices": "sample_ids", "data_indices": "sample_ids", "doc_ids": "sample_ids",
+    "document_ids": "sample_ids", "example_ids": "sample_ids", "instance_ids": "sample_ids",
+    "sample_loss": "sample_loss", "per_sample_loss": "sample_loss",
+    "sample_losses": "sample_losses", "losses": "sample_losses", "per_sample_losses": "sample_losses",
+    "loss_per_sample": "sample_losses",
+    "tokens": "tokens", "num_tokens": "tokens", "n_tokens": "tokens", "length": "tokens", "lengths": "tokens",
+    "token_count": "tokens", "token_counts": "tokens", "seq_len": "tokens", "seq_lens": "tokens",
+    "source": "sample_source", "sample_source": "sample_source", "dataset": "sample_source", "domain": "sample_source",
 }
 
 # Telemetry fields: nvidia-smi query names (units stripped), `nvidia-smi dmon` columns,
