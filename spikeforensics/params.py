@@ -242,6 +242,10 @@ class TracingParams:
     after_peak_span: int = 8  # why: later steps of the incident searched for such samples (a run of bad batches: 3 steps in the no-clip fixtures; 8 as for onset..peak)
     own_outlier_ratio: float = 2.0  # why: the least loss ratio (over the healthy per-sample loss; after the peak also over its step's 10th percentile) at which a sample is bad data on its own evidence and goes to the skip list; raised to the healthy tail (below). attribution.sample_outlier_ratio (3x) stays the bar for blaming data at all
     own_outlier_tail_quantile: float = 0.999  # why: the bar is raised to the P99.9 of healthy samples' loss over their step median (near the incident): mixed sources put healthy samples up to 2-2.8x
+    align_max_offset: int = 2  # why: a batch manifest counted 1-2 steps off the log (0- vs 1-based, counted before vs after the step) is found and shifted; 0 turns the check off (spikeforensics/alignment.py)
+    align_min_corr: float = 0.5  # why: ... only when the shifted manifest's step-to-step mean-loss changes correlate >= 0.5 with the log's (aligned: ~1; one step off, white noise: ~-0.5)
+    align_min_gain: float = 0.3  # why: ... and beat the manifest as written by 0.3, so noise never moves a manifest that is right
+    align_window: int = 2000  # why: checked on the first 2000 manifest steps: plenty of evidence, and cheap on an 8M-row manifest
     skip_max_outliers: int = 256  # why: at most this many own-evidence samples per incident in the skip list (a whole bad shard is a data-pipeline fix, not a skip list)
     w_recurrence: float = 2.0  # per other spike incident the sample also appears in (DOMAIN: recurrence = data)
     w_healthy: float = 0.75  # penalty per healthy step the sample was seen in (exoneration; OLMo 2 caveat: soft)

@@ -127,15 +127,39 @@ class RunData:
             )
         return self._cache[key]
 
-    def manifest(self) -> tuple[pl.DataFrame, bool]:
+    def manifest(self, tracing=None) -> tuple[pl.DataFrame, bool]:
         """Batch-manifest rows that have a step and a sample ID, in file order, and whether the steps
         ever go back (a replay after a resume, or per-rank files one after the other): only then can a
-        (step, sample) appear twice, so only then do readers need to de-duplicate."""
-        key = ("manifest",)
+        (step, sample) appear twice, so only then do readers need to de-duplicate.
+
+        Steps are in the log's numbering: when per-sample losses show the manifest counting one or two
+        steps off the log (`alignment.manifest_offset`), its steps are shifted, and
+        `manifest_alignment()` says so. `tracing`: `params.TracingParams` (its `align_*` fields)."""
+        from spikeforensics.params import TracingParams
+
+        tp = tracing or TracingParams()
+        settings = (tp.align_max_offset, tp.align_min_corr, tp.align_min_gain, tp.align_window)
+        key = ("manifest", settings)
         if key not in self._cache:
+            from spikeforensics.alignment import manifest_offset
+
             rows = self.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
+            found = None
+            if tp.align_max_offset and rows.height and rows.get_column("sample_loss").null_count() < rows.height:
+                found = manifest_offset(rows, self.series("loss"), *settings)
+                if found is not None and found.offset:
+                    rows = rows.with_columns(pl.col("step") + found.offset)
+            self._cache[("manifest-alignment", settings)] = found
             self._cache[key] = rows, bool(rows.height and (rows.get_column("step").diff() < 0).any())
         return self._cache[key]
+
+    def manifest_alignment(self, tracing=None):
+        """The `alignment.Alignment` checked by `manifest()` (None: nothing could be checked)."""
+        from spikeforensics.params import TracingParams
+
+        tp = tracing or TracingParams()
+        self.manifest(tp)
+        return self._cache[("manifest-alignment", (tp.align_max_offset, tp.align_min_corr, tp.align_min_gain, tp.align_window))]
 
     # -- other views -------------------------------------------------------------
     def ranks(self) -> list[int]:

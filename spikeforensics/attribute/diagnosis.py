@@ -100,6 +100,17 @@ def _finding_note(f: Finding) -> dict:
             "evidence": [e.as_dict() for e in f.evidence]}
 
 
+def _alignment_notes(run: RunData, params: Params) -> list[dict]:
+    """A note when the batch manifest's steps had to be shifted to match the log's."""
+    found = run.manifest_alignment(params.tracing)
+    if found is None or not found.offset:
+        return []
+    return [{"kind": "manifest_alignment", "severity": "info", "step_start": None, "step_end": None, "peak_step": None,
+             "summary": found.summary, "rank": None, "layer": None,
+             "evidence": [{"signal": "manifest_step_offset", "value": found.offset, "ratio": found.corr,
+                           "baseline": found.corr_as_written, "note": "correlation of step-to-step loss changes"}]}]
+
+
 def _evidence(inc: Incident) -> list[dict]:
     seen, out = set(), []
     for e in inc.evidence:
@@ -248,7 +259,8 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
         "verdict": verdict(out_incidents, steps),
         "incidents": out_incidents,
         "calibration": calibrate(run, ctx, params.calibration),
-        "notes": [_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings],
+        "notes": [_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings]
+                 + _alignment_notes(run, params),
         "rules": ruleset.files,
     }
     diagnosis["skiplist"] = skiplist(run.run_id, out_incidents, params)

@@ -89,7 +89,7 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     tp = params.tracing
     interval = log_interval(run)
     keys = ["step", "rank", "micro", "sample_id"]
-    rows, replayed = run.manifest()
+    rows, replayed = run.manifest(params.tracing)
     # a replayed step (resume from a checkpoint) appears again later in the manifest: keep the first
     # pass, and the loss the same sample had when the step was trained again
     if replayed:

@@ -57,9 +57,9 @@ def candidates(run: RunData, params) -> pl.DataFrame:
     return pl.concat(out, how="vertical_relaxed").sort("step")
 
 
-def _manifest(run: RunData) -> pl.DataFrame:
+def _manifest(run: RunData, params) -> pl.DataFrame:
     """First-pass manifest rows (a replayed step is not a new appearance), one per (step, sample)."""
-    rows, replayed = run.manifest()
+    rows, replayed = run.manifest(getattr(params, "tracing", None))
     if replayed:
         rows = rows.unique(subset=["step", "sample_id"], keep="first", maintain_order=True)
     rows = rows.select("step", "sample_id", "sample_loss")
@@ -75,7 +75,7 @@ def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
     hp = params.hard_spike
     empty = pl.DataFrame(schema={"sample_id": pl.String, "events": pl.List(pl.Int64), "hit_steps": pl.List(pl.Int64),
                                  "expected": pl.Float64})
-    man = _manifest(run)
+    man = _manifest(run, params)
     if man.height == 0 or cands.height == 0:
         return empty
     # one score per candidate step (the stronger signal); a record printed every k steps stands for
