@@ -185,11 +185,13 @@ def _ingest_summary(report) -> str:
               help="Points per chart series before min/max downsampling (0 = all).")
 @click.option("--format", "out_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Summary on stdout: text, or the diagnosis as JSON.")
+@click.option("--aliases", type=click.Path(dir_okay=False), default=None,
+              help="With PATHs: TOML file extending the alias tables, as for ingest (also $SPIKEFORENSICS_ALIASES).")
 @quiet_option
 @debug_option
 @handle_errors
 def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overrides, fail_on, max_points,
-             out_format, quiet, debug):
+             out_format, aliases, quiet, debug):
     """Detect, attribute and report the instabilities of a run.
 
     Writes the HTML postmortem, diagnosis.json, skiplist.json and a Markdown copy,
@@ -210,6 +212,9 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
     if not paths and not run_id:
         raise click.UsageError("give --run RUN_ID, or PATHs to ingest and diagnose")
     if paths:
+        from spikeforensics.ingest.aliases import load_user_aliases
+
+        load_user_aliases(aliases)
         report = api.ingest(list(paths), run_id=run_id, store=store,
                             progress=None if quiet else (lambda m: note(f"reading {m}")))
         for f in report.files:

@@ -188,6 +188,30 @@ def test_nvidia_smi_repeated_headers_units_na(tmp_path):
     assert set(t.get_column("field")) == {"temperature", "power", "ecc_corrected", "ecc_uncorrected"}
 
 
+def test_nvidia_smi_noheader_needs_the_query_and_reads_with_it(tmp_path, monkeypatch):
+    rows = ["2024/01/31 12:00:00.123, 0, 61, 250.12, 0", "2024/01/31 12:00:00.123, 1, 63, 251.50, 0",
+            "2024/01/31 12:00:10.125, 1, 64, 249.00, 2"]
+    path = write(tmp_path, "smi.csv", "\n".join(rows) + "\n")
+    monkeypatch.setattr(aliases, "SMI_QUERY", [])
+    assert detect_format(path)[0] == "telemetry"
+    with pytest.raises(IngestError, match=r"smi.csv:1: nvidia-smi CSV without a header row .*\[nvidia_smi\] query"):
+        parse_file(path, "telemetry")
+    toml = write(tmp_path, "aliases.toml", '[nvidia_smi]\nquery = "timestamp,index,temperature.gpu,power.draw,'
+                                           'ecc.errors.uncorrected.volatile.total"\n')
+    aliases.load_user_aliases(toml)
+    t = parse_file(path, "telemetry").tables["telemetry"]
+    assert set(t.get_column("field")) == {"temperature", "power", "ecc_uncorrected"}
+    ecc = t.filter((pl.col("field") == "ecc_uncorrected") & (pl.col("gpu") == 1)).sort("line")
+    assert ecc.get_column("value").to_list() == [0, 2] and ecc.get_column("line").to_list() == [2, 3]
+    # a query naming another number of fields than the rows have
+    monkeypatch.setattr(aliases, "SMI_QUERY", ["timestamp", "index"])
+    with pytest.raises(IngestError, match=r"smi.csv:1: 5 fields, but the \[nvidia_smi\] query names 2"):
+        parse_file(path, "telemetry")
+    bad = write(tmp_path, "bad.toml", '[nvidia_smi]\nquery = 3\n')
+    with pytest.raises(ValueError, match=r"bad.toml: \[nvidia_smi\] takes one key"):
+        aliases.load_user_aliases(bad)
+
+
 def test_dmon_and_dcgm(tmp_path):
     dmon = write(tmp_path, "dmon.txt",
                  "# gpu   pwr gtemp mtemp    sm   mem\n# Idx     W     C     C     %     %\n"

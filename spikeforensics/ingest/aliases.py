@@ -4,7 +4,9 @@ Keys are compared after `normalise_name` (lower case, non-alphanumerics as `_`),
 `train/grad_norm`, `Grad Norm` and `grad-norm` are all `train_grad_norm` /
 `grad_norm`. Users extend the tables with a TOML file (`--aliases FILE`, or the
 environment variable SPIKEFORENSICS_ALIASES) holding `[metrics]`, `[layer_columns]`,
-`[batch_columns]` and/or `[telemetry_fields]` tables of `alias = "canonical"`.
+`[batch_columns]` and/or `[telemetry_fields]` tables of `alias = "canonical"`, and an
+`[nvidia_smi]` table whose `query` is the `--query-gpu` field list of a CSV written with
+`noheader` (`query = "timestamp,index,temperature.gpu,power.draw"`).
 docs/formats.md lists the tables.
 """
 
@@ -126,6 +128,10 @@ TELEMETRY_FIELD_ALIASES: dict[str, str] = {
     "dram_active": "dram_active", "total_energy_consumption": "energy",
 }
 
+# The `--query-gpu` field names of nvidia-smi CSVs written with `noheader` (user-supplied: the
+# columns of such a file cannot be guessed).
+SMI_QUERY: list[str] = []
+
 _USER_TABLES = {"metrics": METRIC_ALIASES, "layer_columns": LAYER_COLUMN_ALIASES,
                 "batch_columns": BATCH_COLUMN_ALIASES, "telemetry_fields": TELEMETRY_FIELD_ALIASES}
 
@@ -142,8 +148,16 @@ def load_user_aliases(path: str | os.PathLike | None = None) -> None:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path}: cannot read alias file: {exc}") from exc
     for section, table in data.items():
+        if section == "nvidia_smi" and isinstance(table, dict):
+            query = table.get("query")
+            if not isinstance(query, str) or not query.strip() or set(table) - {"query"}:
+                raise ValueError(f'{path}: [nvidia_smi] takes one key, query = "field,field,..." '
+                                 "(the --query-gpu list)")
+            SMI_QUERY[:] = [f.strip() for f in query.split(",") if f.strip()]
+            continue
         if section not in _USER_TABLES or not isinstance(table, dict):
-            raise ValueError(f"{path}: unknown section [{section}] (expected one of {sorted(_USER_TABLES)})")
+            raise ValueError(f"{path}: unknown section [{section}] (expected one of "
+                             f"{sorted([*_USER_TABLES, 'nvidia_smi'])})")
         for alias, canonical in table.items():
             if not isinstance(canonical, str):
                 raise ValueError(f"{path}: [{section}] {alias} must map to a string")

@@ -7,8 +7,9 @@ Four layouts, told apart by content:
   units unless `nounits` (`106.56 W`, `29 %`), `[N/A]`/`[Not Supported]` for missing
   values, the header repeated once per invocation (`-l N` appended runs). `timestamp`
   (`2024/01/31 12:00:00.123`) gives the time, `index` the GPU (else the order of
-  `pci.bus_id`). `noheader` output is only read when a header row appears somewhere
-  in the file (column names cannot be guessed).
+  `pci.bus_id`). `noheader` output (rows starting with an nvidia-smi timestamp) is read
+  with the field list the user gives as `[nvidia_smi] query` in an `--aliases` file (column
+  names cannot be guessed), else refused with a message saying so.
 - `nvidia-smi dmon`: `# gpu pwr gtemp ...` and `# Idx W C ...` header lines, then
   whitespace-aligned rows (`-` = unsupported); `-o DT` adds `#Date Time` columns.
 - `dcgmi dmon -e ...`: `#Entity  TMPTR POWER ...`, a units row, rows `GPU 0  45 70.1 ...`.
@@ -39,6 +40,8 @@ SMI_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S%.f", "%Y/%m/%d %H:%M:%S")
 PROM_RE = r"^(DCGM_FI_[A-Z0-9_]+)\{([^}]*)\}\s+(\S+)(?:\s+(\d+))?\s*$"
 # a query-gpu header field: `temperature.gpu`, `power.draw [W]`
 SMI_HEADER_FIELD = r"\s*[A-Za-z][A-Za-z0-9_.]*(?: \[[^\]]+\])?\s*"
+# the first field of a `noheader` row that starts with the timestamp: `2024/01/31 12:00:00.123`
+SMI_TIMESTAMP = r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"
 UNAVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "-", "[Unknown Error]", "")
 
 
@@ -68,6 +71,8 @@ def _layout(lines: list[str]) -> str | None:
     if hdr and re.search(r"\bgpu\b", hdr[0], re.I) and any(re.search(r"\b(pwr|gtemp|sm|mclk|pclk|temp)\b", h) for h in hdr):
         return "dmon"
     first = body[0].split(",")
+    if len(first) >= 2 and re.fullmatch(SMI_TIMESTAMP, first[0].strip()):
+        return "smi_noheader"
     if len(first) < 2 or not all(re.fullmatch(SMI_HEADER_FIELD, c) for c in first):
         return None
     names = [normalise_name(c.split("[")[0]) for c in first]
@@ -80,7 +85,7 @@ def _layout(lines: list[str]) -> str | None:
 
 def sniff(sample: SniffSample) -> float:
     layout = _layout(sample.lines[:200])
-    return {"prometheus": 0.9, "dcgmi": 0.9, "dmon": 0.85, "smi": 0.9}.get(layout or "", 0.0)
+    return {"prometheus": 0.9, "dcgmi": 0.9, "dmon": 0.85, "smi": 0.9, "smi_noheader": 0.8}.get(layout or "", 0.0)
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -89,6 +94,9 @@ def parse(src: SourceFile) -> ParseResult:
     layout = _layout(lines.get_column("text").head(200).to_list())
     if layout is None:
         raise T.ingest_error(f"{src.path}: not nvidia-smi / DCGM telemetry (no header row recognised)")
+    if layout == "smi_noheader":
+        lines = with_query_header(lines, src.path)
+        layout = "smi"
     long = {"smi": smi_csv, "dmon": dmon, "dcgmi": dcgmi, "prometheus": prometheus}[layout](lines, result)
     long = long.filter(pl.col("value").is_not_null())
     result.records += long.select("line").unique().height
@@ -103,6 +111,23 @@ def _value(expr: pl.Expr) -> pl.Expr:
     s = pl.when(s.is_in(list(UNAVAILABLE))).then(None).otherwise(s)
     s = s.str.replace(r"^P(\d+)$", "$1")  # pstate P0..P12
     return to_float(s.str.replace(r"\s*(?:[KMGT]?i?B|[KMG]?Hz|W|C|%|J|mJ|s|ms|us)$", ""))
+
+
+def with_query_header(lines: pl.DataFrame, path) -> pl.DataFrame:
+    """A `noheader` nvidia-smi CSV with the user's `--query-gpu` list as its header row (line 0)."""
+    query = aliases.SMI_QUERY
+    first = lines.row(0, named=True)
+    if not query:
+        raise T.ingest_error(
+            f"{path}:{first['line']}: nvidia-smi CSV without a header row (--format=csv,noheader): its columns "
+            'cannot be guessed; put the --query-gpu list in an aliases file ([nvidia_smi] query = "timestamp,index,...") '
+            "and pass it with --aliases, or add the header line to the file")
+    n = len(first["text"].split(","))
+    if n != len(query):
+        raise T.ingest_error(f"{path}:{first['line']}: {n} fields, but the [nvidia_smi] query names {len(query)} "
+                             f"({', '.join(query)})")
+    header = pl.DataFrame({"line": [0], "text": [", ".join(query)]}, schema=lines.select("line", "text").schema)
+    return pl.concat([header, lines.select("line", "text")], how="vertical_relaxed")
 
 
 def smi_csv(lines: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
