@@ -325,3 +325,24 @@ def test_batch_manifest_with_dataset_indices_and_lengths(tmp_path):
     per_sample = write(tmp_path, "docs.csv", "step,doc_id,token_count\n7,d-1,300\n7,d-2,12\n")
     b = parse_file(per_sample, "batches").tables["batches"]
     assert b.get_column("sample_id").to_list() == ["d-1", "d-2"] and b.get_column("tokens").to_list() == [300, 12]
+
+
+def test_per_rank_side_files_take_the_rank_in_their_name(tmp_path):
+    from spikeforensics.ingest import rank_from_name
+
+    assert rank_from_name("batches_rank3.jsonl") == 3 and rank_from_name("grads-rank_12.csv") == 12
+    assert rank_from_name("node1.rank-0.parquet") == 0 and rank_from_name("batches.jsonl") is None
+    assert rank_from_name("frank2.csv") is None and rank_from_name("rank1_to_rank2.csv") is None
+    for r in (0, 1):
+        write(tmp_path, f"batches_rank{r}.jsonl", "\n".join(
+            json.dumps({"step": s, "sample_ids": [f"r{r}-s{s}"]}) for s in (1, 2)) + "\n")
+        write(tmp_path, f"layers_rank{r}.csv", f"step,layer,grad_norm\n1,h.0,0.{5 + r}\n")
+    # a rank column wins over the name
+    write(tmp_path, "batches_rank5.jsonl", '{"step": 3, "rank": 7, "sample_ids": ["x"]}\n')
+    store = Store(tmp_path / "store")
+    ingest_paths([tmp_path / n for n in ("batches_rank0.jsonl", "batches_rank1.jsonl", "layers_rank0.csv",
+                                         "layers_rank1.csv", "batches_rank5.jsonl")], "r", store)
+    b = store.table("r", "batches").sort("sample_id")
+    assert dict(zip(b.get_column("sample_id"), b.get_column("rank"))) == {
+        "r0-s1": 0, "r0-s2": 0, "r1-s1": 1, "r1-s2": 1, "x": 7}
+    assert sorted(store.table("r", "layers").get_column("rank").to_list()) == [0, 1]

@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import json
 import pkgutil
+import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -248,6 +249,16 @@ def parse_file(path: Path, fmt: str, source: str | None = None, year: int | None
     return _finish(result, source or Path(path).name)
 
 
+RANKED_SIDE_TABLES = ("batches", "layers")  # tables whose rows take a per-rank file's rank
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_-]?(\d{1,5})(?![0-9])", re.IGNORECASE)
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank a per-rank file's name gives (`batches_rank3.jsonl`, `grads-rank_12.csv`), if exactly one."""
+    found = {int(m) for m in _RANK_IN_NAME.findall(Path(name).name)}
+    return found.pop() if len(found) == 1 else None
+
+
 def _finish(result: ParseResult, source: str) -> ParseResult:
     """Conform every table, stamp the source, and add `nan` events from step records."""
     result.tables, _ = _finish_tables(result.tables, source)
@@ -258,6 +269,11 @@ def _finish_tables(tables: dict[str, pl.DataFrame], source: str) -> tuple[dict[s
     """`_finish` on a set of tables (a whole file, or one chunk of it). Also returns the
     row positions, in the events table, of the `nan` events it derived from metrics."""
     out = {t: schema.conform(t, f.with_columns(pl.lit(source).alias("source"))) for t, f in tables.items()}
+    file_rank = rank_from_name(source)
+    if file_rank is not None:  # per-rank side files (`batches_rank3.jsonl`) without a rank column
+        for t in RANKED_SIDE_TABLES:
+            if t in out and "rank" in out[t].columns:
+                out[t] = out[t].with_columns(pl.col("rank").fill_null(pl.lit(file_rank, pl.Int32)))
     derived = pl.Series("derived", [], dtype=pl.UInt32)
     nans = nan_events(out["metrics"]) if "metrics" in out else schema.empty("events")
     if nans.height:
