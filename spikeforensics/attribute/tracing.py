@@ -6,7 +6,7 @@ sample_source) says which samples each optimizer step consumed; gradient accumul
 incident we take its *implicated steps* (onset to peak, plus the step before: a bad
 batch damages the weights the next step uses) and score every sample in them:
 
-    score = step weight (peak / earlier step)
+    score = step weight (peak / earlier / later step: w_peak, w_before, w_after)
           + w_recurrence x other spike incidents the sample is also in    (recurrence = data)
           + w_corroborated when the detector's chance test tied it to several bumps (recurrence.py)
           - w_healthy    x healthy steps the sample was seen in (max 4)     (exoneration, soft)
@@ -20,6 +20,12 @@ batch damages the weights the next step uses) and score every sample in them:
           + w_empty_nonfinite when the incident has a NaN/Inf and the sample has no tokens at all
                          (a per-sample mean over zero target tokens is 0/0)
           - w_replay_clean when the step was replayed and the sample's loss came out normal
+
+A sample *stands out on its own loss* (`own_outlier`) when its loss clears `outlier_bar` (2x, or
+the healthy samples' P99.9 over their step median if higher) times the healthy per-sample loss and,
+after the peak, times its step's 10th percentile too; or when its own loss is NaN/Inf. The
+incident's later steps (a run of bad batches) enter only through such samples, and every one of
+them goes to the skip list, past its usual limit of 5.
 
 Without a manifest, `consumed_samples_range` turns the log's consumed-samples counter
 into the sample index range of the implicated steps. Everything here is polars over the
@@ -304,7 +310,8 @@ def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, ti
     picked = near.get_column("sample_id").to_list()
     if max_outliers and "own_outlier" in samples.columns:
         own = samples.filter(pl.col("own_outlier").fill_null(False)).head(max_outliers).get_column("sample_id")
-        picked += [x for x in own if x not in set(picked)]
+        seen = set(picked)
+        picked += [x for x in own if x not in seen]
     return picked
 
 
