@@ -92,6 +92,7 @@ def test_renumbered_manifest_of_a_labelled_run_traces_the_same_samples(tmp_path,
     found, notes = top5()
     assert found <= culprits and len(found) == 5
     assert len(notes) == 1 and f"{-shift:+d}" in notes[0]["summary"]
+    assert all(isinstance(notes[0][k], int) for k in ("step_start", "step_end", "peak_step"))
     # the same run with the check turned off traces the wrong batch
     found, notes = top5(Params.load(overrides=["tracing.align_max_offset=0"]))
     assert not found & culprits and not notes

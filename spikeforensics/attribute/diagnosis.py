@@ -105,7 +105,9 @@ def _alignment_notes(run: RunData, params: Params) -> list[dict]:
     found = run.manifest_alignment(params.tracing)
     if found is None or not found.offset:
         return []
-    return [{"kind": "manifest_alignment", "severity": "info", "step_start": None, "step_end": None, "peak_step": None,
+    steps = run.manifest(params.tracing)[0].get_column("step")
+    first, last = int(steps.min()), int(steps.max())  # a run-wide note spans the manifest's steps
+    return [{"kind": "manifest_alignment", "severity": "info", "step_start": first, "step_end": last, "peak_step": first,
              "summary": found.summary, "rank": None, "layer": None,
              "evidence": [{"signal": "manifest_step_offset", "value": found.offset, "ratio": found.corr,
                            "baseline": found.corr_as_written, "note": "correlation of step-to-step loss changes"}]}]
