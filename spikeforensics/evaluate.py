@@ -71,6 +71,7 @@ class TruthOutcome:
     sample_recall: float | None = None  # None when not applicable
     sample_recall_ties: float | None = None  # recall@k expected with tied suspects in random order
     skip_recall: float | None = None  # share of the truth samples the skip list of the matched prediction holds
+    skip_hits: int | None = None  # truth samples in that skip-list entry
     skip_size: int | None = None  # samples in that skip-list entry
     per_sample_losses: bool | None = None  # the run's manifest recorded per-sample losses (from the truth file)
 
@@ -237,7 +238,8 @@ def score_run(
             t.sample_recall = sample_recall_at_k(raw_preds[pi].get("sample_ids") or [], t.truth_sample_ids, k)
             t.sample_recall_ties = expected_recall_at_k(raw_preds[pi].get("samples") or [], t.truth_sample_ids, k)
             skipped = skiplist_samples(diagnosis, raw_preds[pi].get("id"))
-            t.skip_recall = len(set(skipped) & set(t.truth_sample_ids)) / len(set(t.truth_sample_ids))
+            t.skip_hits = len(set(skipped) & set(t.truth_sample_ids))
+            t.skip_recall = t.skip_hits / len(set(t.truth_sample_ids))
             t.skip_size = len(skipped)
             if "per_sample_losses" in truth:
                 t.per_sample_losses = bool(truth["per_sample_losses"])
@@ -359,8 +361,8 @@ def aggregate(scores: list[RunScore]) -> dict:
     }
     for name, group in by_detector.items():
         hw = [t for s in group for t in s.truths if t.root_cause == "hardware_fault" and t.detected]
-        recalls = [t.sample_recall for s in group for t in s.truths if t.sample_recall is not None]
         traced = [t for s in group for t in s.truths if t.sample_recall is not None]
+        recalls = [t.sample_recall for t in traced]
         with_losses = [t.sample_recall for t in traced if t.per_sample_losses is True]
         without_losses = [t.sample_recall for t in traced if t.per_sample_losses is False]
         eligible = [t for s in group for t in s.truths if t.root_cause == "data_outlier" and t.truth_sample_ids]
@@ -385,7 +387,7 @@ def aggregate(scores: list[RunScore]) -> dict:
                 # the skip list is what a user acts on: how many culprits it holds, and at what size
                 "skip_recall": _mean([t.skip_recall for t in traced if t.skip_recall is not None]),
                 "skip_labelled": sum(len(set(t.truth_sample_ids)) for t in traced),
-                "skip_held": sum(round((t.skip_recall or 0.0) * len(set(t.truth_sample_ids))) for t in traced),
+                "skip_held": sum(t.skip_hits or 0 for t in traced),
                 "skip_size": sum(t.skip_size or 0 for t in traced),
             },
         }

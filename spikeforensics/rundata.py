@@ -135,31 +135,29 @@ class RunData:
         Steps are in the log's numbering: when per-sample losses show the manifest counting one or two
         steps off the log (`alignment.manifest_offset`), its steps are shifted, and
         `manifest_alignment()` says so. `tracing`: `params.TracingParams` (its `align_*` fields)."""
+        rows, replayed, _ = self._manifest_view(tracing)
+        return rows, replayed
+
+    def manifest_alignment(self, tracing=None):
+        """The `alignment.Alignment` checked by `manifest()` (None: nothing could be checked)."""
+        return self._manifest_view(tracing)[2]
+
+    def _manifest_view(self, tracing):
+        from spikeforensics.alignment import manifest_offset
         from spikeforensics.params import TracingParams
 
         tp = tracing or TracingParams()
         settings = (tp.align_max_offset, tp.align_min_corr, tp.align_min_gain, tp.align_window)
         key = ("manifest", settings)
         if key not in self._cache:
-            from spikeforensics.alignment import manifest_offset
-
             rows = self.batches.filter(pl.col("step").is_not_null() & pl.col("sample_id").is_not_null())
             found = None
             if tp.align_max_offset and rows.height and rows.get_column("sample_loss").null_count() < rows.height:
                 found = manifest_offset(rows, self.series("loss"), *settings)
                 if found is not None and found.offset:
                     rows = rows.with_columns(pl.col("step") + found.offset)
-            self._cache[("manifest-alignment", settings)] = found
-            self._cache[key] = rows, bool(rows.height and (rows.get_column("step").diff() < 0).any())
+            self._cache[key] = rows, bool(rows.height and (rows.get_column("step").diff() < 0).any()), found
         return self._cache[key]
-
-    def manifest_alignment(self, tracing=None):
-        """The `alignment.Alignment` checked by `manifest()` (None: nothing could be checked)."""
-        from spikeforensics.params import TracingParams
-
-        tp = tracing or TracingParams()
-        self.manifest(tp)
-        return self._cache[("manifest-alignment", (tp.align_max_offset, tp.align_min_corr, tp.align_min_gain, tp.align_window))]
 
     # -- other views -------------------------------------------------------------
     def ranks(self) -> list[int]:

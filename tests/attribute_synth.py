@@ -142,3 +142,10 @@ def ranked(run, inc, incidents=None, confined=None):
     incidents = incidents or [inc]
     _, tc = _contexts(run, incidents, params)
     return rank_samples(inc, tc, params.tracing, confined)
+
+
+def rule_toml(name: str, label: str, weight: float, feature: str, explanation: str, value=True, op: str = "==") -> str:
+    """One `[[rule]]` of a rules file, firing when `feature op value`."""
+    val = str(value).lower() if isinstance(value, bool) else repr(value)
+    return (f'[[rule]]\nname = "{name}"\nlabel = "{label}"\nweight = {weight}\n'
+            f'when = [{{feature = "{feature}", op = "{op}", value = {val}}}]\nexplanation = "{explanation}"\n')

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from attribute_synth import bad_sample_id, events, incident, make_run, step_time
+from attribute_synth import bad_sample_id, events, incident, make_run, rule_toml, step_time
 
 from spikeforensics.attribute import diagnose_run
 from spikeforensics.attribute.diagnosis import build_diagnosis, dumps, fail_on_exit_code, json_safe, write_outputs
@@ -125,14 +125,8 @@ def test_write_outputs_and_log_lines(tmp_path):
 
 
 def test_user_rules_change_the_attribution(tmp_path):
-    (tmp_path / "mine.toml").write_text("""
-[[rule]]
-name = "everything-is-lr"
-label = "lr_too_high"
-weight = 50
-when = [{feature = "has_hard_spike", op = "==", value = true}]
-explanation = "site policy"
-""", encoding="utf-8")
+    (tmp_path / "mine.toml").write_text(rule_toml("everything-is-lr", "lr_too_high", 50, "has_hard_spike", "site policy"),
+                                        encoding="utf-8")
     run = make_run(spike_at=150, bad_sample_loss=40.0)
     d = build_diagnosis(run, [incident(150)], [], Params(), rule_dirs=[tmp_path])
     assert d["incidents"][0]["root_cause"] == "lr_too_high"

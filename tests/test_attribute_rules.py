@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from attribute_synth import rule_toml
 
 from spikeforensics.attribute.features import FEATURES
 from spikeforensics.attribute.rules import LABELS, RuleError, check, holds, load_rules, parse_rules, render
@@ -190,14 +191,7 @@ def test_vanishing_gradients_under_a_rising_lr_is_the_schedule():
 
 
 def test_a_label_must_beat_unknown_not_tie_with_it():
-    rs = parse_rules("""
-[[rule]]
-name = "weak"
-label = "data_outlier"
-weight = 1
-when = [{feature = "nonfinite", op = "==", value = true}]
-explanation = "weak"
-""", "t.toml")
+    rs = parse_rules(rule_toml("weak", "data_outlier", 1, "nonfinite", "weak"), "t.toml")
     ap = AttributionParams()  # unknown_floor 1.0 = one weak rule
     tie = attribute(rs, features(nonfinite=True), ap)
     assert tie.root_cause == "unknown" and tie.alternatives[0]["root_cause"] == "data_outlier"

@@ -170,11 +170,9 @@ def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:
                                  max_outliers=params.tracing.skip_max_outliers) if inc.get("samples") else []
         seen = set(ids)
         ids += [s for s in picked if s not in seen]
-        # the steps: the implicated ones, and any later step of the incident that holds a picked sample
-        own_steps = {int(s["step"]) for s in inc.get("samples") or [] if s["sample_id"] in set(picked) and "step" in s}
-        inc_steps = sorted(set(inc.get("implicated_steps", [])) | own_steps)
-        steps.update(inc_steps)
-        reasons.append({"incident": inc["id"], "steps": inc_steps, "sample_ids": picked})
+        # implicated_steps already holds the later steps of the samples that stand out on their own loss
+        steps.update(inc.get("implicated_steps", []))
+        reasons.append({"incident": inc["id"], "steps": inc.get("implicated_steps", []), "sample_ids": picked})
     return {"run_id": run_id, "steps": sorted(steps), "sample_ids": ids, "reasons": reasons}
 
 

@@ -236,7 +236,8 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     # of nothing but junk, at or before the peak, has no normal quantile); or its own NaN/Inf.
     # (Ratios must be finite: polars orders NaN above every number.)
     rel = pl.when(pl.col("loss_ratio").is_finite()).then(pl.col("loss_ratio"))
-    absolute = pl.when(pl.col("_abs_ratio").is_finite()).then(pl.col("_abs_ratio")).otherwise(rel)
+    abs_ratio = pl.when(pl.col("_abs_ratio").is_finite()).then(pl.col("_abs_ratio"))
+    absolute = abs_ratio.fill_null(rel)  # no healthy reference: the step-relative ratio
     own_outlier = nonfinite | ((absolute >= tc.outlier_bar) & ((pl.col("step") <= incident.peak_step) | (rel >= tc.outlier_bar)))
     rows = rows.with_columns(nonfinite.alias("own_nonfinite"), own_outlier.fill_null(False).alias("own_outlier"))
     rows = rows.filter(~pl.col("step").is_in(after) | pl.col("own_outlier"))
@@ -244,7 +245,7 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
         (
             step_weight
             + params.w_loss * log2(pl.col("loss_ratio"))
-            + params.w_loss_abs * log2(pl.when(pl.col("_abs_ratio").is_finite()).then(pl.col("_abs_ratio")))
+            + params.w_loss_abs * log2(abs_ratio)
             + pl.when(pl.col("own_nonfinite")).then(params.w_nonfinite_loss).otherwise(0.0)
             - pl.when(replay_clean.fill_null(False)).then(params.w_replay_clean).otherwise(0.0)
             + pl.when(rank_hit).then(params.w_rank).otherwise(0.0)

@@ -59,7 +59,7 @@ def candidates(run: RunData, params) -> pl.DataFrame:
 
 def _manifest(run: RunData, params) -> pl.DataFrame:
     """First-pass manifest rows (a replayed step is not a new appearance), one per (step, sample)."""
-    rows, replayed = run.manifest(getattr(params, "tracing", None))
+    rows, replayed = run.manifest(params.tracing)
     if replayed:
         rows = rows.unique(subset=["step", "sample_id"], keep="first", maintain_order=True)
     rows = rows.select("step", "sample_id", "sample_loss")
