@@ -2,7 +2,8 @@
 
 Machine-readable output goes to stdout (`--format json` where a command has it);
 progress, warnings and errors go to stderr. Exit codes (CONTRACT.md): 0 success,
-1 input could not be used, 2 usage error, 3 incidents at or above `--fail-on`.
+1 input could not be used, 2 usage error, 3 incidents at or above `--fail-on`, 4 internal
+error (a bug: a detector or stage failed, so the diagnosis is `incomplete`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import click
 from spikeforensics import __version__
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-EXIT_INPUT, EXIT_USAGE, EXIT_INCIDENTS = 1, 2, 3
-EPILOG = "Exit codes: 0 success, 1 input could not be used, 2 usage error, 3 incidents at or above --fail-on."
+EXIT_INPUT, EXIT_USAGE, EXIT_INCIDENTS, EXIT_INTERNAL = 1, 2, 3, 4
+EPILOG = ("Exit codes: 0 success, 1 input could not be used, 2 usage error, 3 incidents at or above --fail-on, "
+          "4 internal error (a bug in spikeforensics).")
 
 
 class InputError(click.ClickException):
@@ -234,8 +236,25 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
         click.echo(json.dumps(json_safe(diagnosis), indent=2))
     else:
         click.echo("\n".join(summary_lines(diagnosis, written)))
+    if (diagnosis.get("verdict") or {}).get("status") == "incomplete":
+        _report_internal_failure(diagnosis, written, debug or os.environ.get("SPIKEFORENSICS_DEBUG"))
+        sys.exit(EXIT_INTERNAL)
     if fail_on_exit_code(diagnosis, fail_on):
         sys.exit(EXIT_INCIDENTS)
+
+
+def _report_internal_failure(diagnosis: dict, written: dict, debug) -> None:
+    """A detector or stage raised: say on stderr that it is a bug in the tool and where the traceback is."""
+    failed = [n for n in diagnosis.get("notes") or [] if isinstance(n, dict) and n.get("traceback")]
+    names = ", ".join(str(n.get("detector")) for n in failed) or "a stage"
+    where = written.get("json")
+    click.echo(f"spikeforensics: internal error: {names} failed - this is a bug in spikeforensics, not in your run; "
+               "the diagnosis is incomplete (the other detectors ran)."
+               + ("" if debug else f" The traceback is in the notes of {where} (or re-run with --debug to print it)."),
+               err=True)
+    if debug:
+        for n in failed:
+            click.echo(str(n["traceback"]).rstrip(), err=True)
 
 
 # -- runs, export ---------------------------------------------------------------------------

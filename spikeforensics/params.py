@@ -36,6 +36,7 @@ class HardSpikeParams:
     loss_ratio_critical: float = 2.0  # why: DOMAIN: loss >= 2x its recent level is a hard spike (LLM Foundry 2x)
     grad_ratio_critical: float = 10.0  # why: Megatron large-grad check uses 10x
     grad_only_z: float = 8.0  # why: a grad spike the loss does not show must also be extreme for the run's own noise
+    short_series_records: int = 50  # why: below one baseline window W of records (a pasted excerpt) the robust sigma is taken over the spike itself; the ratio rule alone (loss_ratio_critical / grad_ratio_critical over the past median) decides a jump there
     early_frac: float = 0.1  # why: the unstable-start check looks at the first 10% of records (>= 10) ...
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
     recurring_count: int = 3  # why: three or more grad-only spikes in one run are a pattern (LR too high), not noise ...
@@ -73,6 +74,7 @@ class NonfiniteParams:
     signals: tuple = ("loss", "grad_norm", "grad_norm_clipped", "eval_loss", "lr")  # why: NaN in any of these is an incident
     group_gap: int = 10  # why: NaN steps closer than this are one outbreak
     ignore_handled_overflow: bool = True  # why: an fp16 overflow step the scaler skipped is loss_scale's business
+    masked_zero_from: float = 0.1  # why: a loss printed as exactly 0 right after a loss >= 0.1 is a masked NaN (HF Trainer prints NaN losses as 0.0): no model falls from 0.1 to below the printed precision (1e-4) in one logging interval
 
 
 @dataclass
@@ -181,11 +183,58 @@ class SoftDriftParams:
 
 
 @dataclass
+class EventsParams:
+    """Runs that their events alone convict (detect/events.py): no loss or grad-norm series needed."""
+
+    floor_scale: float = 1.0  # why: DeepSpeed/apex min_loss_scale default; an overflow that leaves the scale at 1 has nowhere left to go (OPT: "loss scale hitting the minimum")
+    floor_pattern: str = r"(?i)already at minimum|minimum loss scale reached|loss scale (?:is )?at (?:its )?minimum"  # why: the wordings DeepSpeed/apex, fairseq and Megatron print when the scale cannot fall further
+    all_overflow_frac: float = 0.9  # why: "every logged step overflowing": >= 90% of the logged steps are overflow-skipped ...
+    all_overflow_min_steps: int = 33  # why: ... over more steps than a scaler starting at 2^32 needs to find its level (32 halvings): not calibration
+    hardware_xid_codes: tuple = (48, 63, 64, 74, 79, 92, 94, 95, 62, 119, 120)  # why: the strong and medium Xid codes of attribution (ECC, row remap, NVLink, off the bus, GSP); application-level Xids (13, 31, 43, 45) do not convict
+    hardware_pattern: str = r"(?i)\becc\b|uncorrectable|fallen off the bus|\bxid\b|double.bit|CUDA error: unknown error|cudaErrorUnknown|\bGPU is lost"  # why: an `error` event whose message names ECC / an Xid / a GPU off the bus is a hardware error; so is the driver's cudaErrorUnknown ("CUDA error: unknown error") in a job that ran: the device failed under it (BLOOM-176B chronicles: "One of the GPUs crashed")
+    stop_pattern: str = r"(?i)stopping training|training (?:stopped|aborted|halted|terminated)|exiting run|\babort"  # why: "Loss is nan, stopping training" (MAE/DeiT), "... Exiting run." (apex)
+    nonfinite_pattern: str = r"(?i)\b(?:nan|inf|infinite|non-?finite)\b"  # why: the stop message must name a non-finite value to convict as nonfinite
+
+
+@dataclass
+class DivergenceParams:
+    """The loss leaves its band and does not come back (detect/divergence.py)."""
+
+    band_z: float = 3.0  # why: out of band = >= 3 robust sigma above the pre-onset median ...
+    band_ratio: float = 1.1  # why: ... and >= 10% above it (a quantised or very smooth loss has a tiny sigma)
+    return_ratio: float = 1.1  # why: "back" = any later record within 10% of the pre-onset median (or within band_z sigma)
+    min_ratio: float = 1.5  # why: the median loss from onset to the end >= 1.5x the pre-onset level: well above the band, not a slow wobble
+    critical_ratio: float = 2.0  # why: as hard_spike.loss_ratio_critical (DOMAIN: 2x its recent level)
+    min_records: int = 5  # why: at least 5 records out of band to the end of the log (one or two high records at the end are a spike the log cut off)
+    min_records_nonfinite: int = 3  # why: a monotone climb of 3+ records that ends in NaN/Inf or a stop is a divergence (DOMAIN: "within a few steps the loss is NaN")
+    falling_frac: float = 0.75  # why: a loss that falls on >= 75% of the records after its peak is coming back (a slow recovery, bigscience tr1-13B), not diverging ...
+    falling_min: int = 3  # why: ... judged on at least 3 records after the peak
+
+
+@dataclass
+class BlipParams:
+    """Isolated grad-norm blips on long runs (detect/hard_spike.py): notes, not incidents."""
+
+    long_run_records: int = 5000  # why: on a run of >= 5000 records a few single-step grad-norm blips are the norm's heavy tail (BLOOM, OPT logbooks), not incidents
+    loss_effect_ratio: float = 1.1  # why: the loss "moved" when a record within blip_reach is >= 10% above its pre-blip median ...
+    loss_effect_z: float = 3.0  # why: ... or >= 3 robust sigma above it
+    reach: int = 3  # why: a bad update shows in the loss within the next few records
+    max_width: int = 3  # why: a blip is at most 3 consecutive flagged records; longer is an episode
+
+
+@dataclass
+class CoverageParams:
+    """What counts as "read" for the verdict (attribute/diagnosis.py)."""
+
+    min_series_records: int = 2  # why: a series needs >= 2 step records with a finite value (one record is a point, not a run seen)
+
+
+@dataclass
 class IncidentParams:
     merge_gap: int = 5  # why: findings within 5 steps of each other are one incident
     kind_priority: tuple = (
         "hard_spike", "loss_scale_collapse", "nonfinite", "layer_outlier", "vanishing_gradients", "underflow_zeros",
-        "sign_ratio_anomaly", "clip_rate_anomaly", "soft_drift", "loss_oscillation",
+        "sign_ratio_anomaly", "clip_rate_anomaly", "soft_drift", "loss_oscillation", "hardware_error", "divergence",
     )  # why: at equal severity the incident's kind is the most specific mechanism; drift and oscillation are generic symptoms
 
 
@@ -217,6 +266,9 @@ class AttributionParams:
     sign_stuck: float = 0.95  # pos_frac >= 0.95 or <= 0.05: nearly all one sign (structural bias; DOMAIN 40-60%)
     sign_max_zero_frac: float = 0.5  # a layer over half exact zeros has no meaningful sign share (as sign_ratio.max_zero_frac)
     astronomical_norm: float = 1e4  # a logged grad norm >= 1e4 before a NaN means clipping was not in effect
+    loss_scale_floor: float = 1.0  # why: dynamic loss scaling halves down to 1 (DeepSpeed min_loss_scale default 1, apex/torch the same); a scale at 1 that still overflows means fp16 cannot hold the values at all
+    start_records: int = 10  # why: a NaN within the first 10 records of a log that starts at step <= hard_spike.start_max_step is "from the first updates": the setup (precision, LR, init), not a late event
+    loss_explode_ratio: float = 100.0  # why: a loss 100x its first logged value is no spike of a healthy run (spikes are 1.5-10x; DOMAIN hard spike >= 2x): the optimisation left its basin
     loss_scale_unscaled_ratio: float = 1e3  # norms >= 1000x the threshold: clipping sees loss-scaled grads
     sample_outlier_ratio: float = 3.0  # a sample >= 3x normal per-sample loss stands out (healthy batches peak near 2x: mixed sources/lengths)
     enrichment_min_batches: int = 3  # need >= 3 spike-batch samples before an enrichment ratio means anything
@@ -301,6 +353,10 @@ class Params:
     oscillation: OscillationParams = field(default_factory=OscillationParams)
     soft_drift: SoftDriftParams = field(default_factory=SoftDriftParams)
     incidents: IncidentParams = field(default_factory=IncidentParams)
+    events: EventsParams = field(default_factory=EventsParams)
+    divergence: DivergenceParams = field(default_factory=DivergenceParams)
+    blips: BlipParams = field(default_factory=BlipParams)
+    coverage: CoverageParams = field(default_factory=CoverageParams)
 
     attribution: AttributionParams = field(default_factory=AttributionParams)
     tracing: TracingParams = field(default_factory=TracingParams)

@@ -47,10 +47,31 @@ class RunData:
         return sorted(self.metrics.get_column("name").unique().to_list())
 
     def has_metric(self, name: str) -> bool:
+        name = self.resolve(name)
         return self.metrics.filter(pl.col("name") == name).height > 0
+
+    def resolve(self, name: str) -> str:
+        """The metric that stands for `name`: itself, except `loss` in a run that logs no
+        metric of that name but one training loss under another (`train/nll_loss`,
+        `loss_total`, `decode_loss_seg`): the training-record metric ending in `loss`, not
+        an eval one, with the most records (its own name is kept in the store)."""
+        if name != "loss":
+            return name
+        key = ("resolve", name)
+        if key not in self._cache:
+            self._cache[key] = name
+            names = self.metrics.filter(pl.col("record").is_not_null()).group_by("name").len()
+            if names.filter(pl.col("name") == "loss").height == 0:
+                lossy = names.filter(
+                    pl.col("name").str.contains(r"loss$") & ~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
+                ).sort(["len", "name"], descending=[True, False])
+                if lossy.height:
+                    self._cache[key] = lossy.get_column("name")[0]
+        return self._cache[key]
 
     def primary_source(self, name: str) -> str | None:
         """The source that logs `name` for the most step records (the run's main log)."""
+        name = self.resolve(name)
         rows = self.metrics.filter((pl.col("name") == name) & pl.col("record").is_not_null())
         if rows.height == 0:
             return None
@@ -69,6 +90,7 @@ class RunData:
         if key in self._cache:
             return self._cache[key]
         source = self.primary_source(name)
+        name = self.resolve(name)
         if source is None:
             out = pl.DataFrame(schema={"t": pl.Int64, "step": pl.Int64, "attempt": pl.Int32, "rank": pl.Int32,
                                        "value": pl.Float64, "line": pl.Int64, "source": pl.String, "time": schema.TIME})

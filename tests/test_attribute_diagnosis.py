@@ -51,7 +51,8 @@ def test_data_outlier_with_manifest():
     assert inc["root_cause"] == "data_outlier" and inc["confidence"] >= 0.7
     assert inc["sample_ids"][0] == bad
     assert bad in inc["explanation"] and any(bad in a for a in inc["actions"])
-    assert d["verdict"] == {"status": "unstable", "root_cause": "data_outlier", "summary": d["verdict"]["summary"]}
+    assert {k: v for k, v in d["verdict"].items() if k != "coverage"} == {"status": "unstable", "root_cause": "data_outlier", "summary": d["verdict"]["summary"]}
+    assert "loss" in d["verdict"]["coverage"]["signals"]
     assert d["skiplist"]["steps"] == [149, 150] and d["skiplist"]["sample_ids"] == [bad]
     assert inc["samples"][0]["sample_id"] == bad and inc["features"]["top_sample_loss_ratio"] > 10
 
@@ -95,7 +96,7 @@ def test_healthy_run_notes_and_fail_on():
     note = Finding("clip_rate_anomaly", 10, 20, 15, "info", 1.0, "3 clipped steps in a row")
     d = build_diagnosis(run, [], [note], Params())
     check_contract(d)
-    assert d["verdict"] == {"status": "healthy", "root_cause": None, "summary": d["verdict"]["summary"]}
+    assert {k: v for k, v in d["verdict"].items() if k != "coverage"} == {"status": "healthy", "root_cause": None, "summary": d["verdict"]["summary"]}
     assert d["notes"][0]["summary"] == "3 clipped steps in a row"
     assert fail_on_exit_code(d, "warning") == 0 and fail_on_exit_code(d, "info") == 0
     bad = build_diagnosis(make_run(spike_at=150), [incident(150, severity="warning")], [], Params())

@@ -45,7 +45,7 @@ def test_every_family():
     ev = extract_events(prepared(LOG))
     kinds = dict(zip(ev.get_column("line").to_list(), ev.get_column("kind").to_list()))
     assert kinds == {
-        1: "hysteresis", 2: "overflow", 3: "overflow", 4: "overflow", 5: "overflow", 6: "error",
+        1: "hysteresis", 2: "overflow", 3: "overflow", 4: "overflow", 5: "overflow", 6: "overflow",
         7: "checkpoint_save", 9: "resume", 10: "resume", 11: "resume", 12: "resume", 13: "resume",
         14: "checkpoint_save", 15: "error", 17: "oom", 18: "error", 19: "nan", 20: "skipped_step",
         21: "xid", 22: "nccl_timeout",
@@ -54,7 +54,7 @@ def test_every_family():
     assert (d[1]["old_scale"], d[1]["new_scale"], d[1]["hysteresis"]) == (65536, 65536, 2)
     assert (d[3]["old_scale"], d[3]["new_scale"]) == (134217728.0, 67108864.0)
     assert d[4]["new_scale"] == 64.0
-    assert d[6]["reason"] == "min_loss_scale"
+    assert d[6]["reason"] == "min_loss_scale" and d[6]["at_floor"] is True  # overflow at the scale floor
     assert d[15]["exception"] == "torch.OutOfMemoryError" and d[15]["traceback"] is True
     assert d[18]["exception"] == "RuntimeError"
     assert d[19]["value"] == "nan"

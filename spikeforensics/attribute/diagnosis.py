@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import traceback
 from datetime import date, datetime
 from pathlib import Path
 
@@ -95,6 +96,10 @@ def log_lines(run: RunData, inc: Incident) -> list[dict]:
 
 
 def _finding_note(f: Finding) -> dict:
+    if f.facts.get("detector_failed"):
+        return {"kind": "detector_error", "severity": "info", "step_start": f.step_start, "step_end": f.step_end,
+                "peak_step": f.peak_step, "summary": f.summary, "rank": None, "layer": None,
+                "detector": f.facts["detector_failed"], "traceback": f.facts.get("traceback", ""), "evidence": []}
     return {"kind": f.kind, "severity": f.severity, "step_start": f.step_start, "step_end": f.step_end,
             "peak_step": f.peak_step, "summary": f.summary, "rank": f.rank, "layer": f.layer,
             "evidence": [e.as_dict() for e in f.evidence]}
@@ -142,19 +147,90 @@ def sample_ranking_note(samples: pl.DataFrame, has_sample_losses: bool, tie_tol:
             + ("; the skip list keeps all of them" if in_skiplist else ""))
 
 
-def verdict(incidents: list[dict], steps: dict) -> dict:
-    real = [i for i in incidents if i["severity"] in ("warning", "critical")]
-    if not real:
-        return {"status": "healthy", "root_cause": None,
-                "summary": f"No incident at warning or above in {steps['count']} logged steps."}
+def _files(coverage: dict) -> str:
+    names = list((coverage.get("records") or {}).keys())
+    if not names:
+        return "the inputs"
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _headline(real: list[dict]) -> dict:
+    """The incident the verdict names: among the most severe, the one holding the run's first non-finite
+    step when there is one (a NaN anchors the headline), else the earliest."""
     worst = max(severity_rank(i["severity"]) for i in real)
-    status = "unstable" if SEVERITIES[worst] == "critical" else "degraded"
-    top = next(i for i in real if severity_rank(i["severity"]) == worst)  # earliest of the most severe
-    n_crit = sum(1 for i in real if i["severity"] == "critical")
-    summary = (f"{status.capitalize()}: {len(real)} incident(s), {n_crit} critical; the first most severe "
-               f"({top['id']}, {top['kind']} peaking at step {top['peak_step']}) points at "
-               f"{top['root_cause']} ({top['confidence']:.0%}).")
-    return {"status": status, "root_cause": top["root_cause"], "summary": summary}
+    top = [i for i in real if severity_rank(i["severity"]) == worst]
+    nan = [i for i in top if i.get("first_nonfinite_step") is not None]
+    return min(nan, key=lambda i: i["first_nonfinite_step"]) if nan else top[0]
+
+
+def verdict(incidents: list[dict], steps: dict, coverage: dict | None = None) -> dict:
+    """status, root_cause, summary (and `coverage` when given; CONTRACT.md).
+
+    `incomplete` when a detector or stage failed; else `unstable` / `degraded` by the worst incident;
+    else `healthy` only when a loss or grad-norm series was read, `inconclusive` when not."""
+    real = [i for i in incidents if i["severity"] in ("warning", "critical")]
+    cov = coverage or {}
+    failed = list(cov.get("detectors_failed") or []) + list(cov.get("stages_failed") or [])
+    seen = coverage is None or bool({"loss", "grad_norm"} & set(cov.get("signals") or []))
+    out: dict
+    if real:
+        top = _headline(real)
+        status = "unstable" if top["severity"] == "critical" else "degraded"
+        n_crit = sum(1 for i in real if i["severity"] == "critical")
+        nf = top.get("first_nonfinite_step")
+        where = (f"the first non-finite value at step {nf} ({top['id']}, {top['kind']})" if nf is not None
+                 else f"the first most severe ({top['id']}, {top['kind']} peaking at step {top['peak_step']})")
+        summary = (f"{status.capitalize()}: {len(real)} incident(s), {n_crit} critical; {where} points at "
+                   f"{top['root_cause']} ({top['confidence']:.0%}).")
+        out = {"status": status, "root_cause": top["root_cause"], "summary": summary}
+    elif not seen:
+        unparsed = int(cov.get("unparsed_lines") or 0)
+        out = {"status": "inconclusive", "root_cause": None,
+               "summary": (f"Inconclusive: no loss or grad-norm series could be read from {_files(cov)}; "
+                           f"{unparsed} line(s) were not recognised. The run cannot be called healthy.")}
+    else:
+        out = {"status": "healthy", "root_cause": None,
+               "summary": f"No incident at warning or above in {steps['count']} logged steps."}
+    if failed:
+        out = {"status": "incomplete", "root_cause": out["root_cause"],
+               "summary": (f"Incomplete: {', '.join(failed)} failed (a bug in spikeforensics; the traceback is in the "
+                           f"diagnosis notes); the figures are partial. What ran says: {out['summary']}")}
+    if coverage is not None:
+        out["coverage"] = coverage
+    return out
+
+
+def coverage(run: RunData, params: Params, detectors_run: list[str], detectors_failed: list[str],
+             stages_failed: list[str] | None = None) -> dict:
+    """What was read (CONTRACT.md `verdict.coverage`): signals with a series, records per source,
+    unparsed lines, detectors run and failed; extras: `series_records`, `events`, `stages_failed`."""
+    from spikeforensics.schema import CANONICAL_METRICS
+
+    metrics = run.metrics
+    loss_name = run.resolve("loss")  # a training loss logged under its own name counts as the loss
+    if loss_name != "loss":
+        metrics = metrics.with_columns(pl.col("name").replace(loss_name, "loss"))
+    rows = metrics.filter(pl.col("record").is_not_null() & pl.col("value").is_finite()
+                          & pl.col("name").is_in(list(CANONICAL_METRICS)))
+    counts = rows.group_by("name").agg(pl.struct("source", "attempt", "record").n_unique().alias("n")) if rows.height else None
+    series = {} if counts is None else {r["name"]: int(r["n"]) for r in counts.iter_rows(named=True)}
+    ordered = [n for n in CANONICAL_METRICS if series.get(n, 0) >= params.coverage.min_series_records]
+    signals = ordered + [t for t in ("layers", "batches", "telemetry", "events") if getattr(run, t).height]
+    if run.sources.height:
+        src = run.sources.group_by("source", maintain_order=True).agg(pl.col("records").sum(), pl.col("unparsed").sum())
+        records = {r["source"]: int(r["records"] or 0) for r in src.iter_rows(named=True)}
+        unparsed = int(src.get_column("unparsed").fill_null(0).sum())
+    else:  # a run built in memory: step records per source from the metrics
+        rec = run.metrics.filter(pl.col("record").is_not_null())
+        per = rec.group_by("source", maintain_order=True).agg(pl.struct("attempt", "record").n_unique().alias("n"))
+        records = {str(r["source"]): int(r["n"]) for r in per.iter_rows(named=True)}
+        unparsed = 0
+    events = {}
+    if run.events.height:
+        events = {r["kind"]: int(r["len"]) for r in run.events.group_by("kind").len().sort("kind").iter_rows(named=True)}
+    return {"signals": signals, "records": records, "unparsed_lines": unparsed, "detectors_run": list(detectors_run),
+            "detectors_failed": list(detectors_failed), "stages_failed": list(stages_failed or []),
+            "series_records": {n: series[n] for n in CANONICAL_METRICS if n in series}, "events": events}
 
 
 def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:
@@ -201,9 +277,87 @@ def write_outputs(diagnosis: dict, json_path: str | Path) -> tuple[Path, Path]:
 # --- the whole diagnosis -----------------------------------------------------------------------
 
 
+def _incident_json(inc: Incident, run: RunData, ctx, tc, ruleset, params: Params, real: list[Incident]) -> dict:
+    ranks_f = rank_features(inc, ctx, params.attribution)
+    confined = ranks_f["peak_rank"] if ranks_f["rank_confined"] and ranks_f["peak_rank"] >= 0 else None
+    samples = rank_samples(inc, tc, params.tracing, confined)
+    feats = incident_features(inc, run, ctx, tc, params, real, samples=samples)
+    att = attribute(ruleset, feats, params.attribution)
+    ranks = list(inc.ranks) or ([feats["peak_rank"]] if confined is not None else [])
+    layers = list(inc.layers)
+    if feats["layer_hidden"] and feats["top_layer"] and feats["top_layer"] not in layers:
+        layers.append(feats["top_layer"])
+    sample_evidence = bool(feats["sample_loss_outlier"] or feats["sample_loss_nonfinite"]
+                           or feats["sample_recurrence"] or feats["replay_recurred"])
+    implicated = att.root_cause in (*DATA_LABELS, "unknown") or (sample_evidence and att.root_cause != "hardware_fault")
+    # a data incident lists every sample that stands out on its own loss (they all go to the skip list)
+    samples_list = _samples_json(samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS
+                                 else params.tracing.max_samples)
+    return {
+        **_incident_head(inc),
+        "ranks": [int(r) for r in ranks], "layers": layers,
+        "root_cause": att.root_cause, "confidence": att.confidence, "alternatives": att.alternatives,
+        "explanation": att.explanation,
+        "sample_ids": [s["sample_id"] for s in samples_list] if implicated else [],
+        "evidence": _evidence(inc), "actions": att.actions,
+        # extras
+        "root_cause_detail": att.detail, "attempt": int(inc.attempt),
+        "first_nonfinite_step": inc.facts.get("first_nonfinite_step"),
+        # onset..peak and the step before, plus later steps of the incident holding a sample that stands out
+        "implicated_steps": sorted(set(implicated_steps(inc, params.tracing, tc.interval)) | {
+            int(s["step"]) for s in samples_list if s.get("own_outlier")}),
+        "consumed_samples_range": consumed_samples_range(run, inc, params.tracing, tc.interval),
+        "samples": samples_list,
+        "sample_ranking_note": sample_ranking_note(
+            samples, bool(feats["has_sample_losses"]), params.tracing.tie_tol,
+            in_skiplist=att.root_cause in DATA_LABELS and att.confidence >= params.tracing.skip_min_confidence,
+        ) if implicated else None,
+        "features": feats, "matched_rules": att.matched, "gated_labels": att.gated, "label_scores": att.scores,
+        "findings": [f.summary for f in inc.findings],
+        "log_lines": log_lines(run, inc),
+    }
+
+
+def _incident_head(inc: Incident) -> dict:
+    return {"id": inc.id, "kind": inc.kind, "kinds": list(inc.kinds), "severity": inc.severity,
+            "step_start": int(inc.step_start), "step_end": int(inc.step_end), "peak_step": int(inc.peak_step)}
+
+
+def _bare_incident(inc: Incident, error: str) -> dict:
+    """An incident whose attribution failed: detected, not explained (the diagnosis is `incomplete`)."""
+    return {**_incident_head(inc), "ranks": [int(r) for r in inc.ranks], "layers": list(inc.layers),
+            "root_cause": "unknown", "confidence": 0.0, "alternatives": [],
+            "explanation": f"Attribution failed for this incident (a bug in spikeforensics: {error}).",
+            "sample_ids": [], "evidence": _evidence(inc), "actions": [], "root_cause_detail": None,
+            "attempt": int(inc.attempt), "first_nonfinite_step": inc.facts.get("first_nonfinite_step"),
+            "implicated_steps": [], "samples": [], "findings": [f.summary for f in inc.findings], "log_lines": []}
+
+
+class _Stages:
+    """Runs the diagnosis stages; a stage that raises is recorded (name, traceback) instead of aborting."""
+
+    def __init__(self):
+        self.failed: list[str] = []
+        self.notes: list[dict] = []
+
+    def run(self, name: str, fn, default):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - a broken stage makes the diagnosis incomplete, never healthy
+            self.failed.append(name)
+            self.notes.append({"kind": "stage_error", "severity": "info", "step_start": 0, "step_end": 0, "peak_step": 0,
+                               "summary": f"stage {name} failed (a bug in spikeforensics): {type(exc).__name__}: {exc}",
+                               "rank": None, "layer": None, "detector": name,
+                               "traceback": "".join(traceback.format_exception(exc)), "evidence": []})
+            return default(exc) if callable(default) else default
+
+
 def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding], params: Params,
-                    rule_dirs: list[str | Path] | None = None) -> dict:
+                    rule_dirs: list[str | Path] | None = None, detectors_run: list[str] | None = None) -> dict:
+    from spikeforensics.detect import DETECTORS, failed_detectors
+
     ruleset = load_rules(rule_dirs)
+    stages = _Stages()
     real = sorted((i for i in incidents if i.severity != "info"), key=lambda i: (i.step_start, i.peak_step))
     info = [i for i in incidents if i.severity == "info"]
     ctx = build_context(run, real, params)
@@ -211,56 +365,25 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
     first, last, count = run.step_range()
     steps = {"first": first, "last": last, "count": count}
 
-    out_incidents = []
-    for inc in real:
-        ranks_f = rank_features(inc, ctx, params.attribution)
-        confined = ranks_f["peak_rank"] if ranks_f["rank_confined"] and ranks_f["peak_rank"] >= 0 else None
-        samples = rank_samples(inc, tc, params.tracing, confined)
-        feats = incident_features(inc, run, ctx, tc, params, real, samples=samples)
-        att = attribute(ruleset, feats, params.attribution)
-        ranks = list(inc.ranks) or ([feats["peak_rank"]] if confined is not None else [])
-        layers = list(inc.layers)
-        if feats["layer_hidden"] and feats["top_layer"] and feats["top_layer"] not in layers:
-            layers.append(feats["top_layer"])
-        sample_evidence = bool(feats["sample_loss_outlier"] or feats["sample_loss_nonfinite"]
-                               or feats["sample_recurrence"] or feats["replay_recurred"])
-        implicated = att.root_cause in (*DATA_LABELS, "unknown") or (sample_evidence and att.root_cause != "hardware_fault")
-        # a data incident lists every sample that stands out on its own loss (they all go to the skip list)
-        samples_list = _samples_json(samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS
-                                     else params.tracing.max_samples)
-        out_incidents.append({
-            "id": inc.id, "kind": inc.kind, "kinds": list(inc.kinds), "severity": inc.severity,
-            "step_start": int(inc.step_start), "step_end": int(inc.step_end), "peak_step": int(inc.peak_step),
-            "ranks": [int(r) for r in ranks], "layers": layers,
-            "root_cause": att.root_cause, "confidence": att.confidence, "alternatives": att.alternatives,
-            "explanation": att.explanation,
-            "sample_ids": [s["sample_id"] for s in samples_list] if implicated else [],
-            "evidence": _evidence(inc), "actions": att.actions,
-            # extras
-            "root_cause_detail": att.detail, "attempt": int(inc.attempt),
-            # onset..peak and the step before, plus later steps of the incident holding a sample that stands out
-            "implicated_steps": sorted(set(implicated_steps(inc, params.tracing, tc.interval)) | {
-                int(s["step"]) for s in samples_list if s.get("own_outlier")}),
-            "consumed_samples_range": consumed_samples_range(run, inc, params.tracing, tc.interval),
-            "samples": samples_list,
-            "sample_ranking_note": sample_ranking_note(
-                samples, bool(feats["has_sample_losses"]), params.tracing.tie_tol,
-                in_skiplist=att.root_cause in DATA_LABELS and att.confidence >= params.tracing.skip_min_confidence,
-            ) if implicated else None,
-            "features": feats, "matched_rules": att.matched, "gated_labels": att.gated, "label_scores": att.scores,
-            "findings": [f.summary for f in inc.findings],
-            "log_lines": log_lines(run, inc),
-        })
+    out_incidents = [
+        stages.run(f"attribution of {inc.id}", lambda inc=inc: _incident_json(inc, run, ctx, tc, ruleset, params, real),
+                   lambda exc, inc=inc: _bare_incident(inc, f"{type(exc).__name__}: {exc}"))
+        for inc in real
+    ]
+    calibration = stages.run("calibration", lambda: calibrate(run, ctx, params.calibration), {})
+    extra_notes = stages.run("alignment notes", lambda: _alignment_notes(run, params), [])
+    cov = coverage(run, params, detectors_run if detectors_run is not None else [n for n, _ in DETECTORS],
+                   failed_detectors(notes), stages.failed)
     diagnosis = {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "run_id": run.run_id,
         "steps": steps,
-        "verdict": verdict(out_incidents, steps),
+        "verdict": verdict(out_incidents, steps, cov),
         "incidents": out_incidents,
-        "calibration": calibrate(run, ctx, params.calibration),
+        "calibration": calibration,
         "notes": [_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings]
-                 + _alignment_notes(run, params),
+                 + extra_notes + stages.notes,
         "rules": ruleset.files,
     }
     diagnosis["skiplist"] = skiplist(run.run_id, out_incidents, params)

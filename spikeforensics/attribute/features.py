@@ -23,6 +23,8 @@ from datetime import timedelta
 import polars as pl
 
 from spikeforensics.attribute.context import RunContext, step_level
+from spikeforensics.attribute.log_facts import FACTS as LOG_FACTS
+from spikeforensics.attribute.log_facts import log_facts
 from spikeforensics.attribute.tracing import TraceContext, consumed_samples_range, rank_samples, skip_candidates
 from spikeforensics.detect.base import KINDS, Incident
 from spikeforensics.params import AttributionParams, Params
@@ -43,6 +45,11 @@ FEATURES: dict[str, tuple[str, str]] = {
     "recovery": (S, "detector's recovery class: fast / slow / never / unknown"),
     "lead_signal": (S, "which signal moved first (detector fact), or unknown"),
     "detector_cause": (S, "a cause a detector already recognised (finding fact `cause`, e.g. clip_before_unscale), or empty"),
+    "scale_floor_event": (B, "an events-detector finding: overflow at the loss-scale floor, a 'scale already at minimum' message, or every logged step overflowing"),
+    "fatal_collective_timeout": (B, "an events-detector finding: an NCCL watchdog timeout with no training record after it (the job died on a hung collective)"),
+    "fatal_hw_event": (B, "an events-detector finding: a hardware error (Xid, uncorrectable ECC) with no training record after it"),
+    "stopped_on_nonfinite": (B, "an event says training stopped on a non-finite loss"),
+    "event_evidence": (S, "the decisive event(s) in words (events-detector summaries), or empty"),
     "n_spike_incidents": (N, "warning+ hard_spike/nonfinite incidents in the whole run"),
     "run_recurring_spikes": (N, "spikes in the run's recurring grad-norm spike pattern (fact run_spike_pattern of any hard-spike finding), else 0"),
     "recurring_spikes": (N, "separate spikes the detector grouped into this incident as a recurring pattern (fact recurring_spikes), else 0"),
@@ -97,7 +104,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "clip_rate_before": (N, "clip rate over the 200 steps before onset"),
     "norm_over_clip": (N, "median healthy grad norm (all steps if none is healthy) / clip threshold"),
     # loss scaling
-    "fp16": (B, "a dynamic loss scale is in use (loss_scale metric or overflow events)"),
+    "fp16": (B, "the run trains in fp16: a dynamic loss scale is in use (loss_scale metric or overflow events) or the log declares fp16"),
     "overflow_count": (N, "overflow events (skipped steps) in the whole run"),
     "overflow_window": (N, "overflow events within the incident (padded)"),
     "loss_scale_halvings": (N, "halvings of the loss scale from its level in the window before onset to its lowest in the incident"),
@@ -128,6 +135,8 @@ FEATURES: dict[str, tuple[str, str]] = {
     "lr_late_rise": (N, "largest LR / its running minimum after the warmup (decay start, or warmup_max_frac of the run)"),
     "lr_restart": (B, "the LR after a resume jumps back up by > 2x"),
 }
+# run-level facts from what the log printed (precision, GPU, loss-scale floor, NaN at the start, ...)
+FEATURES.update({k: v for k, v in LOG_FACTS.items() if k not in FEATURES})
 
 def _f(x) -> float | None:
     if x is None:
@@ -165,6 +174,12 @@ def shape_features(inc: Incident, incidents: list[Incident], ctx: RunContext, ap
         "lead_signal": str(inc.facts.get("lead_signal", "unknown")),
         "detector_cause": next((str(f.facts["cause"]) for f in inc.findings if f.facts.get("cause")), ""),
     }
+    causes = {str(f.facts.get("cause")) for f in inc.findings if f.facts.get("decisive_event")}
+    out["scale_floor_event"] = bool(causes & {"loss_scale_floor", "all_steps_overflow"})
+    out["fatal_hw_event"] = "hardware_death" in causes
+    out["fatal_collective_timeout"] = "collective_timeout" in causes
+    out["stopped_on_nonfinite"] = "stopped_nonfinite" in causes
+    out["event_evidence"] = "; ".join(f.summary for f in inc.findings if f.facts.get("decisive_event"))
     spikes = sorted(i.peak_step for i in incidents if i.severity != "info" and {"hard_spike", "nonfinite"} & set(i.kinds))
     gaps = [b - a for a, b in zip(spikes, spikes[1:])]
     out["n_spike_incidents"] = len(spikes)
@@ -588,10 +603,16 @@ def incident_features(inc: Incident, run: RunData, ctx: RunContext, tc: TraceCon
     out.update(precision_features(inc, run, ctx, ap))
     out.update(layer_features(inc, run, ctx, ap, out.get("peak_grad_ratio")))
     out.update(dynamics_features(inc, run, ctx, ap, params.hard_spike.start_max_step))
+    facts = run._cache.get("log_facts")
+    if facts is None:
+        facts = run._cache["log_facts"] = log_facts(run, params)
+    out.update({k: v for k, v in facts.items() if k != "fp16"})
+    # a precision the log declares settles what the loss-scale trajectory could only suggest
+    out["fp16"] = bool(ctx.fp16 or facts["fp16"])
     out["hw_evidence"] = bool(
         (out["multi_rank"] and (out["rank_confined"] or out["rank_mismatch"]))
         or out["xid_count"] > 0 or out["ecc_delta"] > 0 or out["hw_event_count"] > 0
-        or out["xid_unplaced_weight"] > 0 or out["ecc_run_delta"] > 0
+        or out["xid_unplaced_weight"] > 0 or out["ecc_run_delta"] > 0 or out["fatal_hw_event"] or out["fatal_collective_timeout"]
         or out["replay_recurred"] is False or out["sample_replay_recurred"] is False
     )
     missing = set(FEATURES) - set(out)

@@ -1,8 +1,10 @@
 """Detectors: one module per finding kind, each `detect(run, params) -> list[Finding]`.
 
-`run_detectors` runs them all (a detector that fails becomes an `info` note, the others
-still run); `detect_incidents` groups the findings into incidents (warning and above)
-and returns the `info` findings as notes.
+`run_detectors` runs them all. A detector that raises does not stop the others, but it is
+never silent: its failure becomes an `info` finding with `facts["detector_failed"]` (the
+detector's name) and `facts["traceback"]`, and the diagnosis built from it has the status
+`incomplete` (never healthy: the figures are partial). `detect_incidents` groups the
+findings into incidents (warning and above) and returns the `info` findings as notes.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import traceback
 
 from spikeforensics.detect import (
-    clipping, hard_spike, layer_outlier, loss_scale, nonfinite, oscillation, sign_ratio, soft_drift, underflow, vanishing,
+    clipping, divergence, events, hard_spike, layer_outlier, loss_scale, nonfinite, oscillation, sign_ratio, soft_drift,
+    underflow, vanishing,
 )
 from spikeforensics.detect.base import Evidence, Finding, Incident, severity_rank
 from spikeforensics.detect.incidents import group_incidents
@@ -27,32 +30,54 @@ DETECTORS = (
     ("layer_outlier", layer_outlier.detect),
     ("vanishing_gradients", vanishing.detect),
     ("loss_oscillation", oscillation.detect),
+    ("divergence", divergence.detect),
+    ("events", events.detect),
 )
 
 
+def failure_finding(name: str, exc: BaseException, run: RunData | None = None) -> Finding:
+    """The note that stands for a detector (or stage) that raised: named, with its traceback."""
+    first = None
+    if run is not None:
+        try:
+            first, _, _ = run.step_range()
+        except Exception:  # noqa: BLE001 - the note must be built even from a broken run
+            first = None
+    kind = name if name in _KINDS else "hard_spike"
+    return Finding(
+        kind=kind, step_start=first or 0, step_end=first or 0, peak_step=first or 0, severity="info", score=0.0,
+        summary=f"detector {name} failed (a bug in spikeforensics): {type(exc).__name__}: {exc}",
+        evidence=[Evidence(signal="detector_error", step=None, value=None, note=str(exc))],
+        facts={"error": "".join(traceback.format_exception_only(exc)).strip(), "scope": "run", "detector_failed": name,
+               "traceback": "".join(traceback.format_exception(exc))},
+    )
+
+
 def run_detectors(run: RunData, params) -> list[Finding]:
-    """Every detector's findings, in step order; a detector error is kept as an info note."""
+    """Every detector's findings, in step order; a detector error is kept as an info note that marks
+    the detector as failed (`facts["detector_failed"]`)."""
     findings: list[Finding] = []
-    for kind, detect in DETECTORS:
+    for name, detect in DETECTORS:
         try:
             findings.extend(detect(run, params))
         except Exception as exc:  # noqa: BLE001 - one broken detector must not hide the others
-            first, _, _ = run.step_range()
-            findings.append(Finding(
-                kind=kind, step_start=first or 0, step_end=first or 0, peak_step=first or 0, severity="info", score=0.0,
-                summary=f"detector {kind} failed: {type(exc).__name__}: {exc}",
-                evidence=[Evidence(signal="detector_error", step=None, value=None, note=str(exc))],
-                facts={"error": "".join(traceback.format_exception_only(exc)).strip(), "scope": "run"},
-            ))
+            findings.append(failure_finding(name, exc, run))
     findings.sort(key=lambda f: (f.attempt, f.step_start, -severity_rank(f.severity)))
     return findings
 
 
+def failed_detectors(findings: list[Finding]) -> list[str]:
+    """Names of the detectors whose failure notes are among `findings`."""
+    return [f.facts["detector_failed"] for f in findings if f.facts.get("detector_failed")]
+
+
 def detect_incidents(run: RunData, params) -> tuple[list[Incident], list[Finding]]:
-    """(incidents at warning and above, info notes)."""
+    """(incidents at warning and above, info notes); failed detectors are notes with `detector_failed`."""
     findings = run_detectors(run, params)
     notes = [f for f in findings if f.severity == "info"]
     return group_incidents(findings, params), notes
 
 
-__all__ = ["DETECTORS", "run_detectors", "detect_incidents", "group_incidents"]
+from spikeforensics.detect.base import KINDS as _KINDS  # noqa: E402
+
+__all__ = ["DETECTORS", "run_detectors", "detect_incidents", "group_incidents", "failed_detectors", "failure_finding"]

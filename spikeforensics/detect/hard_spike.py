@@ -43,6 +43,10 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     rise_base, rise_left = pl.col("y") - pl.col("base"), pl.col("y") - pl.col("left")
     both = (pl.col("z") >= hp.z_threshold) & (rise_base >= math.log(floor))
     jump = (pl.col("z_left") >= hp.z_threshold) & (rise_left >= math.log(crit))
+    if frame.height < hp.short_series_records:
+        # a short excerpt (a pasted spike) has no adequate noise sample: the spike itself inflates the
+        # robust sigma. There the practitioners' ratio alone decides a jump over the past (2x loss, 10x grad)
+        jump = rise_left >= math.log(crit)
     joint = (pl.col("z") >= hp.joint_z) & (rise_base >= math.log(joint_ratio))
     return frame.filter(pl.col("left").is_not_null()).with_columns(
         (both | jump).alias("single"), joint.alias("joint"), pl.lit(signal).alias("signal"),
@@ -96,11 +100,59 @@ def detect(run: RunData, params) -> list[Finding]:
         layer_base = signals.layer_baseline(run, params)
         for _, group in flags.group_by("group", maintain_order=True):
             findings.append(_finding(group, tracks, layer_base, run, params))
-    findings += _recurring(findings, run, params)
+    long_run = _long_run(run, params)
+    if long_run:
+        findings = [_quiet_blip(f, run, params) for f in findings]
+    findings += _recurring(findings, run, params, long_run)
     return recurrence.promote(run, findings, params)
 
 
-def _recurring(findings: list[Finding], run: RunData, params) -> list[Finding]:
+def _long_run(run: RunData, params) -> bool:
+    grad, _ = signals.raw(run, "grad_norm")
+    return grad.height >= params.blips.long_run_records
+
+
+def _loss_moved(run: RunData, params, steps: list[int]) -> bool | None:
+    """Did the loss rise (>= loss_effect_ratio or loss_effect_z over its pre-blip median) within `reach` records
+    after any of `steps`? None without a loss series to judge by."""
+    bp = params.blips
+    loss, _ = signals.with_baseline(run, "loss", params)
+    loss = loss.filter(pl.col("left").is_not_null())
+    if loss.height == 0:
+        return None
+    rows = loss.select("step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left")
+    at = rows.filter(pl.col("step").is_in(steps)).select(pl.col("t").alias("t0"))
+    if at.height == 0:
+        return None
+    near = pl.concat([at.with_columns((pl.col("t0") + d).alias("t")) for d in range(bp.reach + 1)])
+    hit = rows.join(near, on="t", how="semi").filter(
+        (pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z))
+    return hit.height > 0
+
+
+def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
+    """On a long run, a grad-norm-only spike of at most `blips.max_width` records that the loss does not
+    answer is the norm's heavy tail: a note, whatever its size."""
+    signals_hit = {e.signal for e in f.evidence} & set(SIGNALS)
+    if (f.severity == "info" or f.facts.get("early_rise") or signals_hit != {"grad_norm"}
+            or f.step_end - f.step_start + 1 > params.blips.max_width * max(1, _interval(run))):
+        return f
+    if _loss_moved(run, params, list(range(f.step_start, f.step_end + 1))) is not False:
+        return f
+    f.severity = "info"
+    f.facts["blip"] = True
+    f.summary += "; the loss did not move: an isolated grad-norm blip (note)"
+    return f
+
+
+def _interval(run: RunData) -> int:
+    steps = run.series("grad_norm").get_column("step").drop_nulls()
+    if steps.len() < 2:
+        return 1
+    return max(1, int(steps.diff().drop_nulls().median() or 1))
+
+
+def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = False) -> list[Finding]:
     """Grad-norm spikes that keep coming back (>= `recurring_count` separate events at >= `recurring_ratio`):
     a pattern of the run (LR too high), not one-offs. An event is a grad-only note that high over its past,
     or a grad-norm record that high over *both* sides at a lower z (`recurring_z`): in a run whose grad norm
@@ -133,11 +185,17 @@ def _recurring(findings: list[Finding], run: RunData, params) -> list[Finding]:
                    note=f"one of the recurring grad-norm spikes (robust z {r['z']:.1f})")
           for r in ev_rows.iter_rows(named=True)]
     top = ev_rows.sort("z", descending=True).row(0, named=True) if ev_rows.height else {"step": free[0]}
+    severity, facts = "warning", {}
+    if long_run:  # a pattern of blips on a long run: one grouped note (a warning when the loss answers), never run-long
+        severity = "warning" if _loss_moved(run, params, free) else "info"
+        facts = {"scope": "run", "blips": free}
     return [Finding(kind="hard_spike", step_start=min(free), step_end=max(free), peak_step=int(top["step"]),
-                    severity="warning", score=float(len(events)), evidence=ev[:10],
+                    severity=severity, score=float(len(events)), evidence=ev[:10],
                     summary=(f"{len(events)} grad-norm spikes of {hp.recurring_ratio:g}x or more between steps "
-                             f"{events[0]} and {events[-1]}: recurring, not a one-off (LR too high?)"),
-                    facts={"recurring_spikes": events, "run_spike_pattern": events, "onset_step": min(free)})]
+                             f"{events[0]} and {events[-1]}: " + ("recurring blips" if severity == "info" else "recurring, not a one-off (LR too high?)")
+                             + (f"; at steps {', '.join(map(str, events[:12]))}" + (" ..." if len(events) > 12 else "")
+                                + ("; the loss did not answer them" if severity == "info" else "") if long_run else "")),
+                    facts={"recurring_spikes": events, "run_spike_pattern": events, "onset_step": min(free), **facts})]
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:

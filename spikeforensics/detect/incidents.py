@@ -7,6 +7,13 @@ attempt form one incident: severity = the highest, kind = the strongest finding'
 start with it (within `merge_gap`), else group with each other, so a run-wide condition
 does not swallow every spike that happens during it. `info` findings never join an
 incident: they stay notes (see `detect_incidents`).
+
+Two shapes override the priority order: a `divergence` is the incident's kind (the spikes
+inside it are its symptoms, not separate events; the peak stays the strongest finding's), and the first non-finite step anchors the
+incident when it comes at or before the strongest finding's peak (NaN from the first
+optimizer steps is not headlined as a spike): kind `nonfinite`, peak = that step. A NaN that
+follows a spike (the propagation DOMAIN describes) leaves the spike as the kind and peak.
+Fact `first_nonfinite_step` is set on every incident with a non-finite finding.
 """
 
 from __future__ import annotations
@@ -44,9 +51,22 @@ def _incident(group: list[Finding], priority: tuple) -> Incident:
                 layers.append(layer)
         for key, value in f.facts.items():
             facts.setdefault(key, value)
+    kind, peak = top.kind, top.peak_step
+    nonfinite = [f.step_start for f in group if f.kind == "nonfinite"]
+    first_nf = min(nonfinite) if nonfinite else None
+    div = [f for f in group if f.kind == "divergence"]
+    if div and (first_nf is None or first_nf >= div[0].step_start):
+        kind = "divergence"  # the peak stays the strongest finding's (a spike or the scale's low inside it)
+        facts["onset_step"] = div[0].step_start
+    elif first_nf is not None and first_nf <= peak:
+        kind, peak = "nonfinite", first_nf
+    if first_nf is not None:
+        facts["first_nonfinite_step"] = first_nf
+    if kind != top.kind:
+        kinds = [k for k in [top.kind, *kinds] if k != kind]
     return Incident(
-        id="", kind=top.kind, kinds=[top.kind, *kinds], severity=max((f.severity for f in group), key=severity_rank),
-        step_start=min(f.step_start for f in group), step_end=max(f.step_end for f in group), peak_step=top.peak_step,
+        id="", kind=kind, kinds=[kind, *kinds], severity=max((f.severity for f in group), key=severity_rank),
+        step_start=min(f.step_start for f in group), step_end=max(f.step_end for f in group), peak_step=peak,
         findings=group, ranks=ranks, layers=layers, attempt=top.attempt, facts=facts,
     )
 

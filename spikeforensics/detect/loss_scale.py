@@ -63,9 +63,13 @@ def detect(run: RunData, params) -> list[Finding]:
     lp = params.loss_scale
     findings = []
     scale, origin = scale_timeline(run)
+    # the scaler's search down from 2^16 / 2^32 happens at the start of training: a log that starts
+    # later (an excerpt, a resumed job's log) has no calibration to exempt
+    log_first = run.step_range()[0]
+    calibration = lp.calibration_steps if log_first is None or log_first <= params.hard_spike.start_max_step else 0
     if scale.height:
         first_step = int(scale.get_column("step").min())
-        settled = pl.col("step") >= first_step + lp.calibration_steps
+        settled = pl.col("step") >= first_step + calibration
         scale = scale.with_columns(pl.col("scale").log(2).alias("l2"))
         scale = scale.with_columns(
             pl.when(settled).then(pl.col("l2")).rolling_max_by("pos", window_size=f"{lp.window_steps}i").alias("level")
@@ -82,7 +86,7 @@ def detect(run: RunData, params) -> list[Finding]:
         first_step = int(skips.get_column("step").min()) if scale.height == 0 else int(scale.get_column("step").min())
         skips = skips.sort("pos").with_columns(
             pl.col("count").rolling_sum_by("pos", window_size=f"{lp.storm_window}i").alias("recent"))
-        storm = skips.filter((pl.col("step") >= first_step + lp.calibration_steps) & (pl.col("recent") >= lp.storm_count))
+        storm = skips.filter((pl.col("step") >= first_step + calibration) & (pl.col("recent") >= lp.storm_count))
         if storm.height:
             for _, g in robust.flag_groups(storm, lp.storm_window).group_by("group", maintain_order=True):
                 findings.append(_storm(g, skips, lp))

@@ -3,7 +3,8 @@
 Sources of evidence (DETECTION-ANCHORS §2.1): non-finite metric values (polars' `max()`
 skips NaN, so we test `is_finite()` row by row), `nan` events written by the parsers
 (Megatron omits a NaN loss from its line), increments of Megatron's `nan_iters` counter,
-and non-finite per-layer norms (which layer and rank went first). An fp16 overflow
+and non-finite per-layer norms (which layer and rank went first), and a loss printed as exactly 0
+where only a masked NaN can put it (`_masked_zero_rows`). An fp16 overflow
 that the loss scaler caught and skipped (an `overflow` event at that step, finite loss)
 is not an incident here: it is the loss-scale detector's business.
 """
@@ -58,6 +59,27 @@ def _schema() -> dict:
             "value": pl.Float64, "pos": pl.Int64}
 
 
+def _masked_zero_rows(run: RunData, params) -> pl.DataFrame:
+    """A loss printed as exactly 0 where it cannot be a real loss: beside a non-finite grad norm, or
+    straight after a loss of at least `masked_zero_from` (no model falls from there to below the
+    printed precision in one logging interval). The HF Trainer and many fp16 loops print a NaN
+    loss masked as 0.0; the zeros that follow such a record in a row are the same outbreak."""
+    loss = run.series("loss")
+    if loss.height == 0 or loss.filter(pl.col("value") == 0).height == 0:
+        return pl.DataFrame(schema=_schema())
+    grad, _ = run.grad_norm_series()
+    frame = loss.sort("t").join(grad.select("t", (~pl.col("value").is_finite()).alias("_gbad")), on="t", how="left")
+    zero = pl.col("value") == 0
+    prev = pl.col("value").shift(1)
+    seed = zero & (pl.col("_gbad").fill_null(False) | (prev >= params.nonfinite.masked_zero_from).fill_null(False))
+    # a run of zeros continues the outbreak its first zero started
+    run_id = (~zero).cum_sum()
+    seeded = seed.cast(pl.Int32).cum_sum().over(run_id) > 0
+    rows = frame.filter(zero & seeded).with_columns(pl.col("step").fill_null(pl.col("t")))
+    return rows.select(pl.lit("loss_masked_zero").alias("signal"), "step", "attempt", "rank", pl.lit(None, pl.String).alias("layer"),
+                       "value", robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))
+
+
 def _handled_overflow_steps(run: RunData) -> pl.DataFrame:
     ov = run.events_of("overflow", "hysteresis").filter(pl.col("step").is_not_null())
     return ov.select(robust.position(pl.col("attempt"), pl.col("step")).alias("pos")).unique()
@@ -65,7 +87,7 @@ def _handled_overflow_steps(run: RunData) -> pl.DataFrame:
 
 def detect(run: RunData, params) -> list[Finding]:
     np_ = params.nonfinite
-    parts = [_metric_rows(run, params), _event_rows(run), _counter_rows(run), _layer_rows(run)]
+    parts = [_metric_rows(run, params), _event_rows(run), _counter_rows(run), _layer_rows(run), _masked_zero_rows(run, params)]
     rows = pl.concat([p.select([pl.col(c).cast(t) for c, t in _schema().items()]) for p in parts])
     if rows.height == 0:
         return []

@@ -43,13 +43,18 @@ from spikeforensics.ingest.base import (
     strip_prefixes,
     lines_from_bytes,
 )
+from spikeforensics.ingest._mixing import RECORD_HINT, is_line_grammar, mix
 from spikeforensics.store import SourceRecord, Staging, Store, validate_run_id
 
 PROGRESS_MIN_BYTES = 64 << 20  # files at least this big report progress per parsed chunk
 SNIFF_BYTES = 64 << 10
+WIDE_SNIFF_BYTES = 8 << 20  # how far the second look goes when the head decides nothing
 OUTCOME_EXAMPLES = 5  # unparsed lines shown to the user
 MANIFEST_EXAMPLES = 20  # unparsed lines kept in the sources manifest
 MIN_CONFIDENCE = 0.3
+# what a person wrote about a run (the labelled sets' ground truth, the real-log corpus's facts):
+# not run output, so a folder's copy is passed over (given by name it is still tried)
+LABEL_FILES = frozenset({"ground_truth.json", "FACTS.toml"})
 _NOT_PARSERS = {"base", "aliases"}
 
 
@@ -122,12 +127,22 @@ def sniff_sample(path: Path) -> SniffSample:
 
 
 def detect_format(path: Path) -> tuple[str | None, float]:
+    """The parser that sniffs most sure on the file's head; when none is sure enough on a
+    text file (a log that opens with the script's source, a config dump or `nvidia-smi`
+    output), the sniffers look again at the record-like lines of the first `WIDE_SNIFF_BYTES`."""
     sample = sniff_sample(path)
-    if "\x00" in sample.text[:4096] and path.suffix.lower() not in (".npz", ".parquet"):
-        # binary: only parsers of binary formats get a say
-        candidates = {n: p for n, p in parsers().items() if getattr(p, "BINARY", False)}
-    else:
-        candidates = parsers()
+    binary = "\x00" in sample.text[:4096] and path.suffix.lower() not in (".npz", ".parquet")
+    # binary: only parsers of binary formats get a say
+    candidates = {n: p for n, p in parsers().items() if getattr(p, "BINARY", False)} if binary else parsers()
+    best, score = _best_sniff(sample, candidates)
+    if score < MIN_CONFIDENCE and not binary:
+        wide = _wide_sample(path)
+        if wide is not None:
+            best, score = _best_sniff(wide, {n: p for n, p in candidates.items() if is_line_grammar(n)})
+    return (best, score) if score >= MIN_CONFIDENCE else (None, score)
+
+
+def _best_sniff(sample: SniffSample, candidates: dict[str, ModuleType]) -> tuple[str | None, float]:
     best, score = None, 0.0
     for name, parser in candidates.items():
         try:
@@ -136,7 +151,24 @@ def detect_format(path: Path) -> tuple[str | None, float]:
             s = 0.0
         if s > score:
             best, score = name, s
-    return (best, score) if score >= MIN_CONFIDENCE else (None, score)
+    return best, score
+
+
+def _wide_sample(path: Path) -> SniffSample | None:
+    """The record-like lines (a digit and a word records print) of the file's first
+    `WIDE_SNIFF_BYTES`, as a sniff sample; None when there are none."""
+    with open(path, "rb") as fh:
+        data = fh.read(WIDE_SNIFF_BYTES)
+    if len(data) <= SNIFF_BYTES:
+        return None  # the head sample already saw all of it
+    cut = data.rfind(b"\n")
+    lines = strip_prefixes(split_segments(lines_from_bytes(data[: cut + 1] if cut > 0 else data)))
+    text = pl.col("text")
+    picked = lines.filter(text.str.contains(RECORD_HINT) & text.str.contains(r"\d")).get_column("text")
+    if picked.len() == 0:
+        return None
+    chosen = picked.head(SNIFF_LINES).to_list()
+    return SniffSample(path=path, text="\n".join(chosen), lines=chosen)
 
 
 def expand_paths(paths: list[str | Path]) -> list[tuple[Path, str, bool]]:
@@ -146,7 +178,7 @@ def expand_paths(paths: list[str | Path]) -> list[tuple[Path, str, bool]]:
         if p.is_dir():
             for f in sorted(p.rglob("*")):
                 rel = f.relative_to(p)
-                if f.is_file() and not any(part.startswith(".") for part in rel.parts):
+                if f.is_file() and not any(part.startswith(".") for part in rel.parts) and f.name not in LABEL_FILES:
                     out.append((f, rel.as_posix(), True))
         elif p.exists():
             out.append((p, p.name, False))
@@ -236,7 +268,7 @@ def ingest_paths(
             progress(f"{path}: {name or 'unknown format'}")
         needs_year = bool(name and getattr(parsers()[name], "NEEDS_YEAR", False))
         year = _run_year(store, run_id) if needs_year else None
-        outcome = _ingest_file(path, source, name, run_id, store, year, progress)
+        outcome = _ingest_file(path, source, name, run_id, store, year, progress, mixing=fmt is None)
         if outcome.status == "failed" and not in_folder:
             raise IngestError(outcome.message)
         outcomes.append(outcome)
@@ -300,6 +332,7 @@ class _Parsed:
     steps: tuple[int | None, int | None] = (None, None)
     ranks: set[int] = field(default_factory=set)
     events: Counter = field(default_factory=Counter)
+    grammars: list[str] = field(default_factory=list)  # formats that read records, the primary first
 
     def add(self, part: ParseResult, tables: dict[str, pl.DataFrame]) -> None:
         """Count one parse result (a file, or one chunk of it) and its finished tables."""
@@ -319,9 +352,15 @@ class _Parsed:
             self.events.update(dict(events.group_by("kind").len().iter_rows()))
 
 
-def _parse_whole(parser: ModuleType, src: SourceFile, stage: Staging) -> _Parsed:
-    result = _finish(parser.parse(src), src.name)
-    parsed = _Parsed()
+def _parse_whole(parser: ModuleType, src: SourceFile, stage: Staging, mixing: bool = False) -> _Parsed:
+    """Parse a whole file; a text log's lines that its format did not read are offered to
+    the other line grammars when `mixing` (see `_mixing.py`)."""
+    result = parser.parse(src)
+    grammars = [parser.NAME]
+    if mixing and (is_line_grammar(parser.NAME) or parser.NAME == "stdout_events"):
+        result, grammars = mix(parser.NAME, src, result, parsers())
+    result = _finish(result, src.name)
+    parsed = _Parsed(grammars=grammars)
     parsed.add(result, result.tables)
     for table, frame in result.tables.items():
         stage.append(table, frame)
@@ -377,7 +416,7 @@ def _append_all(stage: Staging, tables: dict[str, pl.DataFrame]) -> None:
 
 
 def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: Store, year: int | None,
-                 progress: Callable[[str], None] | None = None) -> FileOutcome:
+                 progress: Callable[[str], None] | None = None, mixing: bool = False) -> FileOutcome:
     outcome = FileOutcome(path=str(path), source=source, status="failed", format=fmt)
     try:
         size = path.stat().st_size
@@ -403,7 +442,7 @@ def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: S
                 big = progress is not None and size >= PROGRESS_MIN_BYTES
                 parsed = _parse_streaming(parser, src, stage, _chunk_progress(progress, path) if big else None)
             else:
-                parsed = _parse_whole(parser, src, stage)
+                parsed = _parse_whole(parser, src, stage, mixing=mixing)
         except IngestError as exc:
             outcome.message = str(exc)
             return outcome
@@ -425,6 +464,8 @@ def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: S
             outcome.message = f"{path}: no usable records found as {fmt}{where}"
             return outcome
         sha, lines = read.digest(path, size)
+        if len(parsed.grammars) > 1:  # a text log that mixes grammars: all of them, the primary first
+            fmt = outcome.format = "+".join(parsed.grammars)
         record = SourceRecord(
             source=source, path=str(path.resolve()), sha256=sha, bytes=size, lines=lines,
             format=fmt, records=parsed.records, unparsed=parsed.unparsed,

@@ -205,6 +205,8 @@ def unparsed(result: ParseResult, bad: pl.DataFrame, limit: int = 20) -> None:
     if bad.height == 0:
         return
     result.unparsed += bad.height
+    lines = bad.get_column("line").cast(pl.Int64)
+    result.unparsed_lines = lines if result.unparsed_lines is None else pl.concat([result.unparsed_lines, lines])
     rows = bad.head(limit).select(pl.col("line"), pl.col("text").str.slice(0, 200))
     result.unparsed_examples.extend((int(a) if a is not None else 0, b) for a, b in rows.iter_rows())
 

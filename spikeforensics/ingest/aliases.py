@@ -29,11 +29,12 @@ METRIC_ALIASES: dict[str, str] = {
     "train_grad_norm": "grad_norm", "norm": "grad_norm", "optim_total_grad_norm": "grad_norm",
     "grad_norm_grad_norm": "grad_norm", "gradient_norm": "grad_norm", "global_grad_norm": "grad_norm",
     "grad_norm_preclip": "grad_norm", "grad_norm_pre_clip": "grad_norm",
+    "gradnorm": "grad_norm", "grad_norm_total": "grad_norm",
     "grad_norm_clipped": "grad_norm_clipped", "grad_norm_post_clip": "grad_norm_clipped",
     "grad_norm_postclip": "grad_norm_clipped", "clipped_grad_norm": "grad_norm_clipped",
     # learning rate
     "lr": "lr", "learning_rate": "lr", "train_learning_rate": "lr", "optim_lr": "lr",
-    "learning_rate_learning_rate": "lr", "lr_abs": "lr",
+    "learning_rate_learning_rate": "lr", "lr_abs": "lr", "learningrate": "lr",
     # loss scale
     "loss_scale": "loss_scale", "loss_scale_loss_scale": "loss_scale", "scale": "loss_scale",
     # eval

@@ -62,6 +62,9 @@ class ParseResult:
     unparsed: int = 0  # lines that looked like records but could not be parsed
     unparsed_examples: list[tuple[int, str]] = field(default_factory=list)  # (line, text)
     notes: list[str] = field(default_factory=list)  # warnings for the user
+    # the unparsed lines' numbers, where the parser knows them (line grammars, through
+    # `text_result`): lets the driver take back a line another grammar of the file reads
+    unparsed_lines: pl.Series | None = None
 
     def add(self, table: str, frame: pl.DataFrame | None) -> None:
         if frame is None or frame.height == 0:
@@ -86,6 +89,11 @@ class SourceFile:
     # sees every block read through `read_bytes`/`iter_line_chunks`, in order (the driver
     # hashes and counts lines as the parser reads, so the file is read once)
     tap: Callable[[bytes], None] | None = field(default=None, repr=False, compare=False)
+    # When set, the parser sees only these prepared lines (`line`, `text`, `prefix_rank`):
+    # the driver hands a line grammar the lines no other grammar of the file claimed.
+    only_lines: pl.DataFrame | None = field(default=None, repr=False, compare=False)
+    # `prepared_lines` keeps what it computed, so the driver reuses it without re-reading
+    _prepared: pl.DataFrame | None = field(default=None, repr=False, compare=False)
 
     def read_bytes(self) -> bytes:
         data = self.path.read_bytes()
@@ -95,6 +103,8 @@ class SourceFile:
 
     def lines(self) -> pl.DataFrame:
         """All physical lines as (line: 1-based Int64, text: String), bad UTF-8 replaced."""
+        if self.only_lines is not None:
+            return self.only_lines.select("line", "text")
         return lines_from_bytes(self.read_bytes())
 
     def iter_line_chunks(self, chunk_bytes: int = 32 << 20) -> Iterator[pl.DataFrame]:
@@ -189,8 +199,13 @@ def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def prepared_lines(src: SourceFile) -> pl.DataFrame:
-    """lines() -> split on CR -> prefixes stripped: (line, text, prefix_rank)."""
-    return strip_prefixes(split_segments(src.lines()))
+    """lines() -> split on CR -> prefixes stripped: (line, text, prefix_rank); computed once
+    per `SourceFile` (a restricted `SourceFile` returns its `only_lines` as they are)."""
+    if src.only_lines is not None:
+        return src.only_lines
+    if src._prepared is None:
+        src._prepared = strip_prefixes(split_segments(src.lines()))
+    return src._prepared
 
 
 def to_float(expr: pl.Expr) -> pl.Expr:
@@ -323,7 +338,7 @@ def number_records(frame: pl.DataFrame, state: RecordState | None = None) -> pl.
     `prefix_rank`, `record_kind`, ...); returns the kept rows with `record`, `attempt`.
 
     - consecutive train rows of one stream (same prefix rank) with the same step are one
-      record, the first line's values;
+      record, the first line's values (unless `step_approx` says the counter is rounded);
     - `record` numbers train records 0.. in file order; eval/summary rows get null;
     - `attempt` goes up each time the step counter goes back within a stream; eval and
       summary rows take the attempt of the train record before them.
@@ -346,7 +361,10 @@ def number_records(frame: pl.DataFrame, state: RecordState | None = None) -> pl.
     first = pl.int_range(pl.len()).over("_stream") == 0
     prev = pl.when(first).then(pl.col("_seed_step")).otherwise(pl.col("step").shift(1).over("_stream"))
     train = train.with_columns(prev.alias("_prev"))
-    train = train.filter(pl.col("step").is_null() | pl.col("_prev").is_null() | (pl.col("step") != pl.col("_prev")))
+    same = pl.col("step") == pl.col("_prev")
+    if "step_approx" in train.columns:  # a rounded counter (`1K`) repeats without the record repeating
+        same = same & ~pl.col("step_approx").fill_null(False)
+    train = train.filter(pl.col("step").is_null() | pl.col("_prev").is_null() | ~same)
     went_back = (pl.col("step") < pl.col("_prev")).fill_null(False).cast(pl.Int32)
     train = train.with_columns(
         (pl.int_range(pl.len(), dtype=pl.Int64) + state.records).alias("record"),
@@ -653,6 +671,7 @@ def text_result(
     if unparsed is not None and unparsed.height:
         unparsed = unparsed.select("line", "text").unique("line").sort("line")
         out.unparsed = unparsed.height
+        out.unparsed_lines = unparsed.get_column("line")
         out.unparsed_examples = list(unparsed.head(max_examples).iter_rows())
         out.notes.append(f"{out.unparsed} record-like line(s) could not be parsed")
     return out

@@ -4,10 +4,12 @@
   (2020+: behind `DATE | INFO | train_inner | `; 2018: `| epoch 010  2000 / 8223 loss=1.27 (1.50), ...`
   where the parenthesis is the running average, ignored);
 - end-of-epoch summaries `| epoch 008 | loss 6.326 | ... | num_updates 21896 | ...` (summary
-  records, record null);
+  records, record null; in a file without inner lines they are the training records);
 - validation `| epoch 008 | valid on 'valid' subset | valid_loss 6.43 | ... | num_updates 21896`
   (eval records: `eval_loss` ...);
-- json lines `{"epoch": 1, "update": 0.45, "loss": "11.521", ..., "num_updates": "445"}`.
+- json lines `{"epoch": 1, "update": 0.45, "loss": "11.521", ..., "num_updates": "445"}`, also behind a
+  logger prefix (`... | train_inner | {...}`, metaseq `slurm_procid 0 : ... | train_inner | {...}`);
+  `| train | {...}` lines are the epoch summaries (summary records).
 
 Step = `num_updates` (optimizer updates, done; mode "done"); the 2018 format prints none
 (step null, records still numbered). `gnorm` -> `grad_norm`, `clip=100%` -> `clip` 100.
@@ -37,7 +39,10 @@ N = rf"(?:{NUM_TOKEN})"
 INNER = r"\bepoch \d+:?\s+\d+ / \d+ \w+="
 VALID = r"\| valid on '[^']*' subset \|"
 SUMMARY = r"\|\s*epoch \d+ \|"
-JSON = r'^\s*\{"epoch": \d+.*"(?:loss|valid_loss)": '
+# json lines at the start of a line or behind a logger prefix (`... | train_inner | {...}`,
+# metaseq's `slurm_procid 0 : ... | train_inner | {...}`); `| train | {...}` is the epoch summary
+JSON = r'(?:^\s*|\|\s*)\{"epoch": \d+.*"(?:loss|valid_loss|train_loss)": '
+JSON_SUMMARY = r'\|\s*train\s*\|\s*\{"epoch"'
 PAIR_EQ = rf"(?P<k>[A-Za-z_][\w]*)=(?P<v>{N})"
 PAIR_JSON = rf'"(?P<k>[A-Za-z_][\w]*)": "?(?P<v>{N})"?'
 FIELD_SP = rf"^\s*(?P<k>[A-Za-z_/][\w/ ]*?)\s+(?P<v>{N})\s*$"
@@ -47,7 +52,7 @@ NOT_METRICS = ["num_updates", "epoch", "update", "best"]
 def sniff(sample: SniffSample) -> float:
     return sniff_tiers(sample, [
         (rf"\bepoch \d+:?\s+\d+ / \d+ loss=|{VALID}", 0.9),
-        (r'\|\s*epoch \d+ \| (?:train )?loss |^\s*\{"epoch": .*"num_updates": ', 0.85),
+        (r'\|\s*epoch \d+ \| (?:train )?loss |(?:^\s*|\| (?:train_inner|train|valid) \| )\{"epoch": .*"num_updates": ', 0.85),
     ])
 
 
@@ -69,14 +74,21 @@ def parse(src: SourceFile) -> ParseResult:
     piped = cand.filter(pl.col("_kind").is_in(["eval", "summary"]))
     p2 = split_fields(piped.select("line", "text", "_kind"), "|", FIELD_SP)
     js = cand.filter(pl.col("_kind") == "json")
-    p3 = find_pairs(js.select("line", "text", "_kind"), PAIR_JSON).with_columns(
-        pl.when(pl.col("k").str.starts_with("valid_")).then(pl.lit("eval")).otherwise(pl.lit("train")).alias("_kind")
+    p3 = find_pairs(js.select("line", "text", "_kind", text.str.contains(JSON_SUMMARY).alias("_summary")), PAIR_JSON).with_columns(
+        pl.when(pl.col("k").str.starts_with("valid_")).then(pl.lit("eval"))
+        .when(pl.col("_summary")).then(pl.lit("summary")).otherwise(pl.lit("train")).alias("_kind")
     )
-    pairs = pl.concat([p1, p2, p3], how="diagonal_relaxed")
+    pairs = pl.concat([p1, p2, p3.drop("_summary")], how="diagonal_relaxed")
     steps = pairs.filter(pl.col("k") == "num_updates").select(
         "line", pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64).alias("step")
     ).unique("line")
-    kinds = pairs.select("line", pl.col("_kind").alias("record_kind")).unique("line")
+    # a json line is eval when any of its keys is `valid_*` (its `epoch` key alone says nothing)
+    rank = pl.col("_kind").replace_strict({"eval": 0, "summary": 1, "train": 2}, default=3, return_dtype=pl.Int8)
+    kinds = pairs.group_by("line").agg(pl.col("_kind").sort_by(rank).first().alias("record_kind"))
+    if kinds.filter(pl.col("record_kind") == "train").height == 0:
+        # a log of epoch summaries only (inner lines off, or an excerpt of them): the summaries
+        # are its training records, one per logging interval (an epoch)
+        kinds = kinds.with_columns(pl.col("record_kind").replace("summary", "train"))
     values = named_values(
         pairs.filter(~pl.col("k").is_in(NOT_METRICS)), eval_rows=pl.col("_kind") == "eval"
     ).select("line", "name", "value")

@@ -5,6 +5,9 @@ whatever the separators:
     step=6, loss=2.31, lr=0.0003
     Step 6: loss 2.31 grad norm 0.64
     [Epoch 1, step 6] loss: 2.31, lr: 3e-4
+    Step 12 | Loss: 2.31 | LR: 3e-4 | GradNorm: 0.64          # GradNorm -> grad_norm, LR -> lr
+    Epoch 3 Step 120 loss 2.3                                # epoch kept as a metric
+    E5 iter[ 14/ 15] | [Loss] 51566519.44 | ... | [step]    89   # a `step` counter wins over `iter`
 
 A line is a record when it has a step counter (`step`, `iter`, `iteration`,
 `global_step`, `it`) and a key containing `loss` with a number. Keys may be two words
@@ -33,34 +36,50 @@ from spikeforensics.ingest.base import (
 )
 
 NAME = "generic_steps"
-STEP = r"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\s*[:=#]?\s*\[?\s*(\d+)\s*(?:/\s*\d+)?"
+# the counter may be rounded with a K/M suffix (LeRobot `step:1K`, `step:12K`): see `_step`
+COUNT = r"(\d+(?:\.\d+)?[KM]?|\d+)"
+STEP = rf"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
+# a `step` counter wins over an `iter` one printed before it (`E5 iter[ 14/ 15] | ... | [step]    89`)
+STEP_FIRST = rf"(?i)\b(?:global[_ ]step|step)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
 PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|$)"
 LOSSY = r"(?i)loss"
 COUNTER_KEYS = r"(?i)^(?:global[_ ]step|step|iteration|iter|it)$"
 MAX_CONFIDENCE = 0.35
+# the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
+CATCH_ALL = True
 
 
 def sniff(sample: SniffSample) -> float:
-    n = sniff_share(sample, STEP + r".*?" + r"(?i:loss)\w*\s*[:=]?\s*[-+]?[\d.]")
+    n = sniff_share(sample, STEP + r".*?" + r"(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]")
     return MAX_CONFIDENCE if n >= 2 else (0.2 if n else 0.0)
+
+
+def _step(token: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(step, step_approx) from a counter token. A rounded counter (`1K`, `1.2M`) gives its
+    value (1000) and is approximate: consecutive records that print the same rounded step
+    are separate records, not one record printed twice (see `base.number_records`)."""
+    mult = pl.when(token.str.ends_with("K")).then(1e3).when(token.str.ends_with("M")).then(1e6).otherwise(1.0)
+    value = token.str.strip_chars_end("KM").cast(pl.Float64, strict=False) * mult
+    return value.round(0).cast(pl.Int64, strict=False).alias("step"), token.str.contains("[KM]$").alias("step_approx")
 
 
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    cand = lines.filter(text.str.contains(LOSSY)).with_columns(
-        text.str.extract(STEP, 1).cast(pl.Int64, strict=False).alias("step")
-    ).filter(pl.col("step").is_not_null())
-    body = text.str.replace(STEP, " ")
+    token = pl.coalesce(text.str.extract(STEP_FIRST, 1), text.str.extract(STEP, 1))
+    cand = lines.filter(text.str.contains(LOSSY)).with_columns(*_step(token)).filter(pl.col("step").is_not_null())
+    # brackets around names or values (`[Loss] 2.3`, `lr=[5e-05]`) do not hide the pair
+    body = text.str.replace(STEP, " ").str.replace_all(r"[\[\]]", " ")
     pairs = find_pairs(cand.select("line", body.alias("text")), PAIR)
     pairs = pairs.filter(~pl.col("k").str.contains(COUNTER_KEYS))
     values = named_values(pairs).select("line", "name", "value")
-    lossy = values.filter(pl.col("name").str.contains("loss")).group_by("line").agg(
+    # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
+    lossy = values.filter(pl.col("name").str.contains("loss") & ~pl.col("name").str.starts_with("loss_scale")).group_by("line").agg(
         (pl.col("name").str.starts_with("eval_") | pl.col("name").str.starts_with("val")).all().alias("_eval")
     )
     records = cand.join(lossy, on="line").select(
-        "line", "step", "prefix_rank", extract_time(text).alias("time"),
+        "line", "step", "step_approx", "prefix_rank", extract_time(text).alias("time"),
         pl.when(pl.col("_eval")).then(pl.lit("eval")).otherwise(pl.lit("train")).alias("record_kind"),
     )
     values = values.join(records.select("line"), on="line", how="semi")

@@ -60,7 +60,8 @@ def _is_hf_dict(line: str) -> bool:
 def to_json(expr: pl.Expr) -> pl.Expr:
     """A Python dict repr as JSON text (strings quoted with `"`, None/True/False, wrappers)."""
     return (
-        expr.str.replace_all(r"(?:np\.)?(?:float|int|bfloat|half)\d*\(([^()]*)\)", "$1")
+        expr.str.replace_all(r"\*\*([^*]*)\*\*", "$1")  # markdown bold of a pasted log: 'loss': **4.7581**
+        .str.replace_all(r"(?:np\.)?(?:float|int|bfloat|half)\d*\(([^()]*)\)", "$1")
         .str.replace_all(r"tensor\(([^(),]+)(?:,[^()]*)?\)", "$1")
         .str.replace_all(r"'((?:[^'\\]|\\.)*)'", "\"$1\"")
         .str.replace_all(r"([:\[,]\s*)None\b", "${1}null")
@@ -129,7 +130,14 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
     in_train = {w: pl.col(f"_{w}m").is_in(train_m) for w in ("pre", "all")}
     pre_n = pl.when(in_train["pre"]).then(pl.col("_pren"))
     all_n = pl.when(in_train["all"]).then(pl.col("_alln"))
-    step = pl.coalesce(pre_n, all_n.shift(1).forward_fill())
+    # a bar printed before the previous loss dict is not this loss dict's counter (a data-loading bar
+    # `7/7` followed by nine dicts and no training bar must not make them one record)
+    seg = pl.col("seg")
+    bar_seg = pl.when(all_n.is_not_null()).then(seg).shift(1).forward_fill()
+    loss_dict = pl.col("dict").fill_null("").str.contains("'loss':")
+    prev_dict_seg = pl.when(loss_dict).then(seg).shift(1).forward_fill()
+    fresh = ~loss_dict | prev_dict_seg.is_null() | (bar_seg > prev_dict_seg)  # an eval dict takes the last train step
+    step = pl.coalesce(pre_n, pl.when(fresh).then(all_n.shift(1).forward_fill()))
     return segs.select(
         "line", "seg", "prefix_rank", "dict", "broken", all_n.alias("counter"), step.alias("step")
     )

@@ -160,8 +160,9 @@ def _with_time(rec: pl.DataFrame) -> pl.DataFrame:
 
 
 def _scale_events(records: pl.DataFrame, values: pl.DataFrame, carry: dict) -> pl.DataFrame:
-    """`overflow` events inferred from loss-scale drops between train records, and `nan`
-    events from `number of nan iterations` > 0. `carry` holds the last loss scale seen."""
+    """`overflow` events inferred from loss-scale drops between train records, `hysteresis`
+    events from skipped iterations while the (fp16) scale held, and `nan` events from
+    `number of nan iterations` > 0. `carry` holds the last loss scale seen."""
     wanted = values.filter(pl.col("name").is_in(["loss_scale", "skipped_iters", "nan_iters"]))
     if wanted.height == 0:
         return pl.DataFrame()
@@ -196,7 +197,17 @@ def _scale_events(records: pl.DataFrame, values: pl.DataFrame, carry: dict) -> p
         "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("nan").alias("kind"),
         detail_expr(ints={"nan_iters": pl.col("nan_iters")}, strings={"metric": pl.lit("nan_iters")}).alias("detail"),
     )
-    return pl.concat([ovf, nan])
+    # iterations skipped while the scale held (the scaler's hysteresis absorbed the overflow, or the
+    # scale sits at its floor): one `hysteresis` event per record, `count` = skipped iterations
+    held = wide.filter((skipped > 0) & ~fell & ~startup & (pl.col("loss_scale").fill_null(1.0) != 1.0)).select(
+        "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("hysteresis").alias("kind"),
+        detail_expr(
+            floats={"old_scale": pl.col("loss_scale"), "new_scale": pl.col("loss_scale")},
+            ints={"count": skipped.cast(pl.Int64)},
+            strings={"inferred_from": pl.lit("skipped_iters")},
+        ).alias("detail"),
+    )
+    return pl.concat([ovf, held, nan])
 
 
 def parse_chunks(src: SourceFile, chunk_bytes: int = 32 << 20) -> Iterator[ParseResult]:

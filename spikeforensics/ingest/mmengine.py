@@ -1,7 +1,7 @@
 """mmengine / xtuner / mmdet / mmcv logs:
 `10/30 22:18:02 - mmengine - INFO - Epoch(train) [1][240/735]  lr: 1.98e-04  eta: 2:44:49
 time: 2.8874  data_time: 0.0042  memory: 10762  loss: 2.5128  grad_norm: nan`,
-iteration-based `Iter(train) [ 100/1000]  ...`, and old mmcv
+iteration-based `Iter(train) [ 100/1000]  ...` (mmcv 1.x: `Iter [50/40000]\tlr: ...`), and old mmcv
 `Epoch [7][5850/32025]\tlr: 7.146e-04, eta: ..., loss: 31.4201, grad_norm: 3637.0292`.
 
 Step: iteration-based loops print the global iteration; epoch-based loops print the
@@ -30,14 +30,15 @@ from spikeforensics.ingest.base import (
 
 NAME = "mmengine"
 EPOCH = r"\bEpoch(?:\((?P<mode>train|val|test)\))?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
-ITER = r"\bIter\((?P<mode>train|val|test)\)\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
+# mmengine `Iter(train) [ 100/1000]`; mmcv 1.x iteration-based runners `Iter [50/40000]\tlr: ...`
+ITER = r"\bIter(?:\((?P<mode>train|val|test)\))?\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
 PAIR = rf"(?P<k>[A-Za-z_][\w./]*):\s+(?P<v>{NUM_TOKEN})(?:,|\s|$)"
 
 
 def sniff(sample: SniffSample) -> float:
     if sniff_share(sample, r"\b(?:Epoch|Iter)\((?:train|val)\)\s*\[[\d\s/\]\[]+\]"):
         return 0.95 if " - mmengine - " in sample.text else 0.85
-    if sniff_share(sample, r"\bEpoch \[\d+\]\[\d+/\d+\]\s+lr: "):
+    if sniff_share(sample, r"\b(?:Epoch \[\d+\]\[\d+/\d+\]|Iter \[\d+/\d+\])\s+lr: "):
         return 0.8
     return 0.0
 
@@ -45,7 +46,7 @@ def sniff(sample: SniffSample) -> float:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    cand = lines.filter(text.str.contains(r"Epoch|Iter\("))
+    cand = lines.filter(text.str.contains(r"Epoch|Iter\(|Iter \["))
     e = cand.with_columns(text.str.extract_groups(EPOCH).alias("_e"), text.str.extract_groups(ITER).alias("_i"))
     mode = pl.coalesce(pl.col("_e").struct.field("mode"), pl.col("_i").struct.field("mode"), pl.lit("train"))
     epoch = pl.col("_e").struct.field("epoch").cast(pl.Int64, strict=False)
@@ -62,7 +63,8 @@ def parse(src: SourceFile) -> ParseResult:
         pl.when(pl.col("record_kind") == "train").then(pl.col("step")).otherwise(train_step.forward_fill()).alias("step")
     )
     body = text.str.replace(r"^.*?(?:\bEpoch|\bIter)[^\]]*\](?:\s*\[[^\]]*\])?", "")
-    pairs = find_pairs(rec.select("line", body.alias("text"), "record_kind"), PAIR)
+    # `eta: 1 day, 12:59:34` is not a metric (its `1` would pair up)
+    pairs = find_pairs(rec.select("line", body.alias("text"), "record_kind"), PAIR).filter(pl.col("k") != "eta")
     values = named_values(pairs, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")
     ep = rec.filter(pl.col("_epoch").is_not_null() & (pl.col("record_kind") == "train")).select(
         "line", pl.lit("epoch").alias("name"), pl.col("_epoch").cast(pl.Float64).alias("value"))

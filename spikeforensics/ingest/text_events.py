@@ -15,6 +15,8 @@ a standalone `error`).
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from spikeforensics import schema
@@ -41,7 +43,9 @@ DS_HYSTERESIS = (
 DS_OVERFLOW_BARE = r"OVERFLOW! Rank \d+ Skipping step\.?\s*$"
 # fairseq (`NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: 64.0`)
 # and fairseq AMP (`AMP: overflow detected, setting scale to: 8.0`)
-FAIRSEQ_OVERFLOW = rf"(?:gradient overflow detected, ignoring gradient, setting loss scale to|AMP: overflow detected, setting scale to):?\s*({NUM})"
+# and the older wordings `| WARNING: overflow detected, setting loss scale to: 0.0625` (2018-19) and
+# `fairseq.trainer | NOTE: overflow detected, setting loss scale to: 32.0` (2020-21)
+FAIRSEQ_OVERFLOW = rf"(?:overflow detected, (?:ignoring gradient, )?setting loss scale to|AMP: overflow detected, setting scale to):?\s*({NUM})"
 # DeepSpeed non-ZeRO fused optimizer / apex: `Grad overflow on iteration N`
 GRAD_OVERFLOW = r"Grad(?:ient)? overflow on iteration:?\s*(\d+)"
 
@@ -54,13 +58,14 @@ GRAD_OVERFLOW = r"Grad(?:ient)? overflow on iteration:?\s*(\d+)"
 # Lightning `... saving model to '...ckpt'`.
 SAVE = (
     r"(?i)(?:\bsaving (?:the |a full |sharded |unsharded |model |ema )?checkpoint\b|"
-    r"\bCheckpoint \S+ is about to be saved|^\s*\|?\s*saved checkpoint \S|\bWriting model to\b|\bsaving model to\b)"
+    r"\bCheckpoint \S+ is about to be saved|(?:^|\|)\s*saved checkpoint \S|\bWriting model to\b|\bsaving model to\b|"
+    r"\bSaved (?:adapter )?weights to\b)"
 )
 SAVE_STEP = (
     r"(?i)(?:at iteration\s+(\d+)|@ (\d+) updates|at (\d+) iterations|last step, step (\d+)|"
-    r"global_step(\d+)|checkpoint-(\d+)|\bstep[ _-]?(\d+)\b|model_0*(\d+)\.bin)"
+    r"global_step(\d+)|checkpoint-(\d+)|\bstep[ _-]?(\d+)\b|model_0*(\d+)\.bin|^Iter (\d+): Saved)"
 )
-SAVE_PATH = r"(?i)\b(?:to|saved checkpoint)\s+'?([^\s']+?)'?(?:\s|$)"
+SAVE_PATH = r"(?i)\b(?:to|saved checkpoint|checkpoint:)\s+'?([^\s']+?)'?\.?(?:\s|$)"
 # --- resume -----------------------------------------------------------------------
 # Megatron ` loading checkpoint from DIR at iteration N` (not the `successfully loaded` echo),
 # OLMo `Loading checkpoint from '<dir>'...`, HF `Continuing training from checkpoint, ...`,
@@ -91,6 +96,70 @@ XID = r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:,\s*(.*))?"
 
 # A skipped optimizer step that is not an fp16 overflow (llm.c z-score guard, Megatron
 # `Bad grad_norm detected`) is `SKIP_KIND`; a non-finite bad grad norm is `nan`.
+
+# --- guarded families ----------------------------------------------------------------
+# Wordings that the KEYWORDS pre-filter does not keep (or that must win over the generic
+# exception handling). They run only on the lines that hold one of GUARD_LITERALS (one
+# literal-alternation scan over the file), so a Megatron log pays a single literal scan for them.
+GUARD_LITERALS = [
+    "Gradient overflow.", "loss scale already at minimum", "Minimum loss scale reached",
+    "stopping training", "Loss became infinite", "ECC", "kipping step", "kipped step",
+    "kipping the step", "kipping optimizer", "kip step",
+    # run facts
+    "fp16", "bf16", "FP16", "BF16", "float16", "Precision", "precision", "16bit", "16-bit",
+    "Tesla", "NVIDIA", "GeForce", "Quadro", "TITAN", "Product Name", "get_device_name",
+    "CUDA error", "CUDAError",
+]
+# one regex alternation of escaped literals (faster than `str.contains_any` on long lines)
+GUARD_RE = "|".join(re.escape(x) for x in GUARD_LITERALS)
+# apex amp: `Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0`
+APEX_OVERFLOW = rf"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to\s*({NUM})"
+# DeepSpeed `Exception: Current loss scale already at minimum - cannot decrease scale anymore.
+# Exiting run.`, fairseq `FloatingPointError: Minimum loss scale reached (0.0001). ...`: an
+# overflow at the scale floor that ends the run.
+FLOOR = rf"Current loss scale already at minimum|Minimum loss scale reached \(({NUM})\)"
+# MAE / DeiT / DINO engine: `Loss is nan, stopping training` (also `Loss is inf, ...`)
+NAN_STOP = r"\b[Ll]oss is (\S+?),? stopping training"
+# detectron2 `FloatingPointError: Loss became infinite or NaN at iteration=2137!`
+D2_NONFINITE = r"Loss became infinite or NaN at iteration=(\d+)"
+# `RuntimeError: CUDA error: uncorrectable ECC error encountered`, `cudaErrorECCUncorrectable`,
+# `CUDA_ERROR_ECC_UNCORRECTABLE`, `cuda runtime error (39) : uncorrectable ECC error encountered`
+ECC_UNCORRECTABLE = r"(?i:uncorrectable ECC error)|ECCUncorrectable|ECC_UNCORRECTABLE"
+# a CUDA runtime error that is neither OOM nor ECC (those have their own kinds), as Python or
+# C++ print it: `RuntimeError: CUDA error: an illegal memory access was encountered`,
+# `what():  CUDA error: unknown error` after `terminate called after throwing an instance of
+# 'c10::CUDAError'` (NCCL watchdog): an `error` event, reason `cuda_error`
+CUDA_ERROR = r"CUDA error: ([^\r\n]{1,300})"
+CUDA_NOT = r"CUDA error: out of memory"
+# user prints that an optimizer step was skipped (`Gradient overflow. Skipping step` without
+# a scale, `skipping step due to inf/nan`, `Skipped optimizer step: non-finite grad norm`);
+# DeepSpeed's own `OVERFLOW! ... Skipping step` is an overflow (handled above)
+USER_SKIP = r"(?i)\bskip(?:ping|ped)? (?:the |this |an |optimizer |current )*step\b"
+
+# --- run facts (one event per distinct fact per file) ------------------------------------
+# kind `precision`: detail.mode in fp16 / bf16 / fp32 / amp-fp16 / amp-bf16, detail.text
+PREC_LIGHTNING = r"Using (?:(16)[ -]?bit|(bfloat16|bf16))(?: native)?(?: Automatic Mixed)? [Pp]recision"
+PREC_ACCELERATE = r"mixed_precision\W{0,3}\s*[=:]?\s*['\"]?(fp16|bf16)\b"
+PREC_DS_CONFIG = r"\"(fp16|bf16)\":\s*\{\s*\"enabled\":\s*true"
+PREC_DTYPE = r"(?:torch_dtype\s*=\s*|params_dtype\s*\.*\s*:?\s*|cast_model_type\s*:\s*)torch\.(float16|bfloat16|half|float32)\b"
+PREC_FLAG = r"(?:^|[^\w-])-{0,2}(fp16|bf16)(?:\s*[=:]\s*|\s*\.{2,}\s*|\s+)(?:True|true|1)\b"
+PREC_BARE = r"(?:^|\s)--(fp16|bf16)(?:\s*\\?\s*$|\s+--)"
+PREC_LIGHTNING_ARG = r"\bprecision\s*[=:]\s*['\"]?(16-mixed|bf16-mixed|16|bf16|32)\b"
+# kind `device`: detail.name, detail.bf16_supported (false before Ampere, true from it)
+GPU_NAME = r"((?:Tesla|NVIDIA|Quadro|GeForce|TITAN|Titan)\b[\w .-]*?)"
+DEVICE_SMI_ROW = rf"^\|\s+\d+\s+{GPU_NAME}\s+(?:On|Off)\s+\|"
+DEVICE_NAMED = (
+    r"(?:Product Name\s*:|\bGPU \d+:|GPU type:|GPU models and configuration:|get_device_name\([^)]*\)\s*[:=]?|"
+    rf"[Dd]evice name\s*[:=])\s*(?:\d+\s*x\s*)?{GPU_NAME}\s*(?:\(UUID|$|\s{{2,}}|,|\|)"
+)
+NO_BF16 = (
+    r"(?i)V100|\bT4\b|P100|P40|\bP4\b|K80|K40|M40|M60|GTX|\b10[5-8]0|\b16[56]0|\b20[6-8]0|"
+    r"TITAN (?:V|RTX|X)|Quadro RTX"
+)
+HAS_BF16 = (
+    r"(?i)A100|A800|H100|H800|H200|\bH20\b|GH200|B200|B100|\bA10G?\b|\bA30\b|\bA40\b|\bA16\b|\bL4\b|L40|"
+    r"\bA[2-6]000\b|RTX 30\d0|RTX 40\d0|RTX 50\d0|\b30[5-9]0|\b40[6-9]0|\b50[6-9]0|Ada"
+)
 
 EVENT_COLUMNS = {"line": pl.Int64, "step": pl.Int64, "rank": pl.Int32, "kind": pl.String,
                  "time": schema.TIME, "detail": pl.String}
@@ -168,6 +237,101 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         | pl.col("_f_new").is_not_null() | pl.col("_g_iter").is_not_null()
     )
     return c.filter(~used).select(cand.columns), out
+
+
+def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """The guarded families on the lines that hold a GUARD_LITERALS string: apex overflows,
+    overflow at the loss-scale floor, `Loss is nan, stopping training`, detectron2's
+    non-finite loss, uncorrectable ECC errors, user skip notices; then the run facts.
+    Returns (lines claimed by an event, event frames)."""
+    text = pl.col("text")
+    c = extra.with_columns(
+        text.str.extract(APEX_OVERFLOW, 1).alias("_apex"),
+        text.str.contains(FLOOR).alias("_floor"),
+        text.str.extract(FLOOR, 1).alias("_floor_scale"),
+        text.str.extract(NAN_STOP, 1).alias("_stop"),
+        text.str.extract(D2_NONFINITE, 1).alias("_d2"),
+        text.str.contains(ECC_UNCORRECTABLE).alias("_ecc"),
+        pl.when(~text.str.contains(CUDA_NOT)).then(text.str.extract(CUDA_ERROR, 1)).alias("_cuda"),
+        (text.str.contains(USER_SKIP) & ~text.str.contains("OVERFLOW!", literal=True)
+         & ~text.str.contains(r"(?i)overflow on iteration")).alias("_skip"),
+    )
+    out = []
+    apex = c.filter(pl.col("_apex").is_not_null())
+    out.append(_ret(apex, "overflow", detail_expr(
+        floats={"old_scale": _num(pl.col("_apex")) * 2, "new_scale": _num(pl.col("_apex"))},
+        bools={"old_scale_inferred": pl.lit(True)}, strings={"source_format": pl.lit("apex")},
+    )))
+    rest = c.filter(pl.col("_apex").is_null())
+    floor = rest.filter(pl.col("_floor"))
+    out.append(_ret(floor, "overflow", detail_expr(
+        floats={"old_scale": _num(pl.col("_floor_scale"))},
+        bools={"at_floor": pl.lit(True), "fatal": pl.lit(True)},
+        strings={"reason": pl.lit("min_loss_scale"), "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
+    )))
+    rest = rest.filter(~pl.col("_floor"))
+    nonfinite = rest.filter(pl.col("_stop").is_not_null() | pl.col("_d2").is_not_null())
+    value = pl.coalesce(
+        pl.col("_stop").str.to_lowercase().str.strip_chars("+"),
+        pl.when(pl.col("_d2").is_not_null()).then(pl.lit("nan_or_inf")),
+    )
+    out.append(_ret(nonfinite, "nan", detail_expr(
+        ints={"iteration": pl.col("_d2")},
+        strings={"metric": pl.lit("loss"), "value": value, "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
+        bools={"stopped": pl.lit(True)},
+    ), step=pl.col("_d2").cast(pl.Int64, strict=False)))
+    rest = rest.filter(pl.col("_stop").is_null() & pl.col("_d2").is_null())
+    ecc = rest.filter(pl.col("_ecc"))
+    out.append(_ret(ecc, "ecc", detail_expr(
+        bools={"uncorrectable": pl.lit(True)}, strings={"message": pl.col("text").str.strip_chars().str.slice(0, 300)},
+    )))
+    rest = rest.filter(~pl.col("_ecc"))
+    cuda = rest.filter(pl.col("_cuda").is_not_null())
+    out.append(_ret(cuda, "error", detail_expr(
+        strings={"exception": pl.lit("CUDAError"), "message": pl.concat_str(pl.lit("CUDA error: "), pl.col("_cuda").str.strip_chars()),
+                 "reason": pl.lit("cuda_error")},
+    )))
+    rest = rest.filter(pl.col("_cuda").is_null())
+    skip = rest.filter(pl.col("_skip"))
+    out.append(_ret(skip, SKIP_KIND, detail_expr(
+        strings={"reason": pl.lit("user_skip"), "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
+        bools={"skipped": pl.lit(True)},
+    )))
+    out = [f for f in out if f.height]
+    claimed = pl.concat([f.select("line") for f in out]) if out else pl.DataFrame(schema={"line": pl.Int64})
+    return claimed, out + _run_facts(extra)
+
+
+def _run_facts(extra: pl.DataFrame) -> list[pl.DataFrame]:
+    """`precision` and `device` events: the first line of each distinct fact in the file."""
+    text = pl.col("text")
+    lit = text.str.extract_groups(PREC_LIGHTNING)
+    dtype = text.str.extract(PREC_DTYPE, 1)
+    larg = text.str.extract(PREC_LIGHTNING_ARG, 1)
+    mode = pl.coalesce(
+        pl.when(lit.struct.field("1").is_not_null()).then(pl.lit("amp-fp16"))
+        .when(lit.struct.field("2").is_not_null()).then(pl.lit("amp-bf16")),
+        pl.concat_str(pl.lit("amp-"), text.str.extract(PREC_ACCELERATE, 1)),
+        text.str.extract(PREC_DS_CONFIG, 1),
+        pl.when(dtype.is_in(["float16", "half"])).then(pl.lit("fp16"))
+        .when(dtype == "bfloat16").then(pl.lit("bf16")).when(dtype == "float32").then(pl.lit("fp32")),
+        text.str.extract(PREC_FLAG, 1),
+        text.str.extract(PREC_BARE, 1),
+        pl.when(larg.is_in(["16", "16-mixed"])).then(pl.lit("amp-fp16"))
+        .when(larg.is_in(["bf16", "bf16-mixed"])).then(pl.lit("amp-bf16")).when(larg == "32").then(pl.lit("fp32")),
+    )
+    name = pl.coalesce(text.str.extract(DEVICE_SMI_ROW, 1), text.str.extract(DEVICE_NAMED, 1)).str.strip_chars(" .-")
+    f = extra.with_columns(mode.alias("_mode"), name.alias("_name"))
+    prec = f.filter(pl.col("_mode").is_not_null()).unique("_mode", keep="first", maintain_order=True)
+    dev = f.filter(pl.col("_name").is_not_null() & pl.col("_mode").is_null()).unique(
+        "_name", keep="first", maintain_order=True
+    )
+    n = pl.col("_name")
+    bf16 = pl.when(n.str.contains(NO_BF16)).then(pl.lit(False)).when(n.str.contains(HAS_BF16)).then(pl.lit(True))
+    return [
+        _ret(prec, "precision", detail_expr(strings={"mode": pl.col("_mode"), "text": text.str.strip_chars().str.slice(0, 300)})),
+        _ret(dev, "device", detail_expr(strings={"name": n}, bools={"bf16_supported": bf16})),
+    ]
 
 
 def _nccl(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
@@ -253,7 +417,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     sv = rest.filter(pl.col("_save"))
     out.append(_ret(sv, "checkpoint_save", detail_expr(
         strings={"path": text.str.extract(SAVE_PATH, 1), "message": text.str.strip_chars().str.slice(0, 300)},
-    ), step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 9)])))
+    ), step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 10)])))
     rest = rest.filter(~pl.col("_save"))
     return rest.select(cand.columns), out
 
@@ -313,10 +477,16 @@ def extract_events(lines: pl.DataFrame) -> pl.DataFrame:
         lines = lines.with_columns(pl.lit(None, dtype=pl.Int32).alias("prefix_rank"))
     base = lines.select(pl.col("line").cast(pl.Int64), pl.col("text"), pl.col("prefix_rank").cast(pl.Int32))
     cand = base.filter(pl.col("text").str.contains(KEYWORDS))
-    if cand.height == 0:
+    extra = base.filter(pl.col("text").str.contains(GUARD_RE))
+    if cand.height == 0 and extra.height == 0:
         return empty_events()
     frames: list[pl.DataFrame] = []
-    all_cand = cand
+    all_cand = cand  # exception lines that end a traceback are looked up here
+    if extra.height:
+        claimed, found = _guarded(extra)
+        frames += found
+        if claimed.height:
+            cand = cand.join(claimed, on="line", how="anti")
     cand, found = _loss_scale(cand)
     frames += found
     cand, found = _nccl(cand)
@@ -339,7 +509,12 @@ NAME = "stdout_events"
 SNIFF_RE = (
     r"Watchdog caught collective operation timeout|Traceback \(most recent call last\)|"
     r"CUDA out of memory|OutOfMemoryError|OVERFLOW! Rank \d+ Skipping step|"
-    r"gradient overflow detected|ProcessGroupNCCL\.cpp"
+    r"gradient overflow detected|ProcessGroupNCCL\.cpp|overflow detected, setting loss scale|"
+    r"Gradient overflow\.\s+Skipping step|loss scale already at minimum|Loss is \S+, stopping training|"
+    r"Loss became infinite or NaN|(?i:uncorrectable ECC error)|CUDA error: |"
+    # run facts alone (a pasted nvidia-smi, a command line, an AMP banner) are still evidence
+    r"Product Name\s*:|\bGPU \d+: (?:Tesla|NVIDIA)|Using (?:16[ -]?bit|bfloat16) |cast_model_type\s*:|"
+    r"(?:^|\s)--(?:fp16|bf16)\b|\b(?:fp16|bf16)\s*=\s*True|\"(?:fp16|bf16)\":\s*\{"
 )
 SNIFF_CONFIDENCE = 0.5
 

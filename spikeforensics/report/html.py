@@ -29,7 +29,7 @@ from spikeforensics import resources
 from spikeforensics.report import charts, panels
 from spikeforensics.report.downsample import format_ranges, step_ranges
 from spikeforensics.report.text import (
-    as_float, cause_name, counted_incidents, fmt_num, fmt_pct, fmt_rate, main_incident, step_span, verdict_sentence,
+    STATUSES, as_float, cause_name, counted_incidents, coverage_sentence, fmt_num, fmt_pct, fmt_rate, main_incident, step_span, verdict_sentence,
 )
 
 EVIDENCE_COLUMNS = ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note")
@@ -328,7 +328,8 @@ def build_context(diagnosis: dict, run, max_points: int = 2000) -> dict:
         "generated": str(generated),
         "plotly_version": plotly_version(),
         "verdict": {
-            "status": status if status in ("healthy", "degraded", "unstable") else "healthy",
+            "status": status if status in STATUSES else "inconclusive",
+            "coverage": coverage_sentence(diagnosis),
             "sentence": verdict_sentence(diagnosis),
             "summary": str(verdict.get("summary") or ""),
             "root_cause": cause_name(verdict.get("root_cause")) if verdict.get("root_cause") else "",

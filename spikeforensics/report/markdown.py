@@ -8,7 +8,7 @@ shows it as text; table cells escape `|`.
 from __future__ import annotations
 
 from spikeforensics.report.text import (
-    cause_name, counted_incidents, fmt_num, fmt_pct, fmt_rate, step_span, verdict_sentence,
+    cause_name, counted_incidents, coverage_sentence, fmt_num, fmt_pct, fmt_rate, step_span, verdict_sentence,
 )
 
 TOP_SAMPLES = 10
@@ -38,9 +38,12 @@ def render_markdown(diagnosis: dict) -> str:
     run_id = diagnosis.get("run_id", "")
     steps = diagnosis.get("steps") or {}
     verdict = diagnosis.get("verdict") or {}
-    lines = [f"## Training postmortem: {code(run_id)}", "", f"**{cell(verdict_sentence(diagnosis))}**", ""]
-    if verdict.get("summary"):
+    sentence = verdict_sentence(diagnosis)
+    lines = [f"## Training postmortem: {code(run_id)}", "", f"**{cell(sentence)}**", ""]
+    if verdict.get("summary") and verdict["summary"] != sentence:
         lines += [cell(verdict["summary"]), ""]
+    if coverage_sentence(diagnosis):
+        lines += [cell(coverage_sentence(diagnosis)), ""]
     lines += [f"Steps {fmt_num(steps.get('first'))}-{fmt_num(steps.get('last'))} ({fmt_num(steps.get('count'))} logged); "
               f"spikeforensics {cell(diagnosis.get('tool_version', ''))}.", ""]
     incidents = [i for i in diagnosis.get("incidents") or [] if isinstance(i, dict)]

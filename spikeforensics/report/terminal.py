@@ -5,7 +5,7 @@ Plain text, no colour codes (the caller adds colour unless NO_COLOR is set).
 
 from __future__ import annotations
 
-from spikeforensics.report.text import fmt_pct, verdict_sentence
+from spikeforensics.report.text import coverage_sentence, fmt_pct, verdict_sentence
 
 TOP_SAMPLES = 3
 MAX_INCIDENTS = 20
@@ -13,6 +13,9 @@ MAX_INCIDENTS = 20
 
 def summary_lines(diagnosis: dict, paths: dict | None = None) -> list[str]:
     lines = [f"run {diagnosis.get('run_id', '')}: {verdict_sentence(diagnosis)}"]
+    covered = coverage_sentence(diagnosis)
+    if covered:
+        lines.append(f"  {covered}")
     incidents = [i for i in diagnosis.get("incidents") or [] if isinstance(i, dict)]
     for inc in incidents[:MAX_INCIDENTS]:
         ids = [str(s) for s in inc.get("sample_ids") or []]

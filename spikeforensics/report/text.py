@@ -24,7 +24,12 @@ ROOT_CAUSE_NAMES = {
     "unknown": "unknown",
 }
 
-STATUS_WORDS = {"healthy": "Healthy", "degraded": "Degraded", "unstable": "Unstable"}
+STATUS_WORDS = {"healthy": "Healthy", "degraded": "Degraded", "unstable": "Unstable", "inconclusive": "Inconclusive",
+                "incomplete": "Incomplete"}
+STATUSES = tuple(STATUS_WORDS)
+# what a run can leave behind besides its metrics, as the coverage line names it
+SIDE_SIGNALS = (("layers", "per-layer norms"), ("batches", "batch manifest"), ("telemetry", "telemetry"))
+KEY_METRICS = ("loss", "grad_norm", "lr")
 SEVERITY_ORDER = ("info", "warning", "critical")
 
 
@@ -107,6 +112,8 @@ def verdict_sentence(diagnosis: dict) -> str:
     verdict = diagnosis.get("verdict") or {}
     status = verdict.get("status", "healthy")
     word = STATUS_WORDS.get(status, str(status).capitalize())
+    if status in ("inconclusive", "incomplete") and verdict.get("summary"):
+        return str(verdict["summary"]).split(". What ran says:")[0].rstrip(".") + "."
     steps = diagnosis.get("steps") or {}
     counted = counted_incidents(diagnosis)
     if not counted:
@@ -122,3 +129,40 @@ def verdict_sentence(diagnosis: dict) -> str:
         f"{word}: {n} {plural}; probable root cause {cause_name(cause)} ({conf} confidence), "
         f"strongest at step {main.get('peak_step')} ({main.get('kind', '').replace('_', ' ')}, {main.get('severity')})."
     )
+
+
+def _events_phrase(events: dict) -> list[str]:
+    out = []
+    for kind, n in sorted(events.items(), key=lambda kv: (-int(kv[1]), kv[0]))[:5]:
+        word = kind.replace("_", " ")
+        out.append(f"{fmt_num(int(n))} {word} event{'s' if int(n) != 1 else ''}")
+    return out
+
+
+def coverage_sentence(diagnosis: dict) -> str:
+    """What was and was not read, in words: "Read: loss (1,234 records), grad_norm, lr, 3 overflow events.
+    Not read: per-layer norms, batch manifest, telemetry." ("" when the diagnosis has no coverage)."""
+    cov = (diagnosis.get("verdict") or {}).get("coverage")
+    if not isinstance(cov, dict):
+        return ""
+    signals = list(cov.get("signals") or [])
+    counts = cov.get("series_records") or {}
+    read = []
+    for name in signals:
+        if name in ("layers", "batches", "telemetry", "events"):
+            continue
+        n = counts.get(name)
+        read.append(f"{name} ({n:,} records)" if name in ("loss", "grad_norm") and isinstance(n, int) else name)
+    read += [words for key, words in SIDE_SIGNALS if key in signals]
+    read += _events_phrase(cov.get("events") or {})
+    missing = [m for m in KEY_METRICS if m not in signals] + [w for key, w in SIDE_SIGNALS if key not in signals]
+    parts = [("Read: " + ", ".join(read) + ".") if read else "Read: nothing the detectors could use."]
+    if missing:
+        parts.append("Not read: " + ", ".join(missing) + ".")
+    unparsed = cov.get("unparsed_lines") or 0
+    if unparsed:
+        parts.append(f"{fmt_num(int(unparsed))} line{'s' if unparsed != 1 else ''} not recognised.")
+    failed = list(cov.get("detectors_failed") or []) + list(cov.get("stages_failed") or [])
+    if failed:
+        parts.append("Failed (a bug in spikeforensics): " + ", ".join(failed) + ".")
+    return " ".join(parts)

@@ -1,0 +1,161 @@
+"""What a real log says about the run as a whole, beyond the shape of its curves.
+
+Real logs rarely come with a layer dump or a batch manifest, but they do print the
+precision the run trains in, the GPU, the loss-scale trajectory, the LR and the scale of
+the loss and grad norm. These run-level facts let attribution name a cause where the log
+alone decides it (NaN from the first updates of an fp16 run on a GPU without bf16, a loss
+scale pinned at its floor, a loss at 1e10 within 50 iterations) instead of `unknown`.
+
+`log_facts(run, params)` returns a flat dict of features (documented in `FACTS`), added to
+every incident's features by `features.incident_features`. Pure: run data in, dict out.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics.attribute.context import uses_loss_scaling
+from spikeforensics.rundata import RunData
+
+B, N, S = "bool", "number", "str"
+FACTS: dict[str, tuple[str, str]] = {
+    "precision": (S, "fp16 / bf16 / fp32 as the log declares it (precision events), else fp16 when a loss scale "
+                     "or fp16 overflows were logged (only fp16 dynamic scaling has them), else empty"),
+    "precision_declared": (B, "the log itself printed the precision (config line, dtype, AMP banner)"),
+    "precision_known": (B, "the precision is known (declared, or fp16 inferred from loss scaling)"),
+    "fp16": (B, "the run trains in fp16 (declared or inferred)"),
+    "gpu_no_bf16": (B, "the log names a GPU without bf16 support (pre-Ampere: V100, T4, P100, RTX 20xx ...)"),
+    "loss_scale_floor": (B, "the loss scale reached its floor (<= attribution.loss_scale_floor) or the log says it "
+                            "cannot decrease any more"),
+    "overflow_share": (N, "overflow / skipped-step events per logged training record"),
+    "nan_at_start": (B, "the first non-finite loss or grad norm is within the first attribution.start_records records "
+                        "of a log that starts at the start of training"),
+    "first_nonfinite_step": (N, "step of the first non-finite loss or grad norm, or None"),
+    "nonfinite_episodes": (N, "separate runs of non-finite loss / grad-norm records"),
+    "nonfinite_recovers": (B, "the run goes on with finite values after >= 2 non-finite episodes: the bad updates were "
+                              "skipped (what fp16 dynamic loss scaling does on overflow), not applied"),
+    "loss_explodes": (B, "the largest finite loss is >= attribution.loss_explode_ratio x the first logged loss"),
+    "loss_max_ratio": (N, "largest finite loss / first logged loss"),
+    "loss_zero_collapse": (B, "the loss is printed as exactly 0 on >= 2 records after a positive loss or beside a "
+                              "non-finite grad norm (a masked NaN: HF Trainer and fp16 runs print 0.0 when the loss overflowed)"),
+    "grad_norm_max": (N, "largest finite grad norm of the run"),
+    "grad_norm_astronomical": (B, "a finite grad norm >= attribution.astronomical_norm (clipping not in effect, or "
+                                  "a norm measured on loss-scaled gradients)"),
+    "lr_max": (N, "largest logged learning rate"),
+}
+
+
+def _mode_from_events(events: pl.DataFrame) -> str:
+    prec = events.filter(pl.col("kind") == "precision")
+    if prec.height == 0:
+        return ""
+    modes = prec.get_column("detail").fill_null("").str.json_path_match("$.mode").drop_nulls().to_list()
+    for wanted in ("fp16", "bf16", "fp32"):  # fp16 anywhere wins: its range problems are the ones that bite
+        if any(wanted in m for m in modes):
+            return wanted
+    return ""
+
+
+def _gpu_no_bf16(events: pl.DataFrame) -> bool:
+    dev = events.filter(pl.col("kind") == "device")
+    if dev.height == 0:
+        return False
+    flags = dev.get_column("detail").fill_null("").str.json_path_match("$.bf16_supported").drop_nulls()
+    return bool((flags == "false").any())
+
+
+def _floor_reached(run: RunData, floor: float) -> bool:
+    scale = run.series("loss_scale")
+    if scale.height and scale.filter(pl.col("value").is_finite()).get_column("value").min() <= floor:
+        return True
+    ovf = run.events.filter(pl.col("kind").is_in(["overflow", "skipped_step"]))
+    if ovf.height == 0:
+        return False
+    detail = ovf.get_column("detail").fill_null("")
+    new = detail.str.json_path_match("$.new_scale").cast(pl.Float64, strict=False)
+    at_floor = detail.str.json_path_match("$.at_floor")
+    return bool(((new <= floor).fill_null(False) | (at_floor == "true").fill_null(False)).any())
+
+
+def _finite(series: pl.DataFrame) -> pl.Series:
+    return series.filter(pl.col("value").is_finite()).get_column("value")
+
+
+def _nonfinite_episodes(loss: pl.DataFrame, grad: pl.DataFrame) -> tuple[int, int]:
+    """(runs of consecutive records with a non-finite loss or grad norm, how many of them
+    are followed by a finite record)."""
+    both = pl.concat([loss.select("t", "value"), grad.select("t", "value")])
+    if both.height == 0:
+        return 0, 0
+    per_t = both.group_by("t").agg((~pl.col("value").is_finite()).any().alias("bad")).sort("t")
+    bad = per_t.get_column("bad")
+    starts = bad & ~bad.shift(1, fill_value=False)
+    ends = bad & ~bad.shift(-1, fill_value=False)
+    not_last = pl.int_range(bad.len(), eager=True) < bad.len() - 1
+    return int(starts.sum()), int((ends & not_last).sum())
+
+
+def _masked_zero_losses(loss: pl.DataFrame, grad: pl.DataFrame) -> int:
+    """Records whose loss is printed as exactly 0 after a positive loss, or beside a
+    non-finite grad norm (a NaN loss the trainer masked as 0.0)."""
+    if loss.height == 0:
+        return 0
+    frame = loss.sort("t").select("t", "value").join(
+        grad.select("t", (~pl.col("value").is_finite()).alias("_gbad")), on="t", how="left")
+    positive_before = (pl.col("value") > 0).cast(pl.Int32).cum_sum().shift(1, fill_value=0) > 0
+    masked = (pl.col("value") == 0) & (positive_before | pl.col("_gbad").fill_null(False))
+    return int(frame.select(masked.sum()).item())
+
+
+def log_facts(run: RunData, params) -> dict:
+    """Run-level facts from what the log printed (see `FACTS`)."""
+    ap = params.attribution
+    events = run.events
+    loss = run.series("loss")
+    grad, _ = run.grad_norm_series()
+    overflows = events.filter(pl.col("kind").is_in(["overflow", "skipped_step"])).height
+    declared = _mode_from_events(events)
+    # a logged loss scale of 1 throughout is what bf16/fp32 Megatron logs print: not fp16 scaling
+    inferred = "fp16" if (uses_loss_scaling(run.series("loss_scale")) or overflows) else ""
+    precision = declared or inferred
+    records = max(loss.height, grad.height)
+
+    first_bad, first_bad_t = None, None
+    for s in (loss, grad):
+        bad = s.filter(~pl.col("value").is_finite())
+        if bad.height:
+            t, step = bad.sort("t").row(0, named=True)["t"], bad.sort("t").row(0, named=True)["step"]
+            if first_bad_t is None or t < first_bad_t:
+                first_bad_t, first_bad = t, step
+    episodes, recovered = _nonfinite_episodes(loss, grad)
+    first_step = run.step_range()[0]
+    starts_at_start = first_step is not None and first_step <= params.hard_spike.start_max_step
+    nan_at_start = first_bad_t is not None and first_bad_t < ap.start_records and starts_at_start
+
+    lf = _finite(loss)
+    first_loss = float(lf[0]) if lf.len() else None
+    loss_max = float(lf.max()) if lf.len() else None
+    ratio = loss_max / first_loss if first_loss and first_loss > 0 and loss_max is not None else None
+    zero_after = _masked_zero_losses(loss, grad)
+    gf = _finite(grad)
+    gmax = float(gf.max()) if gf.len() else None
+    lr = _finite(run.series("lr"))
+    return {
+        "precision": precision,
+        "precision_declared": bool(declared),
+        "precision_known": bool(precision),
+        "fp16": precision == "fp16",
+        "gpu_no_bf16": _gpu_no_bf16(events),
+        "loss_scale_floor": _floor_reached(run, ap.loss_scale_floor),
+        "overflow_share": overflows / records if records else (1.0 if overflows else 0.0),
+        "nan_at_start": bool(nan_at_start),
+        "first_nonfinite_step": first_bad,
+        "nonfinite_episodes": episodes,
+        "nonfinite_recovers": episodes >= 2 and recovered >= episodes - 1,
+        "loss_explodes": bool(ratio is not None and ratio >= ap.loss_explode_ratio),
+        "loss_max_ratio": ratio,
+        "loss_zero_collapse": zero_after >= 2,
+        "grad_norm_max": gmax,
+        "grad_norm_astronomical": bool(gmax is not None and gmax >= ap.astronomical_norm),
+        "lr_max": float(lr.max()) if lr.len() else None,
+    }

@@ -1,0 +1,128 @@
+"""Divergence: the loss leaves its band and does not come back.
+
+Today's hard-spike test sees a divergence as a string of one-record spikes; this detector
+sees the shape. On log-loss with the shared two-sided baseline (`signals.with_baseline`,
+whose `left` is the trailing robust median before a guard band and `sigma` the run's robust
+noise), a record is out of band when it stands `band_z` x its trailing noise (robust scale of the
+residuals before it) and `band_ratio` above its
+pre-onset median. The onset is the first out-of-band record after which *no* record of the
+same attempt comes back under that threshold (a suffix minimum, no loop per step). It is a
+divergence when
+
+- the loss stays out for >= `min_records` records to the end of the attempt, its median
+  there is >= `min_ratio` x the pre-onset level, and it is not visibly recovering (falling
+  on >= `falling_frac` of the records after its peak, by more than the band's width); or
+- it climbs monotonically for >= `min_records_nonfinite` records and the attempt ends in a
+  non-finite loss (a NaN/Inf record, a `nan` event, a stop).
+
+Critical at >= `critical_ratio` or ending non-finite, else a warning. One finding per
+attempt at most; the incident grouping puts the spikes inside it into the same incident.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from spikeforensics.detect import robust, signals
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+
+def _one_track(frame: pl.DataFrame) -> pl.DataFrame:
+    if frame.height and frame.get_column("rank").null_count() == 0:
+        return frame.filter(pl.col("rank") == frame.get_column("rank").min())
+    return frame.filter(pl.col("rank").is_null())
+
+
+def _nonfinite_after(run: RunData, raw: pl.DataFrame, attempt: int, pos: int) -> int | None:
+    """The first step at or after `pos` (same attempt) with a non-finite loss or a nan event, else None."""
+    bad = raw.filter((pl.col("attempt") == attempt) & (pl.col("pos") >= pos) & ~pl.col("finite"))
+    steps = bad.get_column("step").to_list()
+    ev = run.events_of("nan").filter(pl.col("step").is_not_null() & (pl.col("attempt").fill_null(0) == attempt))
+    steps += ev.filter(pl.col("step") >= pos % 10**12).get_column("step").to_list()
+    return int(min(steps)) if steps else None
+
+
+def detect(run: RunData, params) -> list[Finding]:
+    dp = params.divergence
+    frame, _ = signals.with_baseline(run, "loss", params)
+    frame = _one_track(frame).filter(pl.col("left").is_not_null() & pl.col("sigma").is_not_null())
+    if frame.height == 0:
+        return []
+    raw, _ = signals.raw(run, "loss")
+    raw = _one_track(raw)
+    # the noise before each record: robust scale of the trailing residuals (the shared `sigma` is two-sided and a
+    # divergence inflates it around its own onset)
+    window = signals.short_series_windows(frame, params)[0]
+    noise = ((pl.col("y") - pl.col("left")).abs().shift(1).rolling_median(window, min_samples=1) * robust.MAD_SCALE)
+    f = frame.sort("attempt", "t").with_columns(noise.over("attempt").alias("noise"))
+    thr = pl.col("left") + pl.max_horizontal(dp.band_z * pl.col("noise").fill_null(pl.col("sigma")),
+                                             pl.lit(math.log(dp.band_ratio)))
+    f = f.with_columns(thr.alias("thr")).with_columns(
+        (pl.col("y") >= pl.col("thr")).alias("out"),
+        pl.col("y").reverse().cum_min().reverse().over("attempt").alias("suffix_min"),
+        pl.int_range(pl.len()).reverse().over("attempt").alias("left_to_end"),
+    )
+    cand = f.filter(pl.col("out") & (pl.col("suffix_min") >= pl.col("thr")))
+    findings = []
+    for (attempt,), first in cand.group_by("attempt", maintain_order=True):
+        onset = first.row(0, named=True)
+        tail = f.filter((pl.col("attempt") == attempt) & (pl.col("t") >= onset["t"]))
+        found = _judge(run, raw, tail, onset, int(attempt or 0), params)
+        if found is not None:
+            findings.append(found)
+    return findings
+
+
+def _judge(run: RunData, raw: pl.DataFrame, tail: pl.DataFrame, onset: dict, attempt: int, params) -> Finding | None:
+    dp = params.divergence
+    base = onset["left"]
+    n = tail.height
+    y = tail.get_column("y")
+    excess = float(y.median()) - base
+    peak = tail.sort("y", descending=True).row(0, named=True)
+    after_peak = tail.filter(pl.col("t") >= peak["t"]).get_column("y")
+    diffs = after_peak.diff().drop_nulls()
+    # recovering: falling on most records after the peak, and by more than the band's width (not noise)
+    recovering = (diffs.len() >= dp.falling_min and float((diffs < 0).mean()) >= dp.falling_frac
+                  and float(peak["y"] - after_peak[-1]) >= float(onset["thr"] - base))
+    last_pos = int(tail.get_column("pos").max())
+    end_bad = _nonfinite_after(run, raw, attempt, last_pos)
+    stopped = _stop_event(run, params, int(tail.get_column("step").max()))
+    ends_nonfinite = end_bad is not None or stopped
+    monotone = bool((y.diff().drop_nulls() >= 0).all())
+    sustained = n >= dp.min_records and excess >= math.log(dp.min_ratio) and not recovering
+    climb = ends_nonfinite and monotone and n >= dp.min_records_nonfinite
+    if not (sustained or climb):
+        return None
+    ratio = math.exp(excess)
+    peak_ratio = math.exp(peak["y"] - base)
+    severity = "critical" if ends_nonfinite or ratio >= dp.critical_ratio else "warning"
+    step_lo = int(onset["step"])
+    step_hi = max(int(tail.get_column("step").max()), end_bad or 0)
+    ev = [Evidence(signal="loss", step=int(onset["step"]), value=onset["value"], baseline=math.exp(base),
+                   ratio=round(math.exp(onset["y"] - base), 4), note="onset: first record out of the band that never came back"),
+          Evidence(signal="loss", step=int(peak["step"]), value=peak["value"], baseline=math.exp(base), ratio=round(peak_ratio, 4),
+                   note=f"peak; median {ratio:.2f}x the pre-onset level over the {n} records to the end"
+                   + ("; ends in a non-finite loss" if ends_nonfinite else ""))]
+    how = "climbed until the loss went non-finite" if climb and not sustained else "never came back to its band"
+    summary = (f"loss diverged from step {step_lo}: it left its band ({math.exp(base):.4g}) and {how}"
+               f" (median {ratio:.1f}x, peak {peak_ratio:.1f}x at step {peak['step']}, {n} records)")
+    return Finding(kind="divergence", step_start=step_lo, step_end=step_hi, peak_step=int(peak["step"]), severity=severity,
+                   score=round(peak_ratio, 4), summary=summary, attempt=attempt, evidence=ev,
+                   facts={"onset_step": step_lo, "onset": step_lo, "recovery": "never", "divergence": True,
+                          "ends_nonfinite": ends_nonfinite, "divergence_ratio": round(ratio, 4),
+                          "first_nonfinite_step": end_bad})
+
+
+def _stop_event(run: RunData, params, after_step: int) -> bool:
+    ep = params.events
+    ev = run.events_of("nan", "error")
+    if ev.height == 0:
+        return False
+    text = pl.col("detail").fill_null("")
+    hit = ev.filter(text.str.contains(ep.stop_pattern) & text.str.contains(ep.nonfinite_pattern)
+                    & (pl.col("step").is_null() | (pl.col("step") >= after_step)))
+    return hit.height > 0

@@ -1,0 +1,243 @@
+"""Runs that their events alone convict: no loss or grad-norm series is needed.
+
+Five event patterns are decisive on their own (CONTRACT.md: "events alone can make a run
+unstable"), each a critical finding:
+
+- **fp16 overflow at the loss-scale floor** (`loss_scale_collapse`, fact `cause` =
+  `loss_scale_floor`): an `overflow` event whose new scale is at or below
+  `events.floor_scale` (DeepSpeed's `Attempted loss scale: 1, reducing to 1`), or any event
+  whose text says the scale cannot fall further (`Current loss scale already at minimum`,
+  `Minimum loss scale reached`).
+- **every logged step overflowing** (`loss_scale_collapse`, `cause` = `all_steps_overflow`):
+  overflow-skipped steps make up >= `all_overflow_frac` of the logged steps, over more steps
+  than a scaler's calibration takes.
+- **a hardware error, then nothing** (`hardware_error`, `cause` = `hardware_death`): an `xid`
+  event with a hardware code, an `ecc` event, or an `error` whose message names ECC / an Xid,
+  with no training-step record after it (same file: a later line; another file: a later
+  time; a run without step records: nothing after it by definition).
+- **a collective that hung, then nothing** (`hardware_error`, `cause` = `collective_timeout`): an
+  NCCL watchdog timeout with no training-step record after it (the watchdog takes the job down).
+- **training stopped on a non-finite loss** (`nonfinite`, `cause` = `stopped_nonfinite`): a
+  `nan` or `error` event whose text says training stopped and names NaN/Inf; and `nan`
+  events that the nonfinite detector cannot place (no step).
+
+Pure: `detect(run, params)` reads `run.events` / `run.metrics` only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+
+def _text() -> pl.Expr:
+    return pl.col("detail").fill_null("")
+
+
+def _num(key: str) -> pl.Expr:
+    return _text().str.json_path_match(f"$.{key}").cast(pl.Float64, strict=False)
+
+
+def _records(run: RunData) -> pl.DataFrame:
+    """One row per training-step record: source, line, step, attempt, time."""
+    rec = run.metrics.filter(pl.col("record").is_not_null())
+    return rec.group_by("source", "record", "attempt").agg(
+        pl.col("line").min(), pl.col("step").first(), pl.col("time").min())
+
+
+def _fallback_step(run: RunData, records: pl.DataFrame) -> int:
+    """Where an event without a step is placed: the last logged step, else the last record index, else 0
+    (the nonfinite detector numbers a log without step counters by record index too)."""
+    steps = records.get_column("step").drop_nulls()
+    if steps.len():
+        return int(steps.max())
+    return int(records.get_column("record").max()) if records.height else 0
+
+
+def _placed(ev: pl.DataFrame, fallback: int) -> pl.DataFrame:
+    return ev.with_columns(pl.col("step").fill_null(fallback).alias("at"))
+
+
+def _floor(run: RunData, params, fallback: int) -> list[Finding]:
+    ep = params.events
+    ov = run.events_of("overflow", "hysteresis", "error", "nan", "skipped_step")
+    if ov.height == 0:
+        return []
+    ov = ov.with_columns(_num("new_scale").alias("new_scale"), _num("old_scale").alias("old_scale"))
+    hit = ov.filter(((pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.floor_scale))
+                    | _text().str.contains(ep.floor_pattern) | _text().str.contains(r'"at_floor":\s*true'))
+    if hit.height == 0:
+        return []
+    hit = _placed(hit, fallback).sort("at", "line")
+    first = hit.row(0, named=True)
+    n = hit.height
+    worded = hit.filter(_text().str.contains(ep.floor_pattern))
+    ev = [Evidence(signal="loss_scale", step=first["at"], value=first["new_scale"], baseline=first["old_scale"],
+                   note=f"{n} overflow/minimum-scale event(s) at the loss-scale floor ({ep.floor_scale:g})")]
+    if worded.height:
+        w = worded.row(0, named=True)
+        ev.append(Evidence(signal="event", step=w["at"], value=None, note=_message(w["detail"])))
+    lo, hi = int(hit.get_column("at").min()), int(hit.get_column("at").max())
+    return [Finding(kind="loss_scale_collapse", step_start=lo, step_end=hi, peak_step=int(first["at"]), severity="critical",
+                    # score 0: when the loss-scale detector saw the same floor, its finding (halvings, onset) leads
+                    score=0.0, evidence=ev, attempt=int(first["attempt"] or 0),
+                    summary=(f"fp16 loss scale at its floor ({ep.floor_scale:g}) from step {first['at']}: {n} overflow "
+                             "event(s) with nowhere left to halve; the scaler cannot recover"),
+                    facts={"cause": "loss_scale_floor", "at_floor": True, "min_scale": ep.floor_scale, "onset_step": lo,
+                           "floor_events": n, "decisive_event": True})]
+
+
+def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
+    ep = params.events
+    ov = run.events_of("overflow", "hysteresis")  # both are a step the fp16 scaler skipped
+    if ov.height == 0:
+        return []
+    count = _text().str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1)
+    placed = ov.filter(pl.col("step").is_not_null())
+    skipped = (placed.select("attempt", "step").unique().height + int(ov.filter(pl.col("step").is_null()).select(count).sum().item() or 0)
+               if placed.height else int(ov.select(count).sum().item() or 0))
+    logged = records.select("attempt", "step").unique().height
+    denom = max(logged, skipped)
+    if skipped < ep.all_overflow_min_steps or skipped < ep.all_overflow_frac * denom:
+        return []
+    steps = placed.get_column("step")
+    lo = int(steps.min()) if steps.len() else 0
+    hi = int(steps.max()) if steps.len() else 0
+    return [Finding(kind="loss_scale_collapse", step_start=lo, step_end=hi, peak_step=lo, severity="critical",
+                    score=float(skipped),
+                    evidence=[Evidence(signal="overflow_skips", step=lo, value=float(skipped), baseline=float(denom),
+                                       ratio=round(skipped / denom, 4) if denom else None,
+                                       note=f"{skipped} overflow-skipped steps of {denom} logged")],
+                    summary=f"every logged step overflows: {skipped} of {denom} steps skipped by the fp16 loss scaler",
+                    facts={"cause": "all_steps_overflow", "overflow_skips": skipped, "onset_step": lo, "decisive_event": True})]
+
+
+def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> list[Finding]:
+    ep = params.events
+    ev = run.events_of("xid", "ecc", "error")
+    if ev.height == 0:
+        return []
+    code = _num("code").cast(pl.Int64, strict=False)
+    uncorrected = (_text().str.contains(r"(?i)uncorrect|double.bit|\bdbe\b")
+                   | (_num("uncorrected").fill_null(0) > 0) | (_num("ecc_uncorrected").fill_null(0) > 0))
+    hw = ev.filter(
+        ((pl.col("kind") == "xid") & code.is_in(list(ep.hardware_xid_codes)))
+        | ((pl.col("kind") == "ecc") & uncorrected)
+        | ((pl.col("kind") == "error") & _text().str.contains(ep.hardware_pattern))
+    )
+    if hw.height == 0:
+        return []
+    if records.height:  # only an error after which no training-step record follows convicts
+        hw = hw.join(records.group_by("source").agg(pl.col("line").max().alias("_last_line")), on="source", how="left")
+        last_time = records.get_column("time").drop_nulls().max()
+        after_own = pl.col("_last_line").is_not_null() & (pl.col("line") > pl.col("_last_line"))
+        after_clock = (pl.col("_last_line").is_null() & pl.col("time").is_not_null() & (pl.col("time") >= pl.lit(last_time))
+                       if last_time is not None else pl.lit(False))
+        hw = hw.filter(after_own | after_clock)
+        if hw.height == 0:
+            return []
+    hw = _placed(hw, fallback).sort("at", "line")
+    first = hw.row(0, named=True)
+    code0 = _json_code(first["detail"])
+    what = {"xid": f"Xid {int(code0 or 0)}", "ecc": "uncorrectable ECC error"}.get(first["kind"], "hardware error")
+    note = _message(first["detail"])
+    return [Finding(kind="hardware_error", step_start=int(first["at"]), step_end=int(hw.get_column("at").max()),
+                    peak_step=int(first["at"]), severity="critical", score=float(hw.height), attempt=int(first["attempt"] or 0),
+                    rank=first["rank"],
+                    evidence=[Evidence(signal=first["kind"], step=first["at"], value=code0, rank=first["rank"], note=note or what)],
+                    summary=(f"{what} at step {first['at']} and no training record after it: the run died on a hardware fault"
+                             + (f" ({note[:120]})" if note else "")),
+                    facts={"cause": "hardware_death", "onset_step": int(first["at"]), "decisive_event": True,
+                           "hardware_events": hw.height})]
+
+
+def _collective_timeout(run: RunData, records: pl.DataFrame, fallback: int) -> list[Finding]:
+    """An NCCL watchdog timeout with no training record after it: the job was taken down on a hung
+    collective (one rank stopped answering: a GPU or link fault, or a rank stuck elsewhere)."""
+    ev = run.events_of("nccl_timeout")
+    if ev.height == 0:
+        return []
+    if records.height:
+        last = records.group_by("source").agg(pl.col("line").max().alias("_last_line"))
+        ev = ev.join(last, on="source", how="left")
+        last_time = records.get_column("time").drop_nulls().max()
+        after_own = pl.col("_last_line").is_not_null() & (pl.col("line") > pl.col("_last_line"))
+        after_clock = (pl.col("_last_line").is_null() & pl.col("time").is_not_null() & (pl.col("time") >= pl.lit(last_time))
+                       if last_time is not None else pl.lit(False))
+        ev = ev.filter(after_own | after_clock)
+        if ev.height == 0:
+            return []
+    ev = _placed(ev, fallback).sort("at", "line")
+    first = ev.row(0, named=True)
+    ranks = sorted({int(r) for r in ev.get_column("rank").drop_nulls().to_list()})
+    who = f" on rank(s) {', '.join(map(str, ranks))}" if ranks else ""
+    return [Finding(kind="hardware_error", step_start=int(first["at"]), step_end=int(ev.get_column("at").max()),
+                    peak_step=int(first["at"]), severity="critical", score=float(ev.height), attempt=int(first["attempt"] or 0),
+                    rank=first["rank"],
+                    evidence=[Evidence(signal="nccl_timeout", step=first["at"], value=None, rank=first["rank"],
+                                       note=f"{ev.height} NCCL watchdog timeout(s){who}")],
+                    summary=(f"an NCCL collective timed out{who} at step {first['at']} and no training record follows: "
+                             "the job was taken down on a hung collective"),
+                    facts={"cause": "collective_timeout", "onset_step": int(first["at"]), "decisive_event": True,
+                           "timeout_events": ev.height})]
+
+
+def _stopped(run: RunData, params, fallback: int, fallback_free: bool) -> list[Finding]:
+    ep = params.events
+    ev = run.events_of("nan", "error")
+    if ev.height == 0:
+        return []
+    said = ((_text().str.contains(ep.stop_pattern) & _text().str.contains(ep.nonfinite_pattern))
+            | ((pl.col("kind") == "nan") & _text().str.contains(r'"stopped":\s*true')))
+    # a nan event the nonfinite detector cannot place: no step, and no step record to carry it
+    unplaced_nan = (pl.col("kind") == "nan") & pl.col("step").is_null() & pl.lit(fallback_free)
+    hit = ev.filter(said | unplaced_nan)
+    if hit.height == 0:
+        return []
+    hit = _placed(hit, fallback).sort("at", "line")
+    first = hit.row(0, named=True)
+    stopped = hit.filter(said)
+    note = _message((stopped.row(0, named=True) if stopped.height else first)["detail"])
+    lo, hi = int(hit.get_column("at").min()), int(hit.get_column("at").max())
+    return [Finding(kind="nonfinite", step_start=lo, step_end=hi, peak_step=lo, severity="critical", score=float(hit.height),
+                    attempt=int(first["attempt"] or 0), rank=first["rank"],
+                    evidence=[Evidence(signal="nan_event", step=first["at"], value=float("nan"), note=note or "non-finite loss")],
+                    summary=(f"training stopped on a non-finite loss at step {lo}" if stopped.height
+                             else f"non-finite loss reported (step {lo})") + (f": {note[:120]}" if note else ""),
+                    facts={"cause": "stopped_nonfinite" if stopped.height else "nonfinite_event", "onset_step": lo,
+                           "recovery": "never" if stopped.height else "unknown", "decisive_event": True,
+                           "signals": ["nan_event"]})]
+
+
+def _message(detail) -> str:
+    try:
+        d = json.loads(detail or "{}")
+    except ValueError:
+        return str(detail or "")[:200]
+    parts = [str(d[k]) for k in ("exception", "message") if d.get(k)]
+    return ": ".join(parts)[:200]
+
+
+def _json_code(detail) -> float | None:
+    try:
+        value = json.loads(detail or "{}").get("code")
+        return float(value) if value is not None else None
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def detect(run: RunData, params) -> list[Finding]:
+    if run.events.height == 0:
+        return []
+    records = _records(run)
+    fallback = _fallback_step(run, records)
+    findings = _floor(run, params, fallback) + _all_overflow(run, params, records)
+    hardware = _hardware(run, params, records, fallback)
+    findings += hardware + _stopped(run, params, fallback, records.height == 0)
+    if not hardware:  # a hardware error that killed the job explains its watchdog timeouts too
+        findings += _collective_timeout(run, records, fallback)
+    return findings

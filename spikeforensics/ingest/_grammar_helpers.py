@@ -1,0 +1,48 @@
+"""Small helpers shared by the one-regex record grammars (mlx-lm, litgpt, insightface,
+detectron2, MetricLogger, wav2letter, tqdm postfixes). Kept out of `base.py` (the driver's
+module); every helper is vectorised (polars expressions over the lines frame).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics.ingest.base import captured_values, extract_time
+
+VALUE_SCHEMA = {"line": pl.Int64, "name": pl.String, "value": pl.Float64}
+
+
+def grammar_records(
+    cand: pl.DataFrame,
+    pattern: str,
+    cols: dict[str, str],
+    kind: str = "train",
+    step_group: str = "step",
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Lines of `cand` that match `pattern` (named groups) -> (records, values, rest).
+
+    `records`: `line`, `step` (Int64 from group `step_group`), `prefix_rank`, `record_kind`,
+    `time`; `values`: long (`line`, `name`, `value`) from the groups in `cols` (group ->
+    metric name); `rest`: the lines of `cand` the pattern did not claim."""
+    g = cand.with_columns(pl.col("text").str.extract_groups(pattern).alias("_g")).unnest("_g")
+    hit = g.filter(pl.col(step_group).is_not_null())
+    records = hit.select(
+        "line", pl.col(step_group).cast(pl.Int64, strict=False).alias("step"), "prefix_rank",
+        pl.lit(kind).alias("record_kind"), extract_time(pl.col("text")).alias("time"),
+    )
+    values = captured_values(hit, cols) if hit.height else pl.DataFrame(schema=VALUE_SCHEMA)
+    rest = cand.join(hit.select("line"), on="line", how="anti")
+    return records, values, rest
+
+
+def scale_metric(values: pl.DataFrame, name: str, new_name: str, factor: float) -> pl.DataFrame:
+    """Rename metric `name` to `new_name`, multiplying its values by `factor` (units)."""
+    is_it = pl.col("name") == name
+    return values.with_columns(
+        pl.when(is_it).then(pl.col("value") * factor).otherwise(pl.col("value")).alias("value"),
+        pl.when(is_it).then(pl.lit(new_name)).otherwise(pl.col("name")).alias("name"),
+    )
+
+
+def empty_values() -> pl.DataFrame:
+    return pl.DataFrame(schema=VALUE_SCHEMA)

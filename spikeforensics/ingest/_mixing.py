@@ -1,0 +1,181 @@
+"""Parsing by line, not by file: a text log may mix grammars.
+
+Real logs are rarely one format from top to bottom: the training script's own source,
+a config dump, `nvidia-smi` output, progress bars, the framework's lines and the user's
+own `print(f"step {i} loss {loss}")` all land in one stdout. The driver parses a text file
+with the grammar that sniffs best (the *primary*); this module then offers every line the
+primary did not read as a record to the other line grammars, best-sniffing first, each
+taking only the lines of its own grammar, until no grammar takes any more:
+
+    lines ──primary──> records A ──rest──> grammar 2 ──> records B ──rest──> grammar 3 ...
+
+The results are merged into one `ParseResult`: metrics of every grammar (train records
+renumbered in file order), the primary's events plus any event another grammar found on a
+line the primary had no event for, event steps attached to the merged records, and the
+unparsed lines that no grammar read in the end. `--format` forces the primary and turns
+mixing off (the user said what the file is).
+
+Whole-file formats (JSON/CSV tables, side files, TensorBoard, kernel logs, the events-only
+parser) never join a mix: their content is not a set of independent lines.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import polars as pl
+
+from spikeforensics.ingest.base import (
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    attach_steps,
+    prepared_lines,
+    step_records,
+)
+
+# Formats whose file is one structure (a table, a JSON document, a binary), or whose only
+# job is events: never offered the rest lines of a text log.
+WHOLE_FILE_FORMATS = frozenset({
+    "batches", "csv_metrics", "jsonl_metrics", "layers", "telemetry", "tensorboard",
+    "hf_trainer_state", "kernel", "stdout_events",
+})
+# A grammar joins the mix when it sniffs at least this sure on the rest lines.
+MIN_SECONDARY_CONFIDENCE = 0.3
+# Rest lines shown to a sniffer: those that could hold a record (a digit and a word a
+# record prints), at most this many (sniffers look at a few hundred lines at most).
+SNIFF_REST_LINES = 2000
+RECORD_HINT = r"(?i)loss|iter|step|epoch|update|\blr\b|norm"
+
+
+def is_line_grammar(name: str | None) -> bool:
+    return name is not None and name not in WHOLE_FILE_FORMATS
+
+
+def _rest_sample(src: SourceFile, rest: pl.DataFrame) -> SniffSample:
+    hinted = rest.filter(pl.col("text").str.contains(RECORD_HINT) & pl.col("text").str.contains(r"\d"))
+    lines = hinted.get_column("text").head(SNIFF_REST_LINES).to_list()
+    return SniffSample(path=src.path, text="\n".join(lines), lines=lines)
+
+
+def _record_lines(result: ParseResult) -> pl.Series:
+    metrics = result.tables.get("metrics")
+    if metrics is None or metrics.height == 0:
+        return pl.Series("line", [], dtype=pl.Int64)
+    return metrics.get_column("line").drop_nulls().cast(pl.Int64).unique()
+
+
+def mix(primary_name: str, src: SourceFile, primary: ParseResult, grammars: dict[str, ModuleType]) -> tuple[ParseResult, list[str]]:
+    """Offer the lines `primary` did not read as records to the other line grammars.
+    Returns the merged result and the names of the grammars that read records (primary first)."""
+    lines = prepared_lines(src)  # cached on `src`: the primary already computed it
+    rest = lines.join(_record_lines(primary).to_frame(), on="line", how="anti")
+    # a line the event catalogue read (an overflow, a checkpoint, a traceback) is no record for a
+    # catch-all grammar (a specific grammar may still find its record glued before the event)
+    events = primary.tables.get("events")
+    event_lines = (events.select(pl.col("line").cast(pl.Int64)).drop_nulls().unique() if events is not None and events.height
+                   else pl.DataFrame(schema={"line": pl.Int64}))
+    parts: list[tuple[str, ParseResult]] = []
+    tried = {primary_name}
+    while rest.height:
+        sample = _rest_sample(src, rest)
+        if not sample.lines:
+            break
+        scores = []
+        for name, mod in grammars.items():
+            if name in tried or not is_line_grammar(name):
+                continue
+            try:
+                score = float(mod.sniff(sample))
+            except Exception:  # noqa: BLE001 - a sniffer must never break ingest
+                score = 0.0
+            if score >= MIN_SECONDARY_CONFIDENCE:
+                scores.append((score, name))
+        if not scores:
+            break
+        _, name = max(scores)
+        tried.add(name)
+        offered = rest.join(event_lines, on="line", how="anti") if getattr(grammars[name], "CATCH_ALL", False) else rest
+        sub = grammars[name].parse(SourceFile(path=src.path, name=src.name, year=src.year, only_lines=offered))
+        taken = _record_lines(sub)
+        if taken.len() == 0:
+            continue
+        keep = taken.to_frame()
+        sub.tables["metrics"] = sub.tables["metrics"].join(keep, on="line", how="semi")
+        parts.append((name, sub))
+        rest = rest.join(keep, on="line", how="anti")
+    if not parts:
+        return primary, [primary_name]
+    merged = _merge(primary, parts)
+    kept = merged.tables["metrics"].get_column("line").drop_nulls().cast(pl.Int64).unique().implode()
+    names = [n for n, sub in parts if _record_lines(sub).is_in(kept).any()]
+    return merged, [primary_name] + names
+
+
+def _merge(primary: ParseResult, parts: list[tuple[str, ParseResult]]) -> ParseResult:
+    out = ParseResult(notes=list(primary.notes))
+    metrics = [primary.tables["metrics"]] if "metrics" in primary.tables else []
+    events = [primary.tables["events"]] if "events" in primary.tables else []
+    for _, sub in parts:
+        metrics.append(sub.tables["metrics"])
+        if "events" in sub.tables:
+            events.append(sub.tables["events"])
+        out.notes += [n for n in sub.notes if n not in out.notes and "could not be parsed" not in n]
+        for table, frame in sub.tables.items():
+            if table not in ("metrics", "events"):
+                out.add(table, frame)
+    metrics = [m.with_columns(pl.lit(i, dtype=pl.Int32).alias("_part")) for i, m in enumerate(metrics)]
+    merged = pl.concat(metrics, how="diagonal_relaxed").sort("line", maintain_order=True)
+    merged = _renumber(_drop_repeats(merged)).drop("_part")
+    out.add("metrics", merged)
+    out.records = primary.records + sum(sub.records for _, sub in parts)
+    if events:
+        ev = pl.concat(events, how="diagonal_relaxed")
+        ev = ev.unique(["line", "kind"], keep="first", maintain_order=True) if "line" in ev.columns else ev
+        # events the primary found before it had any record to attach them to take the merged records' steps
+        ev = attach_steps(ev, step_records(merged)).sort("line")
+        out.add("events", ev)
+    _merge_unparsed(out, primary, parts, merged)
+    return out
+
+
+def _drop_repeats(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The contract's rule across grammars: consecutive train records of one stream with the same
+    step are one record. A line the primary merged into its previous record (the same step printed
+    by several ranks without a prefix) must not come back as another grammar's record."""
+    train = (metrics.filter(pl.col("record").is_not_null())
+             .group_by("line").agg(pl.col("step").first(), pl.col("rank").first(), pl.col("_part").first()).sort("line"))
+    prev = pl.col("step").shift(1).over(pl.col("rank").fill_null(-1))
+    repeats = train.filter((pl.col("_part") > 0) & pl.col("step").is_not_null() & (pl.col("step") == prev))
+    if repeats.height == 0:
+        return metrics
+    return metrics.join(repeats.select("line"), on="line", how="anti")
+
+
+def _renumber(metrics: pl.DataFrame) -> pl.DataFrame:
+    """`record` numbers train records 0.. in file order across every grammar of the file."""
+    train_lines = metrics.filter(pl.col("record").is_not_null()).select(pl.col("line").unique().sort())
+    order = train_lines.with_row_index("_rec").with_columns(pl.col("_rec").cast(pl.Int64))
+    return metrics.join(order, on="line", how="left", maintain_order="left").with_columns(
+        pl.when(pl.col("record").is_not_null()).then(pl.col("_rec")).alias("record")
+    ).drop("_rec")
+
+
+def _merge_unparsed(out: ParseResult, primary: ParseResult, parts: list[tuple[str, ParseResult]], merged: pl.DataFrame) -> None:
+    """Unparsed lines of every grammar, less the lines another grammar did read."""
+    read = merged.get_column("line").drop_nulls().cast(pl.Int64).unique()
+    pools = [r.unparsed_lines for r in (primary, *[s for _, s in parts]) if r.unparsed_lines is not None]
+    examples = [e for r in (primary, *[s for _, s in parts]) for e in r.unparsed_examples]
+    if pools:
+        left = pl.concat(pools).unique().sort()
+        left = left.filter(~left.is_in(read.implode()))
+        out.unparsed = left.len()
+        out.unparsed_lines = left
+        keep = set(left.to_list())
+        out.unparsed_examples = sorted({e for e in examples if e[0] in keep})[:5]
+    else:  # a grammar that counts but does not say which lines: keep its count
+        out.unparsed = primary.unparsed + sum(s.unparsed for _, s in parts)
+        out.unparsed_examples = examples[:5]
+    if out.unparsed:
+        out.notes = [n for n in out.notes if "could not be parsed" not in n]
+        out.notes.append(f"{out.unparsed} record-like line(s) could not be parsed")

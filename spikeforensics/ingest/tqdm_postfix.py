@@ -1,0 +1,55 @@
+"""tqdm progress bars whose postfix carries the loss (ColossalAI trainer hooks, Open-Sora,
+MuseTalk, diffusers/accelerate scripts, Lightning bars, custom loops):
+
+    [Epoch 5 / Train]: 100%|██████████| 1/1 [00:00<00:00,  2.05it/s, loss=107, lr=0.00015, throughput=8.2047 sample_per_sec, 7.6092 Tflops]
+    Epoch 0:  19%|██████▏   | 1610/8573 [11:25:45<50:22:32, 26.05s/it, loss=0.279, step=1609, global_step=1609]
+    Steps:   2%|▍   | 92679/5900000 [19:15:43<1185:20:02,  1.36it/s, loss=nan, lr=4.99e-5, unet=0.0986]
+
+A record is a bar redraw whose postfix has a `*loss*=number` pair (redraws without a loss,
+such as HF Trainer bars, are not claimed). Step = the postfix's `global_step` (else `step`)
+when printed; else, for bars labelled `Epoch E` / `[Epoch E / ...]`, E * M + N from the
+`N/M` counter (a counter that grows across epochs; its origin depends on whether the
+script counts epochs from 0 or 1); else N. Redraws on one physical line (`\r`) are one
+record per line (the last redraw); consecutive redraws with the same step are one record
+(first line's values, the contract's rule). Postfix names go through the alias table
+(`lr` -> `lr`, `loss` -> `loss`). Confidence stays below the framework parsers'.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics.ingest.base import (
+    NUM_TOKEN, ParseResult, SniffSample, SourceFile, extract_time, find_pairs, named_values, prepared_lines,
+    sniff_tiers, text_result,
+)
+
+NAME = "tqdm_postfix"
+BAR = r"(?P<n>\d+)/(?P<m>\d+) \[[\d:]+<[\d:?]+,\s*[^,\]]*,\s*(?P<post>[^\]]*loss\w*=[^\]]*)\]"
+EPOCH = r"(?:^|\[)\s*Epoch (\d+)\b"
+PAIR = rf"(?P<k>[A-Za-z_][\w./-]*)=(?P<v>{NUM_TOKEN})(?:,|\s|$)"
+CONFIDENCE = 0.6
+
+
+def sniff(sample: SniffSample) -> float:
+    return sniff_tiers(sample, [(r"\d+/\d+ \[[\d:]+<[\d:?]+,[^\]]*loss\w*=[-+\d.naNinf]", CONFIDENCE)])
+
+
+def parse(src: SourceFile) -> ParseResult:
+    lines = prepared_lines(src)
+    text = pl.col("text")
+    cand = lines.filter(text.str.contains("loss", literal=True) & text.str.contains("<", literal=True))
+    g = cand.with_columns(text.str.extract_groups(BAR).alias("_b")).unnest("_b").filter(pl.col("post").is_not_null())
+    g = g.unique("line", keep="last", maintain_order=True)  # one record per physical line: its last redraw
+    pairs = find_pairs(g.select("line", pl.col("post").alias("text")), PAIR)
+    post_step = pairs.filter(pl.col("k").is_in(["global_step", "step"])).sort(
+        pl.col("k") != "global_step"
+    ).unique("line", keep="first").select("line", pl.col("v").cast(pl.Float64, strict=False).cast(pl.Int64).alias("_ps"))
+    g = g.join(post_step, on="line", how="left")
+    n, m = pl.col("n").cast(pl.Int64), pl.col("m").cast(pl.Int64)
+    ep = text.str.extract(EPOCH, 1).cast(pl.Int64, strict=False)
+    step = pl.coalesce(pl.col("_ps"), ep * m + n, n)
+    records = g.select("line", step.alias("step"), "prefix_rank", pl.lit("train").alias("record_kind"),
+                       extract_time(text).alias("time")).sort("line")
+    values = named_values(pairs.filter(~pl.col("k").is_in(["global_step", "step", "v_num"]))).select("line", "name", "value")
+    return text_result(src.name, lines, records, values, None, mode="done")

@@ -1,0 +1,84 @@
+"""Run-level facts from what a log prints (attribute/log_facts.py), on hand-made frames
+and on real logs of the corpus (sample_logs/real/dev)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from spikeforensics import api
+from spikeforensics.attribute.log_facts import FACTS, log_facts
+from spikeforensics.params import Params
+from spikeforensics.rundata import RunData
+from tests.attribute_synth import metric_rows
+
+DEV = Path(__file__).parents[1] / "sample_logs" / "real" / "dev"
+P = Params.load()
+
+
+def run_of(loss=None, grad=None, scale=None, events=None, first_step=1):
+    frames = []
+    for name, values in (("loss", loss), ("grad_norm", grad), ("loss_scale", scale)):
+        if values is not None:
+            frames.append(metric_rows(name, range(first_step, first_step + len(values)), values))
+    ev = None
+    if events:
+        ev = pl.DataFrame([{"source": "train.log", "line": i, "step": None, "rank": None, "attempt": 0,
+                            "kind": k, "time": None, "detail": d} for i, (k, d) in enumerate(events)],
+                          schema_overrides={"step": pl.Int64, "rank": pl.Int32, "attempt": pl.Int32, "time": pl.Datetime("us")})
+    return RunData.from_frames(metrics=pl.concat(frames) if frames else None, events=ev)
+
+
+def test_every_fact_is_documented():
+    facts = log_facts(run_of(loss=[2.0, 1.9]), P)
+    assert set(facts) == set(FACTS)
+
+
+def test_nan_from_the_first_updates_only_when_the_log_starts_at_the_start():
+    loss = [2.3, math.nan, math.nan] + [2.0] * 20
+    assert log_facts(run_of(loss=loss), P)["nan_at_start"]
+    assert not log_facts(run_of(loss=loss, first_step=7000), P)["nan_at_start"]  # an excerpt from step 7000
+    late = [2.3] * 30 + [math.nan]
+    assert not log_facts(run_of(loss=late), P)["nan_at_start"]
+
+
+def test_precision_inferred_from_loss_scale_declared_from_events():
+    assert log_facts(run_of(loss=[2.0] * 5, scale=[65536.0] * 5), P)["precision"] == "fp16"
+    assert log_facts(run_of(loss=[2.0] * 5), P)["precision"] == ""
+    declared = log_facts(run_of(loss=[2.0] * 5, events=[("precision", '{"mode": "bf16"}')]), P)
+    assert declared["precision"] == "bf16" and declared["precision_declared"]
+
+
+def test_loss_scale_floor_from_series_or_overflow_detail():
+    assert log_facts(run_of(loss=[2.0] * 4, scale=[8.0, 4.0, 2.0, 1.0]), P)["loss_scale_floor"]
+    assert not log_facts(run_of(loss=[2.0] * 4, scale=[8.0, 4.0, 2.0, 2.0]), P)["loss_scale_floor"]
+    ev = [("overflow", '{"old_scale": 2.0, "new_scale": 1.0}')]
+    assert log_facts(run_of(loss=[2.0] * 4, events=ev), P)["loss_scale_floor"]
+
+
+def test_skipped_nonfinite_updates_recover():
+    loss = [5.6, 5.3, math.nan, 5.7, 5.6, math.nan, 5.1, 5.5]
+    f = log_facts(run_of(loss=loss), P)
+    assert f["nonfinite_episodes"] == 2 and f["nonfinite_recovers"]
+    dies = [5.6, 5.3, math.nan, math.nan, math.nan]
+    f = log_facts(run_of(loss=dies), P)
+    assert f["nonfinite_episodes"] == 1 and not f["nonfinite_recovers"]
+
+
+def test_masked_zero_loss_and_explosion_and_astronomical_norm():
+    assert log_facts(run_of(loss=[3.8, 0.0, 0.0, 0.0]), P)["loss_zero_collapse"]
+    assert not log_facts(run_of(loss=[0.0, 0.0]), P)["loss_zero_collapse"]  # nothing says it is masked
+    assert log_facts(run_of(loss=[0.0, 0.0], grad=[math.nan, math.nan]), P)["loss_zero_collapse"]
+    f = log_facts(run_of(loss=[5.6, 5.3, 153318.95, 5.7], grad=[1.0, 2.0, 3e12, 1.0]), P)
+    assert f["loss_explodes"] and f["grad_norm_astronomical"] and f["loss_max_ratio"] > 1e4
+
+
+@pytest.mark.skipif(not (DEV / "hf-trainer-gemma-pytorch-24-loss-nan").is_dir(), reason="corpus case absent")
+def test_real_intermittent_nan_log(tmp_path):
+    # a Gemma fine-tune (HF-style dicts): loss alternating between ~5 and nan, one 153318 blow-up
+    api.ingest([DEV / "hf-trainer-gemma-pytorch-24-loss-nan"], run_id="g", store=tmp_path)
+    f = log_facts(api.load_run("g", tmp_path), P)
+    assert f["nonfinite_recovers"] and f["nonfinite_episodes"] >= 5 and f["loss_explodes"]
