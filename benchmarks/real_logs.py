@@ -12,7 +12,8 @@ diagnosed, and compared with the facts:
   tool read; >= 0.95 counts as read, more than 1.05 as over-read);
 - **events**: events read by kind; overflow/skipped-step events against `overflow_count`;
 - **verdict**: right when a healthy log is `healthy` and an unhealthy one `degraded` or
-  `unstable` (`inconclusive` and `incomplete` are never right);
+  `unstable`; on a log without a series to judge (fewer than 2 step records, or facts
+  `series_printed = false`) `inconclusive` is right too; `incomplete` never is;
 - **located**: the share of the facts' incident steps (`first_nonfinite_step`,
   `spike_peak_steps`, `divergence_start`) inside a warning+ incident, widened by one logging
   interval (the median step between records) on each side;
@@ -110,6 +111,7 @@ def train_records(metrics: pl.DataFrame) -> tuple[int, float | None]:
 
 def score_case(folder: Path, facts: dict, split: str, store_root: Path) -> CaseScore:
     from spikeforensics import api
+    from spikeforensics.ingest import IngestError
 
     case = CaseScore(id=facts.get("id", folder.name), split=split, framework=facts.get("framework", "?"),
                      healthy=bool(facts.get("healthy")), step_records=facts.get("step_records"),
@@ -135,10 +137,7 @@ def score_case(folder: Path, facts: dict, split: str, store_root: Path) -> CaseS
         case.status = verdict["status"]
         real = [i for i in diagnosis["incidents"] if i["severity"] in ("warning", "critical")]
         case.warnings_plus = len(real)
-        if case.healthy:
-            case.verdict_right = case.status == "healthy"
-        else:
-            case.verdict_right = case.status in ("degraded", "unstable")
+        case.verdict_right = verdict_right(case.status, case.healthy, readable(facts))
         tol = interval or 1.0
         case.located = sum(
             any(i["step_start"] - tol <= s <= i["step_end"] + tol for i in real) for s in case.expected_steps
@@ -148,12 +147,31 @@ def score_case(folder: Path, facts: dict, split: str, store_root: Path) -> CaseS
         if headline is not None:
             alts = [a["root_cause"] for a in headline.get("alternatives", [])]
             case.top2 = [case.root_cause] + alts[:1]
+    except IngestError as exc:  # "nothing usable" (exit 1 at the command line): the tool read nothing
+        case.status = "unreadable"
+        case.error = str(exc).split(": ", 1)[-1][:120]
+        case.verdict_right = verdict_right("inconclusive", case.healthy, readable(facts))
     except Exception as exc:  # noqa: BLE001 - a case that breaks the tool is scored, not fatal
         case.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
         if "-v" in sys.argv:
             traceback.print_exc()
     case.seconds = time.perf_counter() - start
     return case
+
+
+def readable(facts: dict) -> bool:
+    """A log whose facts give it a loss or grad-norm series to judge: >= 2 step records, and not
+    marked `series_printed = false` (only a loss scale, throughput, events ...)."""
+    return facts.get("series_printed", True) is not False and (facts.get("step_records") or 0) >= 2
+
+
+def verdict_right(status: str, healthy: bool, can_read: bool) -> bool:
+    """Healthy logs must be `healthy`, unhealthy ones `degraded` or `unstable`. A log with no series to
+    judge cannot be called healthy: there `inconclusive` is right too (and an unhealthy one that its
+    events convict may still be `unstable`)."""
+    if not can_read and status == "inconclusive":
+        return True
+    return status == "healthy" if healthy else status in ("degraded", "unstable")
 
 
 def _headline(real: list[dict]) -> dict | None:
@@ -185,7 +203,8 @@ def totals(cases: list[CaseScore]) -> dict:
         "stated_cases": len(stated),
         "top1": sum(c.root_cause == c.stated_label for c in stated),
         "top2": sum(c.stated_label in c.top2 or c.root_cause == c.stated_label for c in stated),
-        "errors": sum(bool(c.error) for c in cases),
+        "errors": sum(bool(c.error) and c.status != "unreadable" for c in cases),
+        "unreadable": sum(c.status == "unreadable" for c in cases),
         "inconclusive": sum(c.status == "inconclusive" for c in cases),
     }
 
@@ -207,7 +226,7 @@ def render(label: str, cases: list[CaseScore]) -> str:
         f"| incident steps located (within one logging interval) | {_pct(t['located'], t['expected_steps'])} | |",
         f"| stated cause top-1 | {_pct(t['top1'], t['stated_cases'])} | >= 70% |",
         f"| stated cause top-2 | {_pct(t['top2'], t['stated_cases'])} | >= 85% |",
-        f"| inconclusive / tool errors | {t['inconclusive']} / {t['errors']} | |",
+        f"| inconclusive / unreadable (exit 1) / tool errors | {t['inconclusive']} / {t['unreadable']} / {t['errors']} | |",
         "",
         "| case | framework | records read | status | expected | root cause (top-2) | stated |",
         "|---|---|---|---|---|---|---|",

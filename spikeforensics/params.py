@@ -36,6 +36,7 @@ class HardSpikeParams:
     loss_ratio_critical: float = 2.0  # why: DOMAIN: loss >= 2x its recent level is a hard spike (LLM Foundry 2x)
     grad_ratio_critical: float = 10.0  # why: Megatron large-grad check uses 10x
     grad_only_z: float = 8.0  # why: a grad spike the loss does not show must also be extreme for the run's own noise
+    absurd_grad_norm: float = 1e8  # why: no healthy run's grad norm reaches 1e8: even a norm measured on fp16 loss-scaled gradients (x65536, the clip-before-unscale bug) of a norm-100 model stays near 1e7; real logs that blew up print 1e10-1e14 (mmdetection #3446: 3.8e12 at iteration 50)
     short_series_records: int = 50  # why: below one baseline window W of records (a pasted excerpt) the robust sigma is taken over the spike itself; the ratio rule alone (loss_ratio_critical / grad_ratio_critical over the past median) decides a jump there
     early_frac: float = 0.1  # why: the unstable-start check looks at the first 10% of records (>= 10) ...
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)

@@ -53,8 +53,8 @@ class RunData:
     def resolve(self, name: str) -> str:
         """The metric that stands for `name`: itself, except `loss` in a run that logs no
         metric of that name but one training loss under another (`train/nll_loss`,
-        `loss_total`, `decode_loss_seg`): the training-record metric ending in `loss`, not
-        an eval one, with the most records (its own name is kept in the store)."""
+        `decode_loss_seg`): the training-record metric ending in `loss` (else holding it as a
+        word), not an eval one, with the most records (its own name is kept in the store)."""
         if name != "loss":
             return name
         key = ("resolve", name)
@@ -62,11 +62,14 @@ class RunData:
             self._cache[key] = name
             names = self.metrics.filter(pl.col("record").is_not_null()).group_by("name").len()
             if names.filter(pl.col("name") == "loss").height == 0:
-                lossy = names.filter(
-                    pl.col("name").str.contains(r"loss$") & ~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
-                ).sort(["len", "name"], descending=[True, False])
-                if lossy.height:
-                    self._cache[key] = lossy.get_column("name")[0]
+                train = names.filter(~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
+                                     & ~pl.col("name").str.starts_with("loss_scale"))
+                # a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
+                for pattern in (r"loss$", r"(?:^|_)loss(?:_|$)"):
+                    lossy = train.filter(pl.col("name").str.contains(pattern)).sort(["len", "name"], descending=[True, False])
+                    if lossy.height:
+                        self._cache[key] = lossy.get_column("name")[0]
+                        break
         return self._cache[key]
 
     def primary_source(self, name: str) -> str | None:

@@ -104,6 +104,7 @@ def detect(run: RunData, params) -> list[Finding]:
     if long_run:
         findings = [_quiet_blip(f, run, params) for f in findings]
     findings += _recurring(findings, run, params, long_run)
+    findings += _absurd_norms(run, params, findings)
     return recurrence.promote(run, findings, params)
 
 
@@ -262,6 +263,36 @@ def _severity(group: pl.DataFrame, hp) -> str:
     return "critical" if extreme.height else "info"
 
 
+def _absurd_norms(run: RunData, params, found: list[Finding]) -> list[Finding]:
+    """Grad norms no healthy run reaches (>= hard_spike.absurd_grad_norm), whatever the series does
+    around them: a log whose first records already sit at 1e12 has no baseline for the tests above,
+    yet its gradients have exploded. One critical finding per group of such records, unless a
+    finding already covers them."""
+    grad, _ = run.grad_norm_series()
+    bad = grad.filter(pl.col("value").is_finite() & (pl.col("value") >= params.hard_spike.absurd_grad_norm))
+    if bad.height == 0:
+        return []
+    bad = bad.with_columns(pl.col("step").fill_null(pl.col("t")).alias("step"))
+    covered = [(f.attempt, f.step_start, f.step_end) for f in found]
+    out = []
+    bad = bad.with_columns(robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))
+    for _, g in robust.flag_groups(bad, params.hard_spike.group_gap).group_by("group", maintain_order=True):
+        lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
+        attempt = int(g.get_column("attempt")[0] or 0)
+        if any(a == attempt and s <= lo and hi <= e for a, s, e in covered):
+            continue
+        peak = g.sort("value", descending=True).row(0, named=True)
+        out.append(Finding(
+            kind="hard_spike", step_start=lo, step_end=hi, peak_step=int(peak["step"]), severity="critical",
+            score=float(math.log10(peak["value"])), attempt=attempt,
+            evidence=[Evidence(signal="grad_norm", step=int(peak["step"]), value=float(peak["value"]),
+                               note=f"{g.height} record(s) with a grad norm >= {params.hard_spike.absurd_grad_norm:g}")],
+            summary=(f"grad norm {peak['value']:.3g} at step {peak['step']}: far beyond any healthy magnitude "
+                     f"(>= {params.hard_spike.absurd_grad_norm:g}); the gradients have exploded"),
+            facts={"onset_step": lo, "cause": "absurd_grad_norm", "recovery": "unknown"}))
+    return out
+
+
 def _early_rise(run: RunData, params) -> list[Finding]:
     """The loss climbing above its initial value in the first records (warmup too short, LR too high
     from the start): a hard spike that the two-sided test cannot see, as the first records have no past."""
@@ -277,7 +308,10 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     horizon = loss.head(max(10, int(loss.height * hp.early_frac)))
     above = horizon.with_columns((pl.col("y") - first["y"]).exp().alias("ratio"))
     peak = above.sort("ratio", descending=True).row(0, named=True)
-    if peak["ratio"] < hp.loss_ratio_floor:
+    # the rise must stand out of the series' own record-to-record noise too (a single-batch loss
+    # swings 20-40% from record to record: robust sigma of the log differences, as for the z-test)
+    noise = float(loss.get_column("y").diff().drop_nulls().abs().median() or 0.0) / (0.6745 * math.sqrt(2))
+    if peak["ratio"] < hp.loss_ratio_floor or math.log(peak["ratio"]) < hp.z_threshold * noise:
         return []
     back = loss.filter((pl.col("t") > peak["t"]) & (pl.col("y") <= first["y"])).head(1)
     end = int(back.get_column("step")[0]) if back.height else int(loss.get_column("step")[-1])

@@ -21,10 +21,13 @@ COLS = ["signal", "step", "attempt", "rank", "layer", "value", "pos"]
 
 
 def _metric_rows(run: RunData, params) -> pl.DataFrame:
+    names = list(params.nonfinite.signals)
+    loss_name = run.resolve("loss")  # a training loss logged under its own name (`decode.loss_seg`)
     m = run.metrics.filter(
-        pl.col("name").is_in(list(params.nonfinite.signals)) & pl.col("record").is_not_null()
+        (pl.col("name").is_in(names) | (pl.col("name") == loss_name)) & pl.col("record").is_not_null()
         & ~pl.col("value").is_finite().fill_null(True)
-    ).with_columns(pl.col("step").fill_null(pl.col("record")))  # no step numbers in the log: record index
+    ).with_columns(pl.col("step").fill_null(pl.col("record")),  # no step numbers in the log: record index
+                   pl.col("name").replace(loss_name, "loss"))
     return m.select(pl.col("name").alias("signal"), "step", "attempt", "rank", pl.lit(None, pl.String).alias("layer"),
                     "value", robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))
 

@@ -77,6 +77,7 @@ def parse(src: SourceFile) -> ParseResult:
     )
     if wide.height == 0:
         return result
+    wide = _merge_logger_rows(wide, metric_cols)
     synthetic = wide.get_column("line").null_count() > 0
     if synthetic:  # quoted multi-line cells: keep file order with row numbers, report no line
         wide = wide.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
@@ -87,3 +88,19 @@ def parse(src: SourceFile) -> ParseResult:
         metrics = metrics.with_columns(pl.lit(None, dtype=pl.Int64).alias("line"))
     result.add("metrics", metrics)
     return result
+
+
+def _merge_logger_rows(wide: pl.DataFrame, metric_cols: list[str]) -> pl.DataFrame:
+    """Consecutive rows of one step and kind are one record, their values merged (first value of
+    each column): Lightning's CSVLogger writes one row per `log` call, so a step's `lr-Adam` and its
+    `train/loss` can sit on two rows (a stdout line printed twice keeps its first values, as here)."""
+    key = [pl.col("step"), pl.col("record_kind"), pl.col("prefix_rank")]
+    new = pl.any_horizontal([k.ne_missing(k.shift(1)) for k in key]) | (pl.int_range(pl.len()) == 0)
+    grouped = wide.with_columns(new.cum_sum().alias("_run"))
+    if grouped.get_column("_run").n_unique() == wide.height:
+        return wide
+    others = [c for c in wide.columns if c not in (*metric_cols, "_run")]
+    return grouped.group_by("_run", maintain_order=True).agg(
+        *[pl.col(c).first() for c in others], *[pl.col(c).drop_nulls().first() for c in metric_cols]
+    ).drop("_run").select(wide.columns)
+

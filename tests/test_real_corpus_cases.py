@@ -1,0 +1,154 @@
+"""Behaviour on real logs of the corpus (sample_logs/real/dev): each test names the case and
+what a person read off it (its FACTS.toml), and checks the tool reads and concludes the same.
+These are the regressions that the real-log benchmark (benchmarks/real_logs.py) measures in bulk."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from spikeforensics import api
+from spikeforensics.ingest import expand_paths
+
+DEV = Path(__file__).parents[1] / "sample_logs" / "real" / "dev"
+
+
+def case(name: str) -> tuple[Path, dict]:
+    folder = DEV / name
+    if not folder.is_dir():
+        pytest.skip(f"corpus case {name} absent")
+    return folder, tomllib.loads((folder / "FACTS.toml").read_text())
+
+
+def run_case(tmp_path, name: str):
+    folder, facts = case(name)
+    api.ingest([folder / f for f in facts["files"]], run_id="r", store=tmp_path)
+    run = api.load_run("r", tmp_path)
+    return run, api.diagnose(run), facts
+
+
+def train_records(run) -> int:
+    return run.metrics.filter(pl.col("record").is_not_null()).select("source", "record").unique().height
+
+
+def test_fairseq_epoch_summaries_are_the_records_of_a_log_without_inner_lines(tmp_path):
+    run, d, facts = run_case(tmp_path, "fairseq-506-edunov-epoch-summaries-healthy")
+    assert train_records(run) == facts["step_records"] == 4
+    assert d["verdict"]["status"] == "healthy"
+    # json epoch summaries: valid lines are eval records, not train records
+    run, d, facts = run_case(tmp_path / "b", "fairseq-233-json-epoch-summaries-healthy")
+    assert train_records(run) == facts["step_records"] == 3
+    evals = run.metrics.filter(pl.col("name") == "eval_loss")
+    assert evals.height == 4 and evals.get_column("record").null_count() == 4  # the 4 valid lines
+
+
+def test_hf_dicts_after_a_data_loading_bar_are_separate_records(tmp_path):
+    # a `7/7` loading bar, then nine loss dicts with no training bar: nine records, not one
+    run, d, facts = run_case(tmp_path, "hf-trainer-timemoe-71-intermittent-gradnorm-nan")
+    assert train_records(run) == facts["step_records"] == 9
+    assert d["verdict"]["status"] == "unstable"
+
+
+def test_lightning_csv_logger_rows_of_one_step_merge(tmp_path):
+    # `lr-Adam` and `train/nll_loss` on two rows of the same step; the loss is named `train/nll_loss`
+    run, d, facts = run_case(tmp_path, "lightning-opal-v2-version0-metrics-lr-rows-5400")
+    assert train_records(run) == facts["step_records"] == 108
+    assert run.resolve("loss") == "train_nll_loss" and run.series("loss").height == 108
+    assert d["verdict"]["status"] == "healthy" and "loss" in d["verdict"]["coverage"]["signals"]
+
+
+def test_rounded_step_counter_keeps_every_record(tmp_path):
+    # LeRobot prints `step:1K` for steps 1000, 1200 and 1400: three records, not one
+    run, d, facts = run_case(tmp_path, "lerobot-train-log-gradnorm-healthy-23k")
+    assert train_records(run) == facts["step_records"] == 115
+    steps = run.series("loss").get_column("step")
+    assert steps.min() == facts["first_step"] and steps.is_sorted() and run.metrics.get_column("attempt").max() == 0
+
+
+def test_markdown_bold_in_a_pasted_dict_is_read(tmp_path):
+    run, _, facts = run_case(tmp_path, "unsloth-344-tqdm-loss-markdown-bold")
+    assert run.series("loss").get_column("value").to_list() == [4.7581]
+
+
+def test_unprefixed_rank_duplicates_are_one_record_across_grammars(tmp_path):
+    run, d, facts = run_case(tmp_path, "torchtitan-pr2389-moe-seven-rank-duplicate-lines")
+    assert train_records(run) == facts["step_records"] == 2
+    assert run.sources.get_column("format").to_list() == ["torchtitan"]
+
+
+def test_cuda_unknown_error_then_nothing_is_a_hardware_death(tmp_path):
+    run, d, facts = run_case(tmp_path, "megatron-deepspeed-tr11-176b-gpu-crash-cuda-unknown-error")
+    err = run.events.filter(pl.col("kind") == "error")
+    assert err.height >= 1 and "CUDA error: unknown error" in err.get_column("detail")[0]
+    assert d["verdict"]["status"] == "unstable" and d["verdict"]["root_cause"] == facts["stated_label"]
+
+
+def test_nccl_timeout_then_nothing_convicts_with_hardware_first(tmp_path):
+    run, d, facts = run_case(tmp_path, "pytorch-deepdewedge-22-nccl-timeout-other-card")
+    inc = d["incidents"][0]
+    assert d["verdict"]["status"] == "unstable" and inc["kind"] == "hardware_error"
+    assert inc["root_cause"] == "hardware_fault" and inc["confidence"] < 0.8  # a hang is not only hardware
+
+
+def test_loss_printed_as_zero_after_a_real_loss_is_a_masked_nan(tmp_path):
+    # Qwen-VL on V100: loss 3.8462, then exactly 0.0 on every record
+    run, d, facts = run_case(tmp_path, "hf-trainer-qwen-vl-352-loss-zero-v100-fp16")
+    assert d["verdict"]["status"] == "unstable"
+    inc = d["incidents"][0]
+    assert inc["kind"] == "nonfinite"
+    assert facts["stated_label"] in [inc["root_cause"]] + [a["root_cause"] for a in inc["alternatives"]][:1]
+
+
+def test_recovering_nans_are_skipped_overflows(tmp_path):
+    run, d, facts = run_case(tmp_path, "hf-trainer-gemma-pytorch-24-loss-nan")
+    assert d["verdict"]["root_cause"] == facts["stated_label"] == "fp16_overflow"
+    assert "skipped" in d["incidents"][0]["explanation"]
+
+
+def test_a_pasted_spike_of_eleven_records_is_found(tmp_path):
+    # BLOOM-176B: grad norm 0.24 -> 960, loss 2.2 -> 5.1, recovered by the end of the paste
+    run, d, facts = run_case(tmp_path, "megatron-deepspeed-tr11-176b-lm-loss-spike")
+    real = [i for i in d["incidents"] if i["severity"] != "info"]
+    assert real and any(i["step_start"] - 1 <= facts["spike_peak_steps"][0] <= i["step_end"] + 1 for i in real)
+
+
+def test_absurd_grad_norms_from_the_first_record_are_not_healthy(tmp_path):
+    run, d, facts = run_case(tmp_path, "mmdet-3446-detectors-loss-explosion-start")
+    assert d["verdict"]["status"] == "unstable"
+    assert any("exploded" in f for i in d["incidents"] for f in i["findings"])
+
+
+def test_overflow_storm_in_an_excerpt_is_not_calibration(tmp_path):
+    # DeepSpeed halving 64 -> 2 from step 379: an excerpt, not the scaler's start-up search
+    run, d, facts = run_case(tmp_path, "deepspeed-chinese-llama-alpaca-534-overflow-to-min-scale-tqdm")
+    assert d["verdict"]["status"] in ("degraded", "unstable") and d["verdict"]["root_cause"] == "fp16_overflow"
+
+
+def test_noisy_single_batch_loss_is_no_unstable_start(tmp_path):
+    run, d, facts = run_case(tmp_path, "lightning-turngpt-version0-metrics-noisy-2500")
+    assert facts["healthy"] and d["verdict"]["status"] == "healthy"
+
+
+def test_loss_parts_stand_for_the_loss_when_no_total_is_printed(tmp_path):
+    # mmseg prints decode.loss_seg (NaN from the first iteration) and no `loss`
+    run, d, facts = run_case(tmp_path, "mmseg-daformer-22-loss-seg-nan-from-start")
+    assert run.resolve("loss") in ("decode_loss_seg", "mix_decode_loss_seg")
+    assert d["verdict"]["status"] == "unstable" and d["incidents"][0]["kind"] == "nonfinite"
+
+
+def test_facts_files_are_not_ingested_from_a_folder():
+    folder, _ = case("llama2c-modded-llama2-10-first-steps-healthy")
+    names = [source for _, source, _ in expand_paths([folder])]
+    assert "FACTS.toml" not in names and names
+
+
+def test_megatron_iterations_skipped_while_the_scale_holds_are_events(tmp_path):
+    # Megatron-LM #602: `number of skipped iterations: 1` on every iteration at loss scale 16384
+    run, d, facts = run_case(tmp_path, "megatron-lm-602-every-iteration-skipped-fp16")
+    skipped = run.events.filter(pl.col("kind").is_in(["overflow", "hysteresis"]))
+    assert skipped.height == 4 and skipped.get_column("step").to_list() == [1, 2, 3, 4]
+    assert d["verdict"]["status"] != "healthy"
