@@ -22,6 +22,51 @@ class UnknownRunError(StoreError):
     pass
 
 
+class RunConflictError(ValueError):
+    """`diagnose PATH --run X` where run X already holds other sources (and no `--append`)."""
+
+
+def run_for_paths(paths: list[str | os.PathLike], run_id: str | None = None,
+                  store: str | os.PathLike | Store | None = None, append: bool = False) -> tuple[str, str | None]:
+    """The run that `diagnose PATH` ingests into, and a note when it is not the obvious one.
+
+    CONTRACT.md: `diagnose PATH` never adds files to a run that already holds other sources.
+    A run that holds nothing, or exactly these files (same content), is used as it is; with
+    `append` any run is. Otherwise a run named after the path gets a fresh name (`train-2`,
+    `train-3`, ...), and a run named with `--run` is refused (RunConflictError)."""
+    from spikeforensics.ingest import expand_paths, file_sha256
+    from spikeforensics.store import run_id_from_path
+
+    st = open_store(store)
+    explicit = run_id is not None
+    base = validate_run_id(run_id if explicit else run_id_from_path(paths[0]))
+    if append:
+        return base, None
+    shas: set[str] | None = None
+
+    def holds_only_these(rid: str) -> bool:
+        nonlocal shas
+        if not st.has_run(rid):
+            return True
+        held = set(st.sources(rid).get_column("sha256").to_list())
+        if not held:
+            return True
+        if shas is None:
+            shas = {file_sha256(f) for f, _, _ in expand_paths(list(paths))}
+        return held == shas
+
+    if holds_only_these(base):
+        return base, None
+    if explicit:
+        raise RunConflictError(f"run {base!r} already holds other sources; diagnose it with --run {base} alone, "
+                               f"add these files to it with --append, or pick another --run")
+    for k in range(2, 1000):
+        candidate = validate_run_id(f"{base[:120]}-{k}")
+        if holds_only_these(candidate):
+            return candidate, f"run {base!r} already holds other sources: ingesting into run {candidate!r} (use --append to add to {base!r})"
+    raise RunConflictError(f"no free run name after {base}-999; pick one with --run")
+
+
 def open_store(store: str | os.PathLike | Store | None = None) -> Store:
     return store if isinstance(store, Store) else Store(store)
 
@@ -122,7 +167,7 @@ def default_report_paths(run_id: str, store: str | os.PathLike | Store | None = 
                          out: str | os.PathLike | None = None, json_path: str | os.PathLike | None = None):
     st = open_store(store)
     html = Path(out) if out else st.run_dir(run_id) / "report.html"
-    js = Path(json_path) if json_path else html.with_name("diagnosis.json")
+    js = Path(json_path) if json_path else html.with_suffix(".json")  # X.html -> X.json (CONTRACT.md)
     return html, js, html.with_suffix(".md")
 
 
@@ -134,7 +179,7 @@ def write_reports(
     json_path: str | os.PathLike | None = None,
     max_points: int = 2000,
 ) -> dict[str, Path]:
-    """Write report.html, diagnosis.json, skiplist.json (beside the JSON) and report.md for a
+    """Write X.html, X.json, X.skiplist.json (beside the JSON) and X.md for a
     run (id or `RunData`); return their paths."""
     from spikeforensics.report import write_reports as _write
 

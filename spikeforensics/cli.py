@@ -21,7 +21,8 @@ from spikeforensics import __version__
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 EXIT_INPUT, EXIT_USAGE, EXIT_INCIDENTS, EXIT_INTERNAL = 1, 2, 3, 4
 EPILOG = ("Exit codes: 0 success, 1 input could not be used, 2 usage error, 3 incidents at or above --fail-on, "
-          "4 internal error (a bug in spikeforensics).")
+          "4 internal error (a bug in spikeforensics, or an incomplete diagnosis).")
+EPILOG_PLAIN = "Exit codes: 0 success, 1 input could not be used, 2 usage error, 4 internal error (a bug in spikeforensics)."
 
 
 class InputError(click.ClickException):
@@ -29,6 +30,10 @@ class InputError(click.ClickException):
 
     def show(self, file=None) -> None:
         click.echo(f"spikeforensics: error: {self.message}", err=True)
+
+
+class InternalError(InputError):
+    exit_code = EXIT_INTERNAL
 
 
 def _color_enabled() -> bool | None:
@@ -59,7 +64,7 @@ def handle_errors(func):
         debug = kwargs.get("debug") or os.environ.get("SPIKEFORENSICS_DEBUG")
         try:
             return func(*args, **kwargs)
-        except (IngestError, StoreError, ValueError, FileNotFoundError) as exc:
+        except (IngestError, StoreError, ValueError, OSError) as exc:  # bad input or environment: exit 1
             if debug:
                 traceback.print_exc()
             raise InputError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
@@ -68,10 +73,12 @@ def handle_errors(func):
             sys.exit(130)
         except click.ClickException:
             raise
-        except Exception as exc:  # a bug: one line, full trace only with --debug
+        except Exception as exc:  # a bug: one line, full trace only with --debug, exit 4
             if debug:
                 traceback.print_exc()
-            raise InputError(f"internal error: {type(exc).__name__}: {exc} (re-run with --debug for a traceback)") from None
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise InternalError(f"internal error (a bug in spikeforensics, not in your input): {type(exc).__name__}: "
+                                f"{first}" + ("" if debug else " (re-run with --debug for the traceback)")) from None
 
     return wrapper
 
@@ -103,11 +110,13 @@ def cli(ctx):
 # -- ingest ---------------------------------------------------------------------------
 
 
-@cli.command(epilog=EPILOG)
+@cli.command(epilog=EPILOG_PLAIN)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--run", "run_id", help="Run id. Default: the stem of the first PATH (folder name for a folder).")
 @store_option
-@click.option("--format", "fmt", default=None, help="Force a parser instead of detecting the format (see --list-formats).")
+@click.option("--format", "fmt", default=None,
+              help="Force a parser instead of detecting the format (a name from docs/formats.md, e.g. megatron, "
+                   "hf_trainer, jsonl_metrics; an unknown name lists them all). Turns off mixing grammars in one file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the ingest summary as JSON on stdout.")
 @click.option("--aliases", type=click.Path(dir_okay=False), default=None,
               help="TOML file extending the metric/column alias table (also $SPIKEFORENSICS_ALIASES).")
@@ -130,6 +139,8 @@ def ingest(paths, run_id, store, fmt, as_json, aliases, quiet, debug):
     from spikeforensics.ingest.aliases import load_user_aliases
 
     load_user_aliases(aliases)
+    if run_id == "":
+        raise click.UsageError("--run needs a run id (letters, digits, '.', '_', '-')")
     report = api.ingest(list(paths), run_id=run_id, store=store, fmt=fmt,
                         progress=None if quiet else (lambda m: note(f"reading {m}")))
     for f in report.files:
@@ -175,7 +186,8 @@ def _ingest_summary(report) -> str:
 @click.option("--run", "run_id", help="Run to diagnose (with PATHs: the run to ingest them into).")
 @store_option
 @click.option("--out", type=click.Path(dir_okay=False), help="HTML report path. Default: <store>/runs/<RUN>/report.html")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="diagnosis.json path. Default: beside the report.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Diagnosis JSON path (its skip list goes beside it as X.skiplist.json). Default: the report's path with .json.")
 @click.option("--rules", "rule_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Extra folder of rule files (*.toml), added to the bundled rules. Repeatable.")
 @click.option("--params", "params_file", type=click.Path(exists=True, dir_okay=False),
@@ -189,16 +201,18 @@ def _ingest_summary(report) -> str:
               help="Summary on stdout: text, or the diagnosis as JSON.")
 @click.option("--aliases", type=click.Path(dir_okay=False), default=None,
               help="With PATHs: TOML file extending the alias tables, as for ingest (also $SPIKEFORENSICS_ALIASES).")
+@click.option("--append", is_flag=True, help="With PATHs: add them to the run even when it already holds other sources.")
 @quiet_option
 @debug_option
 @handle_errors
 def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overrides, fail_on, max_points,
-             out_format, aliases, quiet, debug):
+             out_format, aliases, append, quiet, debug):
     """Detect, attribute and report the instabilities of a run.
 
-    Writes the HTML postmortem, diagnosis.json, skiplist.json and a Markdown copy,
-    and prints a short summary. With PATHs, ingests them first (into --run, else a
-    run named after the first PATH).
+    Writes the HTML postmortem X.html (--out), X.json, X.skiplist.json and a Markdown
+    copy X.md, and prints a short summary. With PATHs, ingests them first (into --run,
+    else a run named after the first PATH; a run that already holds other sources is
+    never added to without --append: a fresh run is used, or --run is refused).
 
     \b
     Examples:
@@ -211,12 +225,20 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
     from spikeforensics.params import Params
     from spikeforensics.report.terminal import summary_lines
 
+    if run_id == "":
+        raise click.UsageError("--run needs a run id (letters, digits, '.', '_', '-')")
     if not paths and not run_id:
         raise click.UsageError("give --run RUN_ID, or PATHs to ingest and diagnose")
     if paths:
         from spikeforensics.ingest.aliases import load_user_aliases
 
         load_user_aliases(aliases)
+        try:
+            run_id, moved = api.run_for_paths(list(paths), run_id, store, append=append)
+        except api.RunConflictError as exc:
+            raise click.UsageError(str(exc)) from None
+        if moved:
+            warn(moved)
         report = api.ingest(list(paths), run_id=run_id, store=store,
                             progress=None if quiet else (lambda m: note(f"reading {m}")))
         for f in report.files:
@@ -260,7 +282,7 @@ def _report_internal_failure(diagnosis: dict, written: dict, debug) -> None:
 # -- runs, export ---------------------------------------------------------------------------
 
 
-@cli.command(epilog=EPILOG)
+@cli.command(epilog=EPILOG_PLAIN)
 @store_option
 @click.option("--format", "out_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @debug_option
@@ -288,7 +310,7 @@ def runs(store, out_format, debug):
         click.echo(f"{r.run_id:<{width}} {r.sources:>7} {r.records:>8} {r.unparsed:>8}  {steps:<14} {','.join(r.formats)}")
 
 
-@cli.command(epilog=EPILOG)
+@cli.command(epilog=EPILOG_PLAIN)
 @click.option("--run", "run_id", required=True, help="Run to export from.")
 @click.option("--table", required=True,
               type=click.Choice(["metrics", "events", "layers", "batches", "telemetry", "sources"]))
@@ -325,7 +347,7 @@ def rules():
     """Root-cause rules (rules/*.toml): validate them."""
 
 
-@rules.command("check", epilog=EPILOG)
+@rules.command("check", epilog=EPILOG_PLAIN)
 @click.argument("dirs", nargs=-1, type=click.Path(exists=True))
 @click.option("--format", "out_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @debug_option

@@ -84,7 +84,7 @@ def _cli(tmp_path, path, *extra):
 def test_real_ecc_crash_with_one_record_is_unstable_hardware(tmp_path):
     res = _cli(tmp_path, DEV / "megatron-deepspeed-tr1-13b-ecc-uncorrectable-crash" / "chronicles_excerpt.log")
     assert res.exit_code == 0, res.output
-    d = json.loads((tmp_path / "diagnosis.json").read_text())
+    d = json.loads((tmp_path / "r.json").read_text())
     assert d["verdict"]["status"] == "unstable" and d["verdict"]["root_cause"] == "hardware_fault"
     assert d["incidents"][0]["kind"] == "hardware_error" and "ECC" in d["incidents"][0]["explanation"]
 
@@ -103,7 +103,7 @@ def test_real_nccl_watchdog_dump_convicts_on_its_events(tmp_path):
     # the watchdog takes the job down: no training record follows the timeouts
     res = _cli(tmp_path, REAL / "hardware" / "llamafactory_6269_nccl_watchdog_reduce_scatter.log")
     assert res.exit_code == 0
-    d = json.loads((tmp_path / "r.json").read_text()) if (tmp_path / "r.json").exists() else json.loads((tmp_path / "diagnosis.json").read_text())
+    d = json.loads((tmp_path / "r.json").read_text())
     assert d["verdict"]["status"] == "unstable"
     inc = d["incidents"][0]
     assert inc["kind"] == "hardware_error" and inc["root_cause"] in ("hardware_fault", "unknown")
@@ -119,7 +119,7 @@ def test_incomplete_exits_4_and_says_where_the_traceback_is(tmp_path, monkeypatc
     log.write_text("".join(f"step {s} | loss {3 - s / 100:.3f} | lr 1e-4 | grad_norm 0.5\n" for s in range(1, 80)))
     res = _cli(tmp_path, log)
     assert res.exit_code == 4
-    assert "bug in spikeforensics" in res.stderr and "diagnosis.json" in res.stderr and "Traceback" not in res.stderr
+    assert "bug in spikeforensics" in res.stderr and "r.json" in res.stderr and "Traceback" not in res.stderr
     res = CliRunner().invoke(cli, ["diagnose", "--run", "train", "--store", str(tmp_path / "s"), "-q",
                                    "--out", str(tmp_path / "r2.html"), "--debug"])
     assert res.exit_code == 4 and "Traceback" in res.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import traceback
 from datetime import date, datetime
 from pathlib import Path
@@ -263,15 +264,33 @@ def fail_on_exit_code(diagnosis: dict, severity: str | None) -> int:
     return 3 if hit else 0
 
 
+def skiplist_path(json_path: str | Path) -> Path:
+    """The skip list beside a diagnosis JSON, named after it (CONTRACT.md): `X.json` -> `X.skiplist.json`."""
+    json_path = Path(json_path)
+    stem = json_path.name[: -len(".json")] if json_path.name.endswith(".json") else json_path.name
+    return json_path.with_name(f"{stem}.skiplist.json")
+
+
 def write_outputs(diagnosis: dict, json_path: str | Path) -> tuple[Path, Path]:
-    """Write diagnosis.json and skiplist.json beside it; returns both paths."""
+    """Write the diagnosis JSON and its skip list beside it (`X.json`, `X.skiplist.json`), each
+    atomically (a full disk or a kill leaves the old file or none, never half a file)."""
     json_path = Path(json_path)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(dumps(diagnosis, indent=2) + "\n", encoding="utf-8")
+    write_atomic(json_path, dumps(diagnosis, indent=2) + "\n")
     skip = diagnosis.get("skiplist") or {"run_id": diagnosis["run_id"], "steps": [], "sample_ids": []}
-    skip_path = json_path.parent / "skiplist.json"
-    skip_path.write_text(dumps(skip, indent=2) + "\n", encoding="utf-8")
+    skip_path = skiplist_path(json_path)
+    write_atomic(skip_path, dumps(skip, indent=2) + "\n")
     return json_path, skip_path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 # --- the whole diagnosis -----------------------------------------------------------------------

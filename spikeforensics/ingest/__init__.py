@@ -187,6 +187,11 @@ def expand_paths(paths: list[str | Path]) -> list[tuple[Path, str, bool]]:
     return out
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (what the store identifies a source by)."""
+    return _sha256(path)[0]
+
+
 def _sha256(path: Path) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0

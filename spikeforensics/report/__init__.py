@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spikeforensics.attribute.diagnosis import write_outputs
+from spikeforensics.attribute.diagnosis import write_atomic, write_outputs
 
 
 def write_reports(diagnosis: dict, run, html_path, json_path, md_path=None, max_points: int = 2000) -> dict:
-    """Write the HTML report, diagnosis.json with skiplist.json beside it, and (optionally)
-    Markdown; return {kind: path}."""
+    """Write the HTML report, the diagnosis JSON with its skip list beside it (`X.json`,
+    `X.skiplist.json`), and (optionally) Markdown, each file atomically; return {kind: path}."""
     from spikeforensics.report.html import render_html
     from spikeforensics.report.markdown import render_markdown
 
@@ -22,10 +22,10 @@ def write_reports(diagnosis: dict, run, html_path, json_path, md_path=None, max_
     if md_path is not None:
         md_path = Path(md_path)
         md_path.parent.mkdir(parents=True, exist_ok=True)
-        md_path.write_text(render_markdown(diagnosis), encoding="utf-8")
+        write_atomic(md_path, render_markdown(diagnosis))
         written["markdown"] = md_path
     html_path = Path(html_path)
     html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(render_html(diagnosis, run, max_points=max_points), encoding="utf-8")
+    write_atomic(html_path, render_html(diagnosis, run, max_points=max_points))
     written["html"] = html_path
     return written
