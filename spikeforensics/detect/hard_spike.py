@@ -103,6 +103,7 @@ def detect(run: RunData, params) -> list[Finding]:
     long_run = _long_run(run, params)
     if long_run:
         findings = [_quiet_blip(f, run, params) for f in findings]
+    findings = _quiet_loss_bumps(findings, run, params)
     findings += _recurring(findings, run, params, long_run)
     findings += _absurd_norms(run, params, findings)
     return recurrence.promote(run, findings, params)
@@ -144,6 +145,40 @@ def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
     f.facts["blip"] = True
     f.summary += "; the loss did not move: an isolated grad-norm blip (note)"
     return f
+
+
+def _quiet_loss_bumps(findings: list[Finding], run: RunData, params) -> list[Finding]:
+    """One-record loss bumps below the hard-spike ratio (DOMAIN: >= 2x), back in band on the very next
+    record, with no grad-norm spike beside them, are a batch harder than the rest (a single-rank loss of
+    a record run swings 1.3-1.5x now and then), not an instability: the update was ordinary and nothing
+    followed. Notes. Bumps that a recurring sample explains are promoted again by `recurrence.promote`;
+    a bump the grad norm answers, or one that lasts, stays an incident."""
+    for f in findings:
+        if _is_loss_bump(f, run, params):
+            f.severity = "info"
+            f.facts["loss_bump"] = True
+            f.summary += "; back in its band on the next record, no grad-norm spike: a one-batch loss bump (note)"
+    return findings
+
+
+def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
+    hp = params.hard_spike
+    signals_hit = {e.signal for e in f.evidence} & set(SIGNALS)
+    if f.severity == "info" or f.facts.get("early_rise") or signals_hit != {"loss"} or f.step_end != f.step_start:
+        return False
+    peak = max((e.ratio or 0.0) for e in f.evidence if e.signal == "loss")
+    if not 0 < peak < hp.loss_ratio_critical:
+        return False
+    loss = run.series("loss").filter(pl.col("attempt") == f.attempt).sort("t")
+    at = loss.filter(pl.col("step") == f.peak_step)
+    if loss.height < hp.short_series_records or at.height == 0:
+        return False  # a short excerpt: no band to come back to
+    t = int(at.get_column("t")[0])
+    nxt = loss.filter(pl.col("t") == t + 1)
+    before = loss.filter(pl.col("t").is_between(t - params.series.window, t - 1)).get_column("value")
+    if nxt.height == 0 or before.len() == 0 or not math.isfinite(nxt.item(0, "value")):
+        return False
+    return nxt.item(0, "value") <= float(before.median()) * hp.loss_ratio_floor  # back on the next record
 
 
 def _interval(run: RunData) -> int:
