@@ -162,3 +162,23 @@ def test_record_run_with_a_noisy_single_rank_loss_is_healthy(tmp_path):
     assert d["verdict"]["status"] == "healthy"
     bumps = [n for n in d["notes"] if "one-batch loss bump" in n["summary"]]
     assert bumps and all(n["severity"] == "info" for n in bumps)
+
+
+def test_column_tables_of_ultralytics_and_fastai_are_read(tmp_path):
+    run, d, facts = run_case(tmp_path, "ultralytics-1149-yolov8seg-gtx1660ti-nan-epoch1")
+    assert train_records(run) == facts["step_records"] == 1
+    assert run.sources.get_column("format").to_list() == ["column_table"]
+    names = set(run.metrics.get_column("name"))
+    assert {"box_loss", "seg_loss", "cls_loss", "dfl_loss"} <= names and run.resolve("loss").endswith("_loss")
+    assert d["verdict"]["status"] != "healthy"
+    # a fastai table copied out of a notebook: `train loss` / `valid loss` headers flattened to two words
+    run, d, facts = run_case(tmp_path / "f", "fastai-941-fp16-nan-train-valid-loss")
+    assert {"loss", "eval_loss"} <= set(run.metrics.get_column("name"))
+
+
+def test_megatron_key_value_lines_are_read(tmp_path):
+    # ALCF Megatron-DeepSpeed with the ezpz logger: `iteration=  1/ 635782 | lm loss=11.16 | grad_norm=6.363 |`
+    run, d, facts = run_case(tmp_path, "megatron-deepspeed-alcf-ezpz-keyvalue-lines-tensor-prints")
+    assert train_records(run) == facts["step_records"] == 1
+    vals = dict(run.metrics.select("name", "value").iter_rows())
+    assert vals["loss"] == 11.16725 and vals["grad_norm"] == 6.363 and vals["lr"] == 9.4372e-09

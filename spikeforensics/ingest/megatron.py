@@ -49,23 +49,24 @@ from spikeforensics.ingest.text_events import extract_events
 
 NAME = "megatron"
 
-# `iteration     7000/  159576 |` (Megatron), ` iteration 700/ 3000 |` (2019), `iteration: 991 / 1000 |` (nanotron)
-ITER_RE = r"\biteration(:?)\s*(\d+)\s*/\s*(\d+)\s*\|"
+# `iteration     7000/  159576 |` (Megatron), ` iteration 700/ 3000 |` (2019), `iteration: 991 / 1000 |` (nanotron),
+# `iteration=       1/  635782 | ... | lm loss=11.16 |` (ALCF Megatron-DeepSpeed with the ezpz logger: `key=value` fields)
+ITER_RE = r"\biteration([:=]?)\s*(\d+)\s*/\s*(\d+)\s*\|"
 # ` validation loss at iteration 7000 | ...` / `... at iteration N on validation set | ...`
 VALID_RE = r"\b(validation|test) loss at iteration\s+(\d+)"
 # one `name: value` (or colon-less `name value`) field between pipes
-FIELD_RE = rf"^\s*(?P<k>[A-Za-z_(][^:|]*?[^\s:|])\s*(?::\s*|\s)\s*(?P<v>{NUM_TOKEN})\s*$"
+FIELD_RE = rf"^\s*(?P<k>[A-Za-z_(\[][^:=|]*?[^\s:=|])\s*(?::\s*|=\s*|\s)\s*(?P<v>{NUM_TOKEN})\s*$"
 # a colon-less field (2019 forks: `| learning rate 9.773E-06 | lm loss NAN |`)
 LEGACY_FIELD = r"\|\s*[A-Za-z][\w ()/-]*[A-Za-z)]\s+[-+]?(?:\d[\d.eE+-]*|nan|NAN|inf|INF)\s*\|"
 # lines that look like a record even when they do not parse
-LOOKS_LIKE = r"\biteration:?\s*\d+\s*/|\| (?:lm loss|learning rate|loss scale|consumed samples)\b"
+LOOKS_LIKE = r"\biteration[:=]?\s*\d+\s*/|\| (?:lm loss|learning rate|loss scale|consumed samples)\b"
 MAX_EXAMPLES = 5
 
 
 def sniff(sample: SniffSample) -> float:
     text = "\n".join(sample.lines)
     strong = pl.Series(sample.lines, dtype=pl.String).str.contains(
-        r"\biteration:?\s*\d+\s*/\s*\d+\s*\|.*\b(?:lm loss|lm_loss|learning rate|lr|consumed samples|consumed_tokens)\b"
+        r"\biteration[:=]?\s*\d+\s*/\s*\d+\s*\|.*\b(?:lm loss|lm_loss|learning rate|learning_rate|lr|consumed samples|consumed_tokens)\b"
     ).sum() if sample.lines else 0
     if strong:
         return 0.95
@@ -113,7 +114,8 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     it = text.str.extract_groups(ITER_RE)
     cand = cand.with_columns(
         it.struct.field("2").cast(pl.Int64, strict=False).alias("_it"),
-        (it.struct.field("1") == "").alias("_pipe_style"),
+        (it.struct.field("1") != ":").alias("_pipe_style"),
+        (it.struct.field("1") == "=").alias("_kv_style"),
     )
     # validation records, among the few candidates that are not train records
     evals = cand.filter(pl.col("_it").is_null()).with_columns(
@@ -129,9 +131,10 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     )
     # the part after the iteration counter / validation header; a record that lost its
     # tail loses its last (possibly cut) field
-    body = text.str.replace(r"^.*?(?:\biteration:?\s*\d+\s*/\s*\d+|\bloss at iteration\s+\d+[^|]*)\s*\|", "")
+    body = text.str.replace(r"^.*?(?:\biteration[:=]?\s*\d+\s*/\s*\d+|\bloss at iteration\s+\d+[^|]*)\s*\|", "")
     body = pl.when(pl.col("_cut")).then(body.str.replace(r"[^|]*$", "")).otherwise(body)
-    rec = rec.with_columns(body.alias("_body"), text.str.contains(LEGACY_FIELD).alias("_legacy"))
+    rec = rec.with_columns(body.alias("_body"),
+                           (text.str.contains(LEGACY_FIELD) | pl.col("_kv_style").fill_null(False)).alias("_legacy"))
     bodies = rec.select("line", pl.col("_body").alias("text"), pl.col("_it").is_null().alias("_eval"), "_legacy")
     fast = split_colon_fields(bodies.filter(~pl.col("_legacy")).drop("_legacy"), "|")
     slow = split_fields(bodies.filter(pl.col("_legacy")).drop("_legacy"), "|", FIELD_RE)

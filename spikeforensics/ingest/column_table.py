@@ -1,0 +1,92 @@
+"""Column tables printed to stdout: a header line of metric names, then rows of values.
+
+    Ultralytics YOLO (the header is printed again before every epoch; the row is a tqdm bar):
+          Epoch    GPU_mem   box_loss   seg_loss   cls_loss   dfl_loss  Instances       Size
+          1/100      2.37G      1.234      2.345      3.456      1.111         16        640: 100%|###| 1/1 [...]
+    fastai (`fit`, console or a notebook table copied as text):
+        epoch     train_loss  valid_loss  accuracy  time
+        0         2.331       2.125       0.312     00:10
+    Keras-style or custom loops that print an aligned table the same way.
+
+A header is a line of three or more names, one of them holding `loss`; a row is a line whose
+first token is a counter (`3` or `3/100`) under such a header. The i-th token of the row is the
+value of the i-th name (extra tokens, such as a trailing progress bar, are ignored). When a header
+has more names than its rows have values and the extra names are the `loss` of `train loss` /
+`valid loss` (an HTML table flattened by a copy), those pairs are joined (`train_loss`).
+The step is the first column when it is a counter (`epoch`, `step`, `iter`, ...: `1/100` -> 1),
+else the row's position. Names go through the alias table (`train_loss` -> `loss`,
+`valid_loss` -> `eval_loss`); a table whose only losses are parts (`box_loss`, `cls_loss`) keeps
+them under their own names (`RunData.resolve` reads one of them as the loss).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics.ingest.base import (
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    extract_time,
+    named_values,
+    prepared_lines,
+    sniff_share,
+    text_result,
+)
+
+NAME = "column_table"
+NAME_TOKEN = r"[A-Za-z_][\w./()-]*"
+HEADER = rf"^\s*{NAME_TOKEN}(?:\s+{NAME_TOKEN}){{2,}}\s*$"
+ROW = r"^\s*\d+(?:/\d+)?\s+\S+\s+\S"
+COUNTERS = ("epoch", "step", "iter", "iteration", "it", "global_step", "steps", "epochs")
+MAX_GAP = 200  # lines between a header and its rows (tqdm redraws, validation lines in between)
+CONFIDENCE = 0.5
+
+
+def sniff(sample: SniffSample) -> float:
+    headers = sniff_share(sample, HEADER + r"|(?i:^.*loss.*$)")  # cheap gate first
+    if not headers:
+        return 0.0
+    lines = pl.Series(sample.lines, dtype=pl.String)
+    is_header = lines.str.contains(HEADER) & lines.str.contains(r"(?i)loss")
+    is_row = lines.str.contains(ROW)
+    if not is_header.any() or not is_row.any():
+        return 0.0
+    first_header = int(is_header.arg_true()[0])
+    return CONFIDENCE if bool(is_row.slice(first_header + 1).any()) else 0.0
+
+
+def _header_names(tokens: pl.Expr, values: pl.Expr) -> pl.Expr:
+    """The header's names, `X loss` pairs joined when the header is longer than its rows."""
+    joined = tokens.list.join(" ").str.replace_all(r"(?i)\b(train|valid|val|eval|test|training|validation) loss\b", "${1}_loss")
+    return pl.when(tokens.list.len() > values.list.len()).then(joined.str.extract_all(r"\S+")).otherwise(tokens)
+
+
+def parse(src: SourceFile) -> ParseResult:
+    lines = prepared_lines(src)
+    text = pl.col("text")
+    headers = lines.filter(text.str.contains(HEADER) & text.str.contains(r"(?i)loss")).select(
+        pl.col("line").alias("_hline"), text.str.extract_all(r"\S+").alias("_names"))
+    if headers.height == 0:
+        return ParseResult()
+    rows = lines.filter(text.str.contains(ROW)).sort("line").join_asof(
+        headers.sort("_hline"), left_on="line", right_on="_hline", strategy="backward")
+    rows = rows.filter(pl.col("_hline").is_not_null() & (pl.col("line") - pl.col("_hline") <= MAX_GAP))
+    tokens = text.str.extract_all(r"\S+")
+    rows = rows.with_columns(tokens.alias("_vals")).with_columns(_header_names(pl.col("_names"), pl.col("_vals")).alias("_names"))
+    rows = rows.filter(pl.col("_vals").list.len() >= pl.col("_names").list.len())
+    if rows.height == 0:
+        return ParseResult()
+    rows = rows.with_columns(pl.col("_vals").list.head(pl.col("_names").list.len()))
+    first_name = pl.col("_names").list.first().str.to_lowercase()
+    counter = pl.col("_vals").list.first().str.extract(r"^(\d+)", 1).cast(pl.Int64, strict=False)
+    records = rows.select(
+        "line", "prefix_rank", extract_time(text).alias("time"),
+        pl.when(first_name.is_in(list(COUNTERS))).then(counter).alias("step"),
+        pl.lit("train").alias("record_kind"),
+    )
+    pairs = rows.select("line", pl.col("_names").alias("k"), pl.col("_vals").alias("v")).explode("k", "v")
+    pairs = pairs.filter(~pl.col("k").str.to_lowercase().is_in(list(COUNTERS)))
+    pairs = pairs.with_columns(pl.col("v").str.strip_chars_end(":,"))
+    values = named_values(pairs, eval_rows=pl.col("k").str.contains(r"(?i)^(?:valid|val|eval|test)")).select("line", "name", "value")
+    return text_result(src.name, lines, records, values, None, mode="done")
