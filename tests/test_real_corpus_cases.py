@@ -182,3 +182,12 @@ def test_megatron_key_value_lines_are_read(tmp_path):
     assert train_records(run) == facts["step_records"] == 1
     vals = dict(run.metrics.select("name", "value").iter_rows())
     assert vals["loss"] == 11.16725 and vals["grad_norm"] == 6.363 and vals["lr"] == 9.4372e-09
+
+
+def test_train_loss_far_above_the_eval_loss_before_training_is_an_unstable_start(tmp_path):
+    # mlx-lm LoRA: `Iter 1: Val loss 2.381`, then `Iter 25: Train loss 8.108`: two records are enough
+    run, d, facts = run_case(tmp_path, "mlx-lm-620-lora-rank64-scale10-loss-8")
+    assert d["verdict"]["status"] == "unstable"
+    inc = d["incidents"][0]
+    assert "eval loss before training" in inc["findings"][0]
+    assert facts["stated_label"] in [inc["root_cause"]] + [a["root_cause"] for a in inc["alternatives"]][:1]

@@ -330,33 +330,49 @@ def _absurd_norms(run: RunData, params, found: list[Finding]) -> list[Finding]:
 
 def _early_rise(run: RunData, params) -> list[Finding]:
     """The loss climbing above its initial value in the first records (warmup too short, LR too high
-    from the start): a hard spike that the two-sided test cannot see, as the first records have no past."""
+    from the start): a hard spike that the two-sided test cannot see, as the first records have no past.
+    The initial value is the first training loss, or the eval loss logged before training began when
+    there is one (the model as it started: HF `eval_on_start`, mlx-lm `Iter 1: Val loss`, nanoGPT and
+    llm.c step-0 evals), so a fine-tune whose very first training records are already far above it counts."""
     hp = params.hard_spike
     loss, _ = signals.raw(run, "loss")
     loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == 0))
-    if loss.height < 10:
+    if loss.height < 2:
         return []
     loss = loss.filter(pl.col("rank") == loss.get_column("rank").first()) if loss.get_column("rank").null_count() == 0 else loss.filter(pl.col("rank").is_null())
     first = loss.row(0, named=True)
     if run.series("loss").get_column("step").null_count() or first["step"] > hp.start_max_step:
         return []  # an excerpt from mid-training (or without step numbers) has no "start" to judge
+    ref_value, ref_y, ref_what = first["value"], first["y"], "its initial value"
+    start_eval = run.metrics.filter((pl.col("name") == "eval_loss") & (pl.col("attempt") == 0) & pl.col("value").is_finite()
+                                    & (pl.col("value") > 0) & (pl.col("step") <= first["step"])).sort("step", "line")
+    if start_eval.height and start_eval.item(0, "value") < ref_value:
+        ref_value = float(start_eval.item(0, "value"))
+        ref_y, ref_what = math.log(ref_value), f"the eval loss before training ({ref_value:g})"
+    elif loss.height < 10:
+        return []
     horizon = loss.head(max(10, int(loss.height * hp.early_frac)))
-    above = horizon.with_columns((pl.col("y") - first["y"]).exp().alias("ratio"))
+    above = horizon.with_columns((pl.col("y") - ref_y).exp().alias("ratio"))
     peak = above.sort("ratio", descending=True).row(0, named=True)
     # the rise must stand out of the series' own record-to-record noise too (a single-batch loss
-    # swings 20-40% from record to record: robust sigma of the log differences, as for the z-test)
+    # swings 20-40% from record to record: robust sigma of the log differences, as for the z-test);
+    # a short excerpt has no noise sample to judge by
     noise = float(loss.get_column("y").diff().drop_nulls().abs().median() or 0.0) / (0.6745 * math.sqrt(2))
+    if loss.height < hp.short_series_records:
+        noise = 0.0
     if peak["ratio"] < hp.loss_ratio_floor or math.log(peak["ratio"]) < hp.z_threshold * noise:
         return []
-    back = loss.filter((pl.col("t") > peak["t"]) & (pl.col("y") <= first["y"])).head(1)
+    back = loss.filter((pl.col("t") > peak["t"]) & (pl.col("y") <= ref_y)).head(1)
     end = int(back.get_column("step")[0]) if back.height else int(loss.get_column("step")[-1])
     severity = "critical" if peak["ratio"] >= hp.loss_ratio_critical else "warning"
-    ev = [Evidence(signal="loss", step=peak["step"], value=peak["value"], baseline=first["value"], ratio=round(peak["ratio"], 4),
-                   note="peak over the initial loss in the first records; back below it at step " + str(end))]
+    ev = [Evidence(signal="loss", step=peak["step"], value=peak["value"], baseline=ref_value, ratio=round(peak["ratio"], 4),
+                   note=f"peak over {ref_what} in the first records; "
+                        + (f"back below it at step {end}" if back.height else "not back below it by the end of the log"))]
     return [Finding(kind="hard_spike", step_start=int(first["step"]), step_end=end, peak_step=int(peak["step"]),
                     severity=severity, score=float(peak["ratio"]), evidence=ev,
-                    summary=(f"loss rose to {peak['ratio']:.1f}x its initial value at step {peak['step']} before falling "
-                             f"(back below it at step {end}): unstable start, warmup too short or LR too high"),
+                    summary=(f"loss rose to {peak['ratio']:.1f}x {ref_what} at step {peak['step']}"
+                             + (f" before falling (back below it at step {end})" if back.height else "")
+                             + ": unstable start, warmup too short or LR too high"),
                     facts={"onset_step": int(first["step"]), "early_rise": True, "cause": "unstable_start",
                            "recovery": "never" if not back.height else ("fast" if end - peak["step"] < params.shape.fast_recovery else "slow")})]
 
