@@ -75,6 +75,7 @@ class CaseScore:
     top2: list = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
+    steps_covered: int = 0
 
     @property
     def records_ok(self) -> bool:
@@ -116,7 +117,8 @@ def score_case(folder: Path, facts: dict, split: str, store_root: Path) -> CaseS
     case = CaseScore(id=facts.get("id", folder.name), split=split, framework=facts.get("framework", "?"),
                      healthy=bool(facts.get("healthy")), step_records=facts.get("step_records"),
                      overflow_expected=facts.get("overflow_count"), expected_steps=expected_steps(facts),
-                     stated_label=facts.get("stated_label"))
+                     stated_label=facts.get("stated_label"),
+                     steps_covered=int((facts.get("last_step") or 0) - (facts.get("first_step") or 0)))
     start = time.perf_counter()
     files = [folder / f for f in facts.get("files", [])] or [p for p in folder.iterdir() if p.name != "FACTS.toml"]
     run_id = re.sub(r"[^A-Za-z0-9._-]", "-", case.id)[:120]
@@ -196,6 +198,7 @@ def totals(cases: list[CaseScore]) -> dict:
         "records_share_min": min((c.records_ratio or 0.0 for c in with_records), default=None),
         "verdict_right": sum(c.verdict_right for c in cases),
         "healthy_cases": len(healthy),
+        "healthy_long": sum(c.steps_covered >= 1000 for c in healthy),
         "false_alarm_cases": sum(c.warnings_plus > 0 for c in healthy),
         "false_alarms": sum(c.warnings_plus for c in healthy),
         "located": sum(c.located for c in cases),
@@ -222,7 +225,8 @@ def render(label: str, cases: list[CaseScore]) -> str:
         "|---|---|---|",
         f"| logs with >= 95% of their step records read | {_pct(t['records_read'], t['records_cases'])} | every log |",
         f"| verdict right (healthy vs degraded/unstable) | {_pct(t['verdict_right'], t['cases'])} | >= 90% |",
-        f"| healthy logs with a warning+ incident | {t['false_alarm_cases']} of {t['healthy_cases']} ({t['false_alarms']} incidents) | 0 |",
+        f"| healthy logs with a warning+ incident | {t['false_alarm_cases']} of {t['healthy_cases']} ({t['false_alarms']} incidents; "
+        f"{t['healthy_long']} of them cover >= 1,000 steps) | 0 |",
         f"| incident steps located (within one logging interval) | {_pct(t['located'], t['expected_steps'])} | |",
         f"| stated cause top-1 | {_pct(t['top1'], t['stated_cases'])} | >= 70% |",
         f"| stated cause top-2 | {_pct(t['top2'], t['stated_cases'])} | >= 85% |",
