@@ -55,8 +55,12 @@ def test_precision_inferred_from_loss_scale_declared_from_events():
 def test_loss_scale_floor_from_series_or_overflow_detail():
     assert log_facts(run_of(loss=[2.0] * 4, scale=[8.0, 4.0, 2.0, 1.0]), P)["loss_scale_floor"]
     assert not log_facts(run_of(loss=[2.0] * 4, scale=[8.0, 4.0, 2.0, 2.0]), P)["loss_scale_floor"]
-    ev = [("overflow", '{"old_scale": 2.0, "new_scale": 1.0}')]
-    assert log_facts(run_of(loss=[2.0] * 4, events=ev), P)["loss_scale_floor"]
+    ev = [("overflow", '{"old_scale": 2.0, "new_scale": 1.0, "source_format": "deepspeed"}')]
+    assert log_facts(run_of(loss=[2.0] * 4, events=ev), P)["loss_scale_floor"]  # DeepSpeed's minimum is 1
+    fairseq = [("overflow", '{"new_scale": 1.0, "source_format": "fairseq"}')]
+    assert not log_facts(run_of(loss=[2.0] * 4, events=fairseq), P)["loss_scale_floor"]  # fairseq halves on to 1e-4
+    stuck = [("overflow", '{"old_scale": 1.0, "new_scale": 1.0}')]
+    assert log_facts(run_of(loss=[2.0] * 4, events=stuck), P)["loss_scale_floor"]  # a halving that could not happen
 
 
 def test_skipped_nonfinite_updates_recover():

@@ -151,3 +151,15 @@ def test_detector_failure_is_recorded_by_name(monkeypatch):
     assert det.failed_detectors(findings) == ["sign_ratio_anomaly"]
     note = next(x for x in findings if x.facts.get("detector_failed"))
     assert "RuntimeError: boom" in note.facts["traceback"] and "Traceback" in note.facts["traceback"]
+
+
+def test_a_scale_of_one_is_the_floor_only_for_scalers_whose_minimum_it_is():
+    c = curves(40)
+    deepspeed = events_run([ev("overflow", 20, 21, old_scale=2.0, new_scale=1.0, source_format="deepspeed")], c)
+    assert [f.facts["cause"] for f in events.detect(deepspeed, Params())] == ["loss_scale_floor"]
+    # fairseq halves on to 1e-4: "setting loss scale to: 1.0" once is no floor
+    fairseq = events_run([ev("overflow", 20, 21, new_scale=1.0, source_format="fairseq")], c)
+    assert events.detect(fairseq, Params()) == []
+    # whatever the framework, a halving that could not happen ("reducing to 1" from 1) is the floor
+    stuck = events_run([ev("overflow", 20, 21, old_scale=1.0, new_scale=1.0)], c)
+    assert [f.facts["cause"] for f in events.detect(stuck, Params())] == ["loss_scale_floor"]

@@ -64,17 +64,25 @@ def _gpu_no_bf16(events: pl.DataFrame) -> bool:
     return bool((flags == "false").any())
 
 
-def _floor_reached(run: RunData, floor: float) -> bool:
+def _floor_reached(run: RunData, floor: float, floor_formats: str) -> bool:
     scale = run.series("loss_scale")
-    if scale.height and scale.filter(pl.col("value").is_finite()).get_column("value").min() <= floor:
+    finite = scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")
+    # a scaler that goes below `floor` (fairseq halves on to 1e-4) has a lower floor: its values say nothing
+    if finite.len() and finite.min() == floor and uses_loss_scaling(scale):
         return True
     ovf = run.events.filter(pl.col("kind").is_in(["overflow", "skipped_step"]))
     if ovf.height == 0:
         return False
     detail = ovf.get_column("detail").fill_null("")
     new = detail.str.json_path_match("$.new_scale").cast(pl.Float64, strict=False)
+    old = detail.str.json_path_match("$.old_scale").cast(pl.Float64, strict=False)
     at_floor = detail.str.json_path_match("$.at_floor")
-    return bool(((new <= floor).fill_null(False) | (at_floor == "true").fill_null(False)).any())
+    lowest = new.drop_nulls().min()
+    # as detect/events.py: a value at the floor counts only for scalers whose minimum it is
+    framework = detail.str.contains(floor_formats)
+    at_value = (new <= floor) & (lowest is not None and lowest >= floor) & framework
+    stuck = (new == old) & (new <= floor)
+    return bool((at_value.fill_null(False) | stuck.fill_null(False) | (at_floor == "true").fill_null(False)).any())
 
 
 def _finite(series: pl.DataFrame) -> pl.Series:
@@ -146,7 +154,7 @@ def log_facts(run: RunData, params) -> dict:
         "precision_known": bool(precision),
         "fp16": precision == "fp16",
         "gpu_no_bf16": _gpu_no_bf16(events),
-        "loss_scale_floor": _floor_reached(run, ap.loss_scale_floor),
+        "loss_scale_floor": _floor_reached(run, ap.loss_scale_floor, params.events.floor_formats_pattern),
         "overflow_share": overflows / records if records else (1.0 if overflows else 0.0),
         "nan_at_start": bool(nan_at_start),
         "first_nonfinite_step": first_bad,

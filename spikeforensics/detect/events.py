@@ -68,7 +68,16 @@ def _floor(run: RunData, params, fallback: int) -> list[Finding]:
     if ov.height == 0:
         return []
     ov = ov.with_columns(_num("new_scale").alias("new_scale"), _num("old_scale").alias("old_scale"))
-    hit = ov.filter(((pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.floor_scale))
+    # a scale at `floor_scale` is the floor only for the scalers whose minimum that is (DeepSpeed's and
+    # Megatron's min_loss_scale default 1); fairseq's halves on to 1e-4, apex's and torch's have none.
+    # Elsewhere only the words (`at_floor`, "Minimum loss scale reached") or a halving that could not
+    # happen ("reducing to 1" from 1) say so.
+    lowest = ov.get_column("new_scale").drop_nulls().min()
+    floor_framework = _text().str.contains(ep.floor_formats_pattern)
+    value_floor = lowest is not None and lowest >= ep.floor_scale
+    stuck = (pl.col("kind") == "overflow") & (pl.col("new_scale") == pl.col("old_scale")) & (pl.col("new_scale") <= ep.floor_scale)
+    at_value = (pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.floor_scale) & pl.lit(value_floor) & floor_framework
+    hit = ov.filter(at_value | stuck.fill_null(False)
                     | _text().str.contains(ep.floor_pattern) | _text().str.contains(r'"at_floor":\s*true'))
     if hit.height == 0:
         return []

@@ -75,8 +75,11 @@ def detect(run: RunData, params) -> list[Finding]:
             pl.when(settled).then(pl.col("l2")).rolling_max_by("pos", window_size=f"{lp.window_steps}i").alias("level")
         ).with_columns((pl.col("level") - pl.col("l2")).alias("halvings"))
         floor = math.log2(lp.min_scale) + 1e-9
-        # at the floor counts only when the scale came down to it (a constant 1.0 is bf16/fp32 printing a scale)
-        at_floor = (pl.col("l2") <= floor) & (pl.col("halvings") >= 1)
+        # at the floor counts only when the scale came down to it (a constant 1.0 is bf16/fp32 printing a scale),
+        # and only for a scaler whose floor this is: one that goes below min_scale (fairseq halves on to 1e-4)
+        # has a lower floor, and there only the halvings count
+        below = scale.filter(pl.col("scale") < lp.min_scale * (1 - 1e-9)).height > 0
+        at_floor = (pl.col("l2") <= floor) & (pl.col("halvings") >= 1) & pl.lit(not below)
         bad = scale.filter(settled & ((pl.col("halvings") >= lp.min_halvings) | at_floor))
         if bad.height:
             for _, g in robust.flag_groups(bad, lp.window_steps).group_by("group", maintain_order=True):
