@@ -172,7 +172,8 @@ def verdict(incidents: list[dict], steps: dict, coverage: dict | None = None) ->
     real = [i for i in incidents if i["severity"] in ("warning", "critical")]
     cov = coverage or {}
     failed = list(cov.get("detectors_failed") or []) + list(cov.get("stages_failed") or [])
-    seen = coverage is None or bool({"loss", "grad_norm"} & set(cov.get("signals") or []))
+    judged = {"loss", "grad_norm"} & set(cov.get("signals") or []) - set(cov.get("unjudged") or {})
+    seen = coverage is None or bool(judged)
     out: dict
     if real:
         top = _headline(real)
@@ -184,6 +185,10 @@ def verdict(incidents: list[dict], steps: dict, coverage: dict | None = None) ->
         summary = (f"{status.capitalize()}: {len(real)} incident(s), {n_crit} critical; {where} points at "
                    f"{top['root_cause']} ({top['confidence']:.0%}).")
         out = {"status": status, "root_cause": top["root_cause"], "summary": summary}
+    elif not seen and cov.get("unjudged"):
+        why = "; ".join(f"{k}: {v}" for k, v in cov["unjudged"].items())
+        out = {"status": "inconclusive", "root_cause": None,
+               "summary": f"Inconclusive: the series read cannot be judged ({why}). The run cannot be called healthy."}
     elif not seen:
         unparsed = int(cov.get("unparsed_lines") or 0)
         out = {"status": "inconclusive", "root_cause": None,
@@ -229,7 +234,11 @@ def coverage(run: RunData, params: Params, detectors_run: list[str], detectors_f
     events = {}
     if run.events.height:
         events = {r["kind"]: int(r["len"]) for r in run.events.group_by("kind").len().sort("kind").iter_rows(named=True)}
-    return {"signals": signals, "records": records, "unparsed_lines": unparsed, "detectors_run": list(detectors_run),
+    unjudged = {}
+    if "loss" in signals and run.series("loss").filter(pl.col("value") < 0).height:
+        unjudged["loss"] = f"{loss_name} takes negative values, a signed objective with no ratio scale (spike tests skipped)"
+    return {"signals": signals, "unjudged": unjudged, "records": records, "unparsed_lines": unparsed,
+            "detectors_run": list(detectors_run),
             "detectors_failed": list(detectors_failed), "stages_failed": list(stages_failed or []),
             "series_records": {n: series[n] for n in CANONICAL_METRICS if n in series}, "events": events}
 
