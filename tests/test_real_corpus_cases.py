@@ -15,10 +15,13 @@ from spikeforensics import api
 from spikeforensics.ingest import expand_paths
 
 DEV = Path(__file__).parents[1] / "sample_logs" / "real" / "dev"
+# the sealed third after its one scoring (benchmarks/real_logs_sealed_first_look.md): its misses
+# were then fixed as a development set, disclosed in benchmarks/README.md
+SEALED = DEV.parent / "sealed"
 
 
 def case(name: str) -> tuple[Path, dict]:
-    folder = DEV / name
+    folder = DEV / name if (DEV / name).is_dir() else SEALED / name
     if not folder.is_dir():
         pytest.skip(f"corpus case {name} absent")
     return folder, tomllib.loads((folder / "FACTS.toml").read_text())
@@ -191,3 +194,29 @@ def test_train_loss_far_above_the_eval_loss_before_training_is_an_unstable_start
     inc = d["incidents"][0]
     assert "eval loss before training" in inc["findings"][0]
     assert facts["stated_label"] in [inc["root_cause"]] + [a["root_cause"] for a in inc["alternatives"]][:1]
+
+
+def test_espnet_warnings_are_nonfinite_events_and_partial_batches_blame_samples(tmp_path):
+    run, d, facts = run_case(tmp_path, "espnet-3630-ctc-nan-grad-stopped-2epoch")
+    nan = run.events.filter(pl.col("kind") == "nan")
+    assert nan.height == 4 and any('"stopped": true' in x for x in nan.get_column("detail").to_list())
+    assert d["verdict"]["status"] == "unstable" and d["verdict"]["root_cause"] == facts["stated_label"] == "data_outlier"
+    run, d, _ = run_case(tmp_path / "b", "espnet-186-chainer-ctc-loss-not-correct")
+    invalid = run.events.filter(pl.col("kind") == "skipped_step")
+    assert invalid.height == 6 and d["verdict"]["status"] == "unstable"
+
+
+def test_fairseq_scale_below_one_is_no_floor_and_a_signed_loss_is_not_judged(tmp_path):
+    run, d, facts = run_case(tmp_path, "fairseq-506-legacy-epoch-summaries-low-loss-scale")
+    assert facts["healthy"] and d["verdict"]["status"] == "healthy"
+    run, d, facts = run_case(tmp_path / "b", "deepspeed-chat-step3-rlhf-opt13b-two-engine-overflows")
+    assert d["verdict"]["status"] == "inconclusive" and "signed objective" in d["verdict"]["summary"]
+
+
+def test_pasted_jsonl_with_an_artefact_old_wav2letter_and_a_one_line_paste_are_read(tmp_path):
+    run, d, facts = run_case(tmp_path, "llamafactory-550-trainer-log-md-artefact-loss-rebound")
+    assert train_records(run) == facts["step_records"] == 4
+    run, d, facts = run_case(tmp_path / "b", "wav2letter-584-unstable-val-loss-lr1p6")
+    assert train_records(run) == facts["step_records"] == 3 and run.series("loss").height == 3
+    run, d, facts = run_case(tmp_path / "c", "maskrcnn-benchmark-sgb95-loss-nan-iter5100")
+    assert train_records(run) == 1 and d["verdict"]["status"] == "unstable"

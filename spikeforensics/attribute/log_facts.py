@@ -38,6 +38,8 @@ FACTS: dict[str, tuple[str, str]] = {
     "loss_max_ratio": (N, "largest finite loss / first logged loss"),
     "loss_zero_collapse": (B, "the loss is printed as exactly 0 on >= 2 records after a positive loss or beside a "
                               "non-finite grad norm (a masked NaN: HF Trainer and fp16 runs print 0.0 when the loss overflowed)"),
+    "samples_nonfinite": (B, "the log says some samples of a batch (not all) got non-finite gradients or losses and were "
+                             "ignored (ESPnet CTC `5/42 samples got nan grad`): bad samples, not a bad step"),
     "grad_norm_max": (N, "largest finite grad norm of the run"),
     "grad_norm_astronomical": (B, "a finite grad norm >= attribution.astronomical_norm (clipping not in effect, or "
                                   "a norm measured on loss-scaled gradients)"),
@@ -115,6 +117,17 @@ def _masked_zero_losses(loss: pl.DataFrame, grad: pl.DataFrame) -> int:
     return int(frame.select(masked.sum()).item())
 
 
+def _partial_batch_nonfinite(events: pl.DataFrame) -> bool:
+    nan = events.filter(pl.col("kind") == "nan")
+    if nan.height == 0:
+        return False
+    detail = nan.get_column("detail").fill_null("")
+    parts = detail.str.extract_groups(r"(\d+)\s*/\s*(\d+) samples? got nan")
+    k = parts.struct.field("1").cast(pl.Int64, strict=False)
+    n = parts.struct.field("2").cast(pl.Int64, strict=False)
+    return bool(((k > 0) & (k < n)).fill_null(False).any())
+
+
 def log_facts(run: RunData, params) -> dict:
     """Run-level facts from what the log printed (see `FACTS`)."""
     ap = params.attribution
@@ -163,6 +176,7 @@ def log_facts(run: RunData, params) -> dict:
         "loss_explodes": bool(ratio is not None and ratio >= ap.loss_explode_ratio),
         "loss_max_ratio": ratio,
         "loss_zero_collapse": zero_after >= 2,
+        "samples_nonfinite": _partial_batch_nonfinite(events),
         "grad_norm_max": gmax,
         "grad_norm_astronomical": bool(gmax is not None and gmax >= ap.astronomical_norm),
         "lr_max": float(lr.max()) if lr.len() else None,

@@ -59,7 +59,12 @@ def file_kind(path: Path) -> str:
     if head.startswith(ZIP_MAGIC):
         return "npz"
     first = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    return "jsonl" if first == b"{" else "csv"
+    if first == b"{":
+        return "jsonl"
+    # a pasted JSONL whose first line carries an artefact (`_**{"current_steps": ...`): most lines are objects
+    lines = [ln.strip() for ln in head.splitlines() if ln.strip()][:20]
+    objects = sum(1 for ln in lines if ln.startswith(b"{") and ln.endswith(b"}"))
+    return "jsonl" if len(lines) >= 3 and objects * 2 >= len(lines) else "csv"
 
 
 # ---------------------------------------------------------------------------
@@ -190,7 +195,8 @@ def sample_columns(sample: SniffSample) -> list[str] | None:
     lines = [ln for ln in sample.lines if ln.strip()]
     if not lines:
         return None
-    if lines[0].lstrip().startswith("{"):
+    if lines[0].lstrip().startswith("{") or file_kind(sample.path) == "jsonl":
+        lines = [ln for ln in lines if ln.lstrip().startswith("{")] or lines
         frame = pl.DataFrame({"line": range(1, min(len(lines), 50) + 1), "text": lines[:50]})
         objects, _ = json_objects(frame.with_columns(pl.col("line").cast(pl.Int64)))
         return [c for c in objects.columns if c != "line"] or None

@@ -52,7 +52,8 @@ CATCH_ALL = True
 
 def sniff(sample: SniffSample) -> float:
     n = sniff_share(sample, STEP + r".*?" + r"(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]")
-    return MAX_CONFIDENCE if n >= 2 else (0.2 if n else 0.0)
+    # one record line is enough in a paste of a few lines (`... iter: 5100  loss: nan (nan) ...`)
+    return MAX_CONFIDENCE if n >= 2 or (n == 1 and len(sample.lines) <= 5) else (0.2 if n else 0.0)
 
 
 def _step(token: pl.Expr) -> tuple[pl.Expr, pl.Expr]:

@@ -109,6 +109,7 @@ GUARD_LITERALS = [
     "fp16", "bf16", "FP16", "BF16", "float16", "Precision", "precision", "16bit", "16-bit",
     "Tesla", "NVIDIA", "GeForce", "Quadro", "TITAN", "Product Name", "get_device_name",
     "CUDA error", "CUDAError",
+    "norm is nan", "norm is inf", "norm is NaN", "norm is Inf", "is not correct", "are invalid", "got nan grad",
 ]
 # one regex alternation of escaped literals (faster than `str.contains_any` on long lines)
 GUARD_RE = "|".join(re.escape(x) for x in GUARD_LITERALS)
@@ -131,6 +132,17 @@ ECC_UNCORRECTABLE = r"(?i:uncorrectable ECC error)|ECCUncorrectable|ECC_UNCORREC
 # 'c10::CUDAError'` (NCCL watchdog): an `error` event, reason `cuda_error`
 CUDA_ERROR = r"CUDA error: ([^\r\n]{1,300})"
 CUDA_NOT = r"CUDA error: out of memory"
+# a trainer saying a step's gradient norm was non-finite (and that it skipped the update):
+# ESPnet `WARNING: The grad norm is nan. Skipping updating the model.`, `grad norm is nan. Do not
+# update model.`; the same wording from custom loops (`gradient norm is inf`)
+GRAD_NONFINITE = r"(?i)\bgrad(?:ient)?s?[ _-]?norm (?:is|=|:)\s*(nan|inf|infinity)\b"
+# ESPnet's loss sanity check: `WARNING: loss (=250000064.000000) is not correct` (the update is skipped)
+LOSS_INVALID = rf"\bloss \(=\s*({NUM}|[-+]?(?i:nan|inf))\s*\) is not correct"
+# ESPnet gives up: `The gradients at all steps are invalid in this epoch. ... This training was stopped`
+GRADS_INVALID_STOP = r"(?i)gradients at all steps are invalid"
+# ESPnet CTC: `5/42 samples got nan grad. These were ignored for CTC loss.`, `All samples in this
+# mini-batch got nan grad. Returning nan value instead of CTC loss`
+SAMPLES_NAN_GRAD = r"(?i)samples?(?: in this mini-batch)? got nan grad"
 # user prints that an optimizer step was skipped (`Gradient overflow. Skipping step` without
 # a scale, `skipping step due to inf/nan`, `Skipped optimizer step: non-finite grad norm`);
 # DeepSpeed's own `OVERFLOW! ... Skipping step` is an overflow (handled above)
@@ -253,6 +265,10 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         text.str.extract(D2_NONFINITE, 1).alias("_d2"),
         text.str.contains(ECC_UNCORRECTABLE).alias("_ecc"),
         pl.when(~text.str.contains(CUDA_NOT)).then(text.str.extract(CUDA_ERROR, 1)).alias("_cuda"),
+        text.str.extract(GRAD_NONFINITE, 1).alias("_gnan"),
+        text.str.extract(LOSS_INVALID, 1).alias("_linv"),
+        text.str.contains(GRADS_INVALID_STOP).alias("_gstop"),
+        text.str.contains(SAMPLES_NAN_GRAD).alias("_snan"),
         (text.str.contains(USER_SKIP) & ~text.str.contains("OVERFLOW!", literal=True)
          & ~text.str.contains(r"(?i)overflow on iteration")).alias("_skip"),
     )
@@ -292,6 +308,21 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
                  "reason": pl.lit("cuda_error")},
     )))
     rest = rest.filter(pl.col("_cuda").is_null())
+    msg = pl.col("text").str.strip_chars().str.slice(0, 300)
+    gnan = rest.filter(pl.col("_gnan").is_not_null() | pl.col("_gstop") | pl.col("_snan"))
+    out.append(_ret(gnan, "nan", detail_expr(
+        strings={"metric": pl.when(pl.col("_snan")).then(pl.lit("sample_grad")).otherwise(pl.lit("grad_norm")),
+                 "value": pl.coalesce(pl.col("_gnan").str.to_lowercase(), pl.lit("nan")), "message": msg},
+        bools={"skipped": pl.col("_gnan").is_not_null() & pl.col("text").str.contains(r"(?i)skip|not update|ignor"),
+               "stopped": pl.col("_gstop")},
+    )))
+    rest = rest.filter(pl.col("_gnan").is_null() & ~pl.col("_gstop") & ~pl.col("_snan"))
+    linv = rest.filter(pl.col("_linv").is_not_null())
+    out.append(_ret(linv, SKIP_KIND, detail_expr(
+        floats={"value": _num(pl.col("_linv"))}, strings={"metric": pl.lit("loss"), "reason": pl.lit("invalid_loss"), "message": msg},
+        bools={"skipped": pl.lit(True)},
+    )))
+    rest = rest.filter(pl.col("_linv").is_null())
     skip = rest.filter(pl.col("_skip"))
     out.append(_ret(skip, SKIP_KIND, detail_expr(
         strings={"reason": pl.lit("user_skip"), "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
@@ -512,6 +543,7 @@ SNIFF_RE = (
     r"gradient overflow detected|ProcessGroupNCCL\.cpp|overflow detected, setting loss scale|"
     r"Gradient overflow\.\s+Skipping step|loss scale already at minimum|Loss is \S+, stopping training|"
     r"Loss became infinite or NaN|(?i:uncorrectable ECC error)|CUDA error: |"
+    r"(?i:grad(?:ient)?s?[ _-]?norm is (?:nan|inf))|\bloss \(=[^)]*\) is not correct|(?i:gradients at all steps are invalid|got nan grad)|"
     # run facts alone (a pasted nvidia-smi, a command line, an AMP banner) are still evidence
     r"Product Name\s*:|\bGPU \d+: (?:Tesla|NVIDIA)|Using (?:16[ -]?bit|bfloat16) |cast_model_type\s*:|"
     r"(?:^|\s)--(?:fp16|bf16)\b|\b(?:fp16|bf16)\s*=\s*True|\"(?:fp16|bf16)\":\s*\{"
