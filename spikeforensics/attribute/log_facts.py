@@ -152,6 +152,11 @@ def log_facts(run: RunData, params) -> dict:
     first_step = run.step_range()[0]
     starts_at_start = first_step is not None and first_step <= params.hard_spike.start_max_step
     nan_at_start = first_bad_t is not None and first_bad_t < ap.start_records and starts_at_start
+    if first_bad is None:  # no series says it: a nan event that names its step (detectron2 `at iteration=27`)
+        placed = events.filter((pl.col("kind") == "nan") & pl.col("step").is_not_null()).get_column("step")
+        if placed.len():
+            first_bad = int(placed.min())
+            nan_at_start = first_step is None and first_bad <= params.hard_spike.start_max_step
 
     lf = _finite(loss)
     first_loss = float(lf[0]) if lf.len() else None

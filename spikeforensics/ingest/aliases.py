@@ -23,7 +23,8 @@ METRIC_ALIASES: dict[str, str] = {
     # loss
     "lm_loss": "loss", "train_loss": "loss", "trl": "loss", "train_crossentropyloss": "loss",
     "train_ce_loss": "loss", "loss_metrics_global_avg_loss": "loss", "train_train_loss": "loss",
-    "reduced_train_loss": "loss", "train_loss_step": "loss", "loss_step": "loss",
+    "reduced_train_loss": "loss", "train_loss_step": "loss", "loss_step": "loss", "total_loss": "loss",
+    "train_total_loss": "loss", "loss_total": "loss",
     # grad norm
     "grad_norm": "grad_norm", "gnorm": "grad_norm", "grad_l2": "grad_norm", "total_norm": "grad_norm",
     "train_grad_norm": "grad_norm", "norm": "grad_norm", "optim_total_grad_norm": "grad_norm",
