@@ -112,12 +112,22 @@ def _cell(value) -> str:
     return fmt_num(value)
 
 
+# the diagnosis' sample fields as a reader knows them (JSON keeps the field names; docs/diagnosis.md)
+SAMPLE_COLUMNS = {
+    "sample_id": "sample", "score": "suspicion score", "step": "step", "rank": "rank", "micro": "micro-batch",
+    "sample_loss": "sample loss", "loss_ratio": "loss / normal", "own_outlier": "stands out on its own loss",
+    "own_nonfinite": "own loss non-finite", "tokens": "tokens", "sample_source": "source",
+    "recurrence": "other spikes it is in", "healthy_seen": "seen in healthy steps",
+}
+
+
 def _samples(inc: dict, run) -> dict:
     """Implicated samples: the diagnosis' `samples` rows, else looked up in the batch manifest."""
     ids = [str(s) for s in inc.get("sample_ids") or []]
     rows = inc.get("samples")
     if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
-        keys = ["sample_id"] + sorted({k for r in rows for k in r} - {"sample_id"})
+        present = {k for r in rows for k in r} - {"sample_id"}
+        keys = ["sample_id"] + [k for k in SAMPLE_COLUMNS if k in present] + sorted(present - set(SAMPLE_COLUMNS))
         table = [[_cell(r.get(k)) for k in keys] for r in rows]
     elif ids and run.batches.height:
         found = (run.batches.filter(pl.col("sample_id").is_in(ids))
@@ -129,7 +139,7 @@ def _samples(inc: dict, run) -> dict:
         table = [[_cell(by_id.get(i, {}).get(k, i if k == "sample_id" else None)) for k in keys] for i in ids]
     else:
         keys, table = ["sample_id"], [[i] for i in ids]
-    return {"ids": ids, "top": ids[:TOP_SAMPLES], "rest": ids[TOP_SAMPLES:], "columns": keys,
+    return {"ids": ids, "top": ids[:TOP_SAMPLES], "rest": ids[TOP_SAMPLES:], "columns": [SAMPLE_COLUMNS.get(k, k.replace("_", " ")) for k in keys],
             "rows": table[:TOP_SAMPLES], "more_rows": table[TOP_SAMPLES:],
             "note": str(inc.get("sample_ranking_note") or "")}
 
@@ -287,6 +297,27 @@ def _notes(diagnosis: dict) -> list[dict]:
     return out
 
 
+def _todo(diagnosis: dict) -> dict | None:
+    """The first screen's "What to do": the headline incident's actions, the skip list in one line,
+    and a pointer to the other incidents."""
+    main = main_incident(diagnosis)
+    if main is None:
+        return None
+    actions = [str(a) for a in main.get("actions") or []][:3]
+    sk = diagnosis.get("skiplist") if isinstance(diagnosis.get("skiplist"), dict) else {}
+    n_ids, n_steps = len(sk.get("sample_ids") or []), len(sk.get("steps") or [])
+    skip = ""
+    if n_ids or n_steps:
+        skip = ("On resume, skip " + " and ".join(x for x in (
+            f"{n_ids} sample{'s' if n_ids != 1 else ''}" if n_ids else "",
+            f"{n_steps} step{'s' if n_steps != 1 else ''}" if n_steps else "") if x))
+    others = [i for i in counted_incidents(diagnosis) if i is not main]
+    more = f"{len(others)} more incident{'s' if len(others) != 1 else ''} below, each with its own actions" if others else ""
+    if not actions and not skip:
+        return None
+    return {"actions": actions, "skip": skip, "more": more}
+
+
 def _skiplist(diagnosis: dict) -> dict | None:
     sk = diagnosis.get("skiplist")
     if not isinstance(sk, dict) or not (sk.get("steps") or sk.get("sample_ids")):
@@ -348,6 +379,7 @@ def build_context(diagnosis: dict, run, max_points: int = 2000) -> dict:
         "n_layers": len(run.layer_names()),
         "calibration": _calibration(diagnosis, run),
         "skiplist": _skiplist(diagnosis),
+        "todo": _todo(diagnosis),
         "inputs": _inputs(run),
         "chart_count": len(figures),
         "data_json": embed_json({"figures": {f.id: f.spec() for f in figures}}),

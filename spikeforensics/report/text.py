@@ -93,12 +93,17 @@ def step_span(inc: dict) -> str:
 
 
 def main_incident(diagnosis: dict) -> dict | None:
-    """The most severe incident (first in step order among equals): the verdict's."""
+    """The incident the verdict names: among the most severe, the one holding the run's first
+    non-finite step when there is one, else the first in step order (as `attribute.diagnosis`)."""
     best = None
     for inc in diagnosis.get("incidents") or []:
         sev = SEVERITY_ORDER.index(inc.get("severity", "info")) if inc.get("severity") in SEVERITY_ORDER else 0
-        if sev >= 1 and (best is None or sev > best[0]):
-            best = (sev, inc)
+        if sev < 1:
+            continue
+        nf = inc.get("first_nonfinite_step")
+        key = (sev, nf is not None, -(nf if isinstance(nf, (int, float)) else 0))
+        if best is None or key > best[0]:
+            best = (key, inc)
     return None if best is None else best[1]
 
 
