@@ -77,13 +77,18 @@ def ingest(
     store: str | os.PathLike | Store | None = None,
     fmt: str | None = None,
     progress: Callable[[str], None] | None = None,
+    aliases: str | os.PathLike | None = None,
 ):
-    """Ingest files/folders into a run; returns an `IngestReport`. See `spikeforensics.ingest`."""
+    """Ingest files/folders into a run; returns an `IngestReport`. See `spikeforensics.ingest`.
+    `aliases`: a TOML file extending the alias tables for this ingest only (else
+    $SPIKEFORENSICS_ALIASES)."""
     from spikeforensics.ingest import ingest_paths
+    from spikeforensics.ingest.aliases import user_aliases
     from spikeforensics.store import run_id_from_path
 
     run_id = validate_run_id(run_id or run_id_from_path(paths[0]))
-    return ingest_paths(list(paths), run_id, open_store(store), fmt=fmt, progress=progress)
+    with user_aliases(aliases):
+        return ingest_paths(list(paths), run_id, open_store(store), fmt=fmt, progress=progress)
 
 
 @dataclass

@@ -346,3 +346,19 @@ def test_per_rank_side_files_take_the_rank_in_their_name(tmp_path):
     assert dict(zip(b.get_column("sample_id"), b.get_column("rank"))) == {
         "r0-s1": 0, "r0-s2": 0, "r1-s1": 1, "r1-s2": 1, "x": 7}
     assert sorted(store.table("r", "layers").get_column("rank").to_list()) == [0, 1]
+
+
+def test_user_aliases_apply_to_one_ingest_only(tmp_path):
+    from spikeforensics import api
+    from spikeforensics.ingest import aliases
+
+    toml = tmp_path / "aliases.toml"
+    toml.write_text('[metrics]\nmy_special_loss = "loss"\n')
+    log = tmp_path / "m.jsonl"
+    log.write_text("".join(f'{{"step": {s}, "my_special_loss": {2 - s / 100}}}\n' for s in range(1, 20)))
+    api.ingest([log], run_id="with", store=tmp_path / "s", aliases=toml)
+    assert "my_special_loss" not in aliases.METRIC_ALIASES  # restored after the ingest
+    api.ingest([log], run_id="without", store=tmp_path / "s")
+    names_with = set(api.export("with", "metrics", store=tmp_path / "s").get_column("name"))
+    names_without = set(api.export("without", "metrics", store=tmp_path / "s").get_column("name"))
+    assert "loss" in names_with and "loss" not in names_without

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -136,6 +137,23 @@ SMI_QUERY: list[str] = []
 
 _USER_TABLES = {"metrics": METRIC_ALIASES, "layer_columns": LAYER_COLUMN_ALIASES,
                 "batch_columns": BATCH_COLUMN_ALIASES, "telemetry_fields": TELEMETRY_FIELD_ALIASES}
+
+
+@contextmanager
+def user_aliases(path: str | os.PathLike | None = None):
+    """The alias tables extended by a user's TOML file (else $SPIKEFORENSICS_ALIASES) for the
+    duration of the block, then restored: one ingest's aliases never leak into the next one in
+    the same process (a notebook, a test session)."""
+    saved = {name: dict(table) for name, table in _USER_TABLES.items()}
+    saved_query = list(SMI_QUERY)
+    try:
+        load_user_aliases(path)
+        yield
+    finally:
+        for name, table in _USER_TABLES.items():
+            table.clear()
+            table.update(saved[name])
+        SMI_QUERY[:] = saved_query
 
 
 def load_user_aliases(path: str | os.PathLike | None = None) -> None:
