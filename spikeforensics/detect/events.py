@@ -140,15 +140,9 @@ def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> lis
     )
     if hw.height == 0:
         return []
-    if records.height:  # only an error after which no training-step record follows convicts
-        hw = hw.join(records.group_by("source").agg(pl.col("line").max().alias("_last_line")), on="source", how="left")
-        last_time = records.get_column("time").drop_nulls().max()
-        after_own = pl.col("_last_line").is_not_null() & (pl.col("line") > pl.col("_last_line"))
-        after_clock = (pl.col("_last_line").is_null() & pl.col("time").is_not_null() & (pl.col("time") >= pl.lit(last_time))
-                       if last_time is not None else pl.lit(False))
-        hw = hw.filter(after_own | after_clock)
-        if hw.height == 0:
-            return []
+    hw = _after_last_record(hw, records)  # only an error after which no training-step record follows convicts
+    if hw.height == 0:
+        return []
     hw = _placed(hw, fallback).sort("at", "line")
     first = hw.row(0, named=True)
     code0 = _json_code(first["detail"])
@@ -164,22 +158,29 @@ def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> lis
                            "hardware_events": hw.height})]
 
 
+def _after_last_record(ev: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
+    """The events after which no training-step record follows: in their own file a later line, in
+    another file a later time; a run without step records has nothing after anything."""
+    if records.height == 0:
+        return ev
+    last = records.group_by("source").agg(pl.col("line").max().alias("_last_line"))
+    ev = ev.join(last, on="source", how="left")
+    last_time = records.get_column("time").drop_nulls().max()
+    after_own = pl.col("_last_line").is_not_null() & (pl.col("line") > pl.col("_last_line"))
+    after_clock = (pl.col("_last_line").is_null() & pl.col("time").is_not_null() & (pl.col("time") >= pl.lit(last_time))
+                   if last_time is not None else pl.lit(False))
+    return ev.filter(after_own | after_clock).drop("_last_line")
+
+
 def _collective_timeout(run: RunData, records: pl.DataFrame, fallback: int) -> list[Finding]:
     """An NCCL watchdog timeout with no training record after it: the job was taken down on a hung
     collective (one rank stopped answering: a GPU or link fault, or a rank stuck elsewhere)."""
     ev = run.events_of("nccl_timeout")
     if ev.height == 0:
         return []
-    if records.height:
-        last = records.group_by("source").agg(pl.col("line").max().alias("_last_line"))
-        ev = ev.join(last, on="source", how="left")
-        last_time = records.get_column("time").drop_nulls().max()
-        after_own = pl.col("_last_line").is_not_null() & (pl.col("line") > pl.col("_last_line"))
-        after_clock = (pl.col("_last_line").is_null() & pl.col("time").is_not_null() & (pl.col("time") >= pl.lit(last_time))
-                       if last_time is not None else pl.lit(False))
-        ev = ev.filter(after_own | after_clock)
-        if ev.height == 0:
-            return []
+    ev = _after_last_record(ev, records)
+    if ev.height == 0:
+        return []
     ev = _placed(ev, fallback).sort("at", "line")
     first = ev.row(0, named=True)
     ranks = sorted({int(r) for r in ev.get_column("rank").drop_nulls().to_list()})
