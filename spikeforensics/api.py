@@ -27,7 +27,8 @@ class RunConflictError(ValueError):
 
 
 def run_for_paths(paths: list[str | os.PathLike], run_id: str | None = None,
-                  store: str | os.PathLike | Store | None = None, append: bool = False) -> tuple[str, str | None]:
+                  store: str | os.PathLike | Store | None = None, append: bool = False,
+                  follow_symlinks: bool = False) -> tuple[str, str | None]:
     """The run that `diagnose PATH` ingests into, and a note when it is not the obvious one.
 
     CONTRACT.md: `diagnose PATH` never adds files to a run that already holds other sources.
@@ -52,7 +53,7 @@ def run_for_paths(paths: list[str | os.PathLike], run_id: str | None = None,
         if not held:
             return True
         if shas is None:
-            shas = {file_sha256(f) for f, _, _ in expand_paths(list(paths))}
+            shas = {file_sha256(f) for f, _, _ in expand_paths(list(paths), follow_symlinks)}
         return held == shas
 
     if holds_only_these(base):
@@ -78,17 +79,19 @@ def ingest(
     fmt: str | None = None,
     progress: Callable[[str], None] | None = None,
     aliases: str | os.PathLike | None = None,
+    follow_symlinks: bool = False,
 ):
     """Ingest files/folders into a run; returns an `IngestReport`. See `spikeforensics.ingest`.
     `aliases`: a TOML file extending the alias tables for this ingest only (else
-    $SPIKEFORENSICS_ALIASES)."""
+    $SPIKEFORENSICS_ALIASES). `follow_symlinks`: follow symlinks that lead out of a folder."""
     from spikeforensics.ingest import ingest_paths
     from spikeforensics.ingest.aliases import user_aliases
     from spikeforensics.store import run_id_from_path
 
     run_id = validate_run_id(run_id or run_id_from_path(paths[0]))
     with user_aliases(aliases):
-        return ingest_paths(list(paths), run_id, open_store(store), fmt=fmt, progress=progress)
+        return ingest_paths(list(paths), run_id, open_store(store), fmt=fmt, progress=progress,
+                            follow_symlinks=follow_symlinks)
 
 
 @dataclass

@@ -45,12 +45,19 @@ def _color_enabled() -> bool | None:
 
 
 def warn(message: str) -> None:
-    click.echo(click.style("warning: ", fg="yellow") + message, err=True, color=_color_enabled())
+    click.echo(click.style("warning: ", fg="yellow") + _plain(message), err=True, color=_color_enabled())
 
 
 def note(message: str, quiet: bool = False) -> None:
     if not quiet:
-        click.echo(message, err=True, color=_color_enabled())
+        click.echo(_plain(message), err=True, color=_color_enabled())
+
+
+def say(text: str) -> None:
+    """Human-readable output on stdout, input-derived parts made terminal-safe (lines kept)."""
+    from spikeforensics.ingest.base import strip_controls
+
+    click.echo(strip_controls(text, keep_newlines=True))
 
 
 def handle_errors(func):
@@ -64,10 +71,14 @@ def handle_errors(func):
         debug = kwargs.get("debug") or os.environ.get("SPIKEFORENSICS_DEBUG")
         try:
             return func(*args, **kwargs)
-        except (IngestError, StoreError, ValueError, OSError) as exc:  # bad input or environment: exit 1
+        except OSError as exc:  # the environment (a store or output path that cannot be written): exit 1
             if debug:
                 traceback.print_exc()
-            raise InputError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+            raise InputError(_os_error_line(exc, kwargs.get("store"))) from None
+        except (IngestError, StoreError, ValueError) as exc:  # bad input or environment: exit 1
+            if debug:
+                traceback.print_exc()
+            raise InputError(_plain(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__) from None
         except KeyboardInterrupt:
             click.echo("spikeforensics: interrupted; the store is unchanged by the unfinished file", err=True)
             sys.exit(130)
@@ -83,11 +94,40 @@ def handle_errors(func):
     return wrapper
 
 
+def _os_error_line(exc: OSError, store) -> str:
+    """One line for an OSError: a path inside the store is named as a store error."""
+    from pathlib import Path
+
+    from spikeforensics.store import resolve_store, store_os_error
+
+    if exc.filename:
+        root = resolve_store(store)
+        try:
+            inside = Path(exc.filename).resolve().is_relative_to(root.resolve())
+        except (OSError, ValueError):
+            inside = False
+        if inside:
+            return str(store_os_error(exc, root, "write"))
+        return _plain(f"{exc.filename}: {exc.strerror or exc}")
+    return _plain(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _plain(text: str) -> str:
+    """Text from input data made safe for a terminal: escape sequences and control
+    characters (but tab) removed."""
+    from spikeforensics.ingest.base import strip_controls
+
+    return strip_controls(text)
+
+
 store_option = click.option(
-    "--store", type=click.Path(file_okay=False), default=None,
+    "--store", type=click.Path(), metavar="DIRECTORY", default=None,
     help="Run store folder. Default: $SPIKEFORENSICS_STORE, else ./.spikeforensics",
 )
 debug_option = click.option("--debug", is_flag=True, hidden=True, help="Show tracebacks.")
+follow_symlinks_option = click.option(
+    "--follow-symlinks", is_flag=True,
+    help="In a folder PATH, also read symlinks that lead outside the folder (not followed by default).")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress messages on stderr.")
 
 
@@ -120,10 +160,11 @@ def cli(ctx):
 @click.option("--json", "as_json", is_flag=True, help="Print the ingest summary as JSON on stdout.")
 @click.option("--aliases", type=click.Path(dir_okay=False), default=None,
               help="TOML file extending the metric/column alias table (also $SPIKEFORENSICS_ALIASES).")
+@follow_symlinks_option
 @quiet_option
 @debug_option
 @handle_errors
-def ingest(paths, run_id, store, fmt, as_json, aliases, quiet, debug):
+def ingest(paths, run_id, store, fmt, as_json, aliases, follow_symlinks, quiet, debug):
     """Ingest logs, metric files, gradient dumps, batch manifests and telemetry into a run.
 
     PATH is a file or a folder (ingested file by file). Formats are detected from
@@ -141,7 +182,7 @@ def ingest(paths, run_id, store, fmt, as_json, aliases, quiet, debug):
     load_user_aliases(aliases)
     if run_id == "":
         raise click.UsageError("--run needs a run id (letters, digits, '.', '_', '-')")
-    report = api.ingest(list(paths), run_id=run_id, store=store, fmt=fmt,
+    report = api.ingest(list(paths), run_id=run_id, store=store, fmt=fmt, follow_symlinks=follow_symlinks,
                         progress=None if quiet else (lambda m: note(f"reading {m}")))
     for f in report.files:
         if f.status == "failed":
@@ -156,7 +197,7 @@ def ingest(paths, run_id, store, fmt, as_json, aliases, quiet, debug):
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2, default=str))
         return
-    click.echo(_ingest_summary(report))
+    say(_ingest_summary(report))
 
 
 def _ingest_summary(report) -> str:
@@ -202,11 +243,12 @@ def _ingest_summary(report) -> str:
 @click.option("--aliases", type=click.Path(dir_okay=False), default=None,
               help="With PATHs: TOML file extending the alias tables, as for ingest (also $SPIKEFORENSICS_ALIASES).")
 @click.option("--append", is_flag=True, help="With PATHs: add them to the run even when it already holds other sources.")
+@follow_symlinks_option
 @quiet_option
 @debug_option
 @handle_errors
 def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overrides, fail_on, max_points,
-             out_format, aliases, append, quiet, debug):
+             out_format, aliases, append, follow_symlinks, quiet, debug):
     """Detect, attribute and report the instabilities of a run.
 
     Writes the HTML postmortem X.html (--out), X.json, X.skiplist.json and a Markdown
@@ -229,17 +271,25 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
         raise click.UsageError("--run needs a run id (letters, digits, '.', '_', '-')")
     if not paths and not run_id:
         raise click.UsageError("give --run RUN_ID, or PATHs to ingest and diagnose")
+    from spikeforensics.params import ParamError
+
+    # parameters first: a bad value is a usage error before any work
+    try:
+        params = Params.load(params_file, list(overrides))
+    except ParamError as exc:
+        raise click.UsageError(_plain(str(exc))) from None
     if paths:
         from spikeforensics.ingest.aliases import load_user_aliases
 
         load_user_aliases(aliases)
         try:
-            run_id, moved = api.run_for_paths(list(paths), run_id, store, append=append)
+            run_id, moved = api.run_for_paths(list(paths), run_id, store, append=append,
+                                              follow_symlinks=follow_symlinks)
         except api.RunConflictError as exc:
             raise click.UsageError(str(exc)) from None
         if moved:
             warn(moved)
-        report = api.ingest(list(paths), run_id=run_id, store=store,
+        report = api.ingest(list(paths), run_id=run_id, store=store, follow_symlinks=follow_symlinks,
                             progress=None if quiet else (lambda m: note(f"reading {m}")))
         for f in report.files:
             if f.status == "failed":
@@ -247,7 +297,6 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
         if not report.ok:
             raise InputError(f"nothing usable in {', '.join(map(str, paths))}")
         run_id = report.run_id
-    params = Params.load(params_file, list(overrides))
     run = api.load_run(run_id, store)  # an unknown run fails here, before any progress output
     note(f"diagnosing run {run_id}", quiet)
     diagnosis = api.diagnose(run, params=params, rule_dirs=list(rule_dirs))
@@ -257,7 +306,7 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
 
         click.echo(json.dumps(json_safe(diagnosis), indent=2))
     else:
-        click.echo("\n".join(summary_lines(diagnosis, written)))
+        say("\n".join(summary_lines(diagnosis, written)))
     if (diagnosis.get("verdict") or {}).get("status") == "incomplete":
         _report_internal_failure(diagnosis, written, debug or os.environ.get("SPIKEFORENSICS_DEBUG"))
         sys.exit(EXIT_INTERNAL)

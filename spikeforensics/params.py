@@ -8,9 +8,57 @@ TOML file (`--params FILE`, sections named like the dataclasses below, e.g.
 
 from __future__ import annotations
 
+import math
+import os
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
+
+# --- what a user may set (`--params FILE`, `--set`): checked on load, a bad value is a usage
+# error (exit 2) naming the parameter and its allowed range ------------------------------------
+# why: every window, count and step distance is in records or steps; a million is beyond any
+# logged run's record count (the 1M-iteration Megatron log has 10^6 records), and rolling
+# windows allocate per window element: 10^12 aborts the process (a Rust panic), not the run
+MAX_INT_PARAM = 1_000_000
+# why: thresholds, ratios and norms: the largest default is 1e8 (absurd_grad_norm); 1e15
+# leaves room for any unit while keeping arithmetic on them finite
+MAX_FLOAT_PARAM = 1e15
+# why: names that are shares or probabilities: a value outside [0, 1] means nothing
+FRACTION_SUFFIXES = ("_frac", "_share", "_quantile", "confidence", "_chance", "_prob")
+# why: a --params file is a few dozen lines; a bigger or special file (a device, a pipe) is a mistake
+MAX_PARAMS_FILE_BYTES = 1 << 20
+
+
+class ParamError(ValueError):
+    """A parameter value or name that cannot be used (a usage error: exit 2)."""
+
+
+def _allowed_range(key: str, default) -> tuple[float, float]:
+    if isinstance(default, int):
+        return (1 if "window" in key else 0), MAX_INT_PARAM
+    if key.endswith(FRACTION_SUFFIXES):
+        return 0.0, 1.0
+    return 0.0, MAX_FLOAT_PARAM
+
+
+def read_small_toml(path: str | Path, cap: int, what: str) -> dict:
+    """A user TOML file: a regular file (not a device, pipe or socket, also behind a
+    symlink) of at most `cap` bytes, parsed; ValueError otherwise (one line)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: {what} must be a regular file")
+        if st.st_size > cap:
+            raise ValueError(f"{path}: {what} file is {st.st_size:,} bytes; at most {cap:,} are read")
+        with open(path, "rb") as fh:
+            data = fh.read(cap + 1)
+        if len(data) > cap:
+            raise ValueError(f"{path}: {what} file is over {cap:,} bytes")
+        return tomllib.loads(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise ValueError(f"{path}: cannot read {what}: {reason}") from None
 
 # --- detection sections (owned by the detectors; one dataclass per detector) ------------
 
@@ -371,18 +419,15 @@ class Params:
     def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> "Params":
         params = cls()
         if path:
-            try:
-                data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ValueError(f"{path}: cannot read parameters: {exc}") from exc
+            data = read_small_toml(path, MAX_PARAMS_FILE_BYTES, "parameters")
             for section, values in data.items():
                 if not isinstance(values, dict):
-                    raise ValueError(f"{path}: [{section}] must be a table")
+                    raise ParamError(f"{path}: [{section}] must be a table")
                 for key, value in values.items():
                     params.set(f"{section}.{key}", value, origin=str(path))
         for item in overrides or []:
             if "=" not in item:
-                raise ValueError(f"--set {item!r}: expected SECTION.NAME=VALUE")
+                raise ParamError(f"--set {item!r}: expected SECTION.NAME=VALUE")
             key, raw = item.split("=", 1)
             params.set(key.strip(), _parse_value(raw.strip()), origin="--set")
         return params
@@ -392,17 +437,30 @@ class Params:
         section = getattr(self, section_name, None)
         if section is None or not is_dataclass(section):
             known = ", ".join(f.name for f in fields(self))
-            raise ValueError(f"{origin}: unknown parameter section {section_name!r} (known: {known})")
+            raise ParamError(f"{origin}: unknown parameter section {section_name!r} (known: {known})")
         names = {f.name: f for f in fields(section)}
         if key not in names:
-            raise ValueError(f"{origin}: unknown parameter {dotted!r} (known in [{section_name}]: {', '.join(names)})")
+            raise ParamError(f"{origin}: unknown parameter {dotted!r} (known in [{section_name}]: {', '.join(names)})")
         current = getattr(section, key)
         if isinstance(current, bool) and not isinstance(value, bool):
-            raise ValueError(f"{origin}: {dotted} must be true or false")
+            raise ParamError(f"{origin}: {dotted} must be true or false")
         if isinstance(current, (int, float)) and not isinstance(current, bool):
+            lo, hi = _allowed_range(key, current)
+            kind = "an integer" if isinstance(current, int) else "a number"
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"{origin}: {dotted} must be a number")
-            value = type(current)(value) if isinstance(current, float) or float(value).is_integer() else value
+                raise ParamError(f"{origin}: {dotted} must be {kind} in [{lo:g}, {hi:g}]")
+            if isinstance(current, int) and not float(value).is_integer():
+                raise ParamError(f"{origin}: {dotted} must be {kind} in [{lo:g}, {hi:g}], got {value!r}")
+            if not math.isfinite(value) or not lo <= value <= hi:
+                raise ParamError(f"{origin}: {dotted} = {value!r} is out of range: allowed [{lo:g}, {hi:g}]")
+            value = type(current)(value)
+        elif isinstance(current, tuple):
+            elem = type(current[0]) if current else str
+            if not isinstance(value, list) or not all(isinstance(v, elem) and not isinstance(v, bool) for v in value):
+                raise ParamError(f"{origin}: {dotted} must be a list of {elem.__name__} values")
+            value = tuple(value)
+        elif isinstance(current, str) and not isinstance(value, str):
+            raise ParamError(f"{origin}: {dotted} must be a string")
         setattr(section, key, value)
 
     def as_dict(self) -> dict:

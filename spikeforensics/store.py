@@ -14,14 +14,25 @@ Writes are atomic per source: data files are written under `<store>/.tmp/` (a
 the manifest row is renamed last. Readers only read data files whose manifest row
 exists, so an ingest interrupted at any point leaves the store as it was. The file
 name is the source's content hash, so ingesting the same file twice is a no-op, and a
-new file appends to the run.
+new file appends to the run; a file that changed since it was ingested (same path and
+source name, e.g. a log that grew) replaces its earlier copy (`_commit`).
+
+Crash leftovers: a staging folder is named `<host>-<pid>-<random>`; every `Store` sweeps
+`.tmp/` of folders whose process is gone (same host) or that saw no write for
+`STALE_STAGING_S` (another host, or a pid reused), and data files that no manifest row
+commits (a kill between the data renames and the manifest rename) once they are
+`ORPHAN_DATA_S` old. A commit that fails removes what it moved; a staging folder is
+removed even when closing its files fails (a full disk).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+import socket
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,8 +50,37 @@ STORE_ENV = "SPIKEFORENSICS_STORE"
 DEFAULT_STORE = ".spikeforensics"
 
 
+# A staging folder whose owner cannot be checked (another host sharing the store, a
+# staging folder of an older version, a pid that was reused) is stale after this long
+# without a write: a live ingest writes its staging at least once per 32 MB chunk of log,
+# i.e. every few seconds, so an hour idle is a dead process, not a slow one.
+STALE_STAGING_S = 3600
+# A data file no manifest row commits is a crash leftover once it is this old (its ctime:
+# the rename into place). A live commit renames its manifest milliseconds after its data.
+ORPHAN_DATA_S = 60
+_HOST = re.sub(r"[^A-Za-z0-9_.]+", "_", socket.gethostname())[:64] or "host"
+
+
 class StoreError(Exception):
-    """A store problem the user can fix (bad run id, unknown run)."""
+    """A store problem the user can fix (bad run id, unknown run, a store that cannot be
+    written); the message is one line naming the path."""
+
+
+def store_os_error(exc: OSError, root: Path, doing: str) -> StoreError:
+    """An OSError of the store itself (read-only, no permission, full disk, a file where the
+    store folder should be) as a one-line StoreError naming the store path."""
+    reasons = {
+        errno.EROFS: "the store is on a read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.ENOSPC: "no space left on the device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.ENOTDIR: "a path in the store is a file, not a folder",
+        errno.EEXIST: "a path in the store exists and is not a folder",
+    }
+    why = reasons.get(exc.errno, exc.strerror or str(exc))
+    where = exc.filename or root
+    return StoreError(f"store {root}: cannot {doing}: {why} ({where})")
 
 
 def validate_run_id(run_id: str) -> str:
@@ -88,6 +128,40 @@ class SourceRecord:
 class Store:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = resolve_store(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"store {self.root}: is a file, not a folder (give --store a folder)")
+        self.sweep()
+
+    # -- crash leftovers ---------------------------------------------------------
+    def sweep(self) -> None:
+        """Remove staging of dead ingests and data files no manifest commits (see the
+        module docstring); never fails (a read-only store is left alone)."""
+        try:
+            tmp = self.root / ".tmp"
+            if tmp.is_dir():
+                for folder in tmp.iterdir():
+                    if _staging_is_stale(folder):
+                        shutil.rmtree(folder, ignore_errors=True)
+            self._sweep_orphans()
+        except OSError:
+            pass
+
+    def _sweep_orphans(self) -> None:
+        tables = self.root / "tables"
+        if not tables.is_dir():
+            return
+        now = time.time()
+        committed: dict[str, set[str]] = {}
+        for table_dir in tables.iterdir():
+            if table_dir.name == "sources" or not table_dir.is_dir():
+                continue
+            for run_dir in table_dir.iterdir():
+                for f in run_dir.glob("*.parquet"):
+                    if run_dir.name not in committed:
+                        manifests = tables / "sources" / run_dir.name
+                        committed[run_dir.name] = {m.stem for m in manifests.glob("*.parquet")}
+                    if f.stem not in committed[run_dir.name] and now - f.stat().st_ctime > ORPHAN_DATA_S:
+                        f.unlink(missing_ok=True)
 
     # -- paths -----------------------------------------------------------------
     def _table_dir(self, table: str, run_id: str) -> Path:
@@ -120,7 +194,10 @@ class Store:
         files = sorted(self._table_dir("sources", validate_run_id(run_id)).glob("*.parquet"))
         if not files:
             return schema.empty("sources")
-        return pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed").sort("ingested_at")
+        rows = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed").sort("ingested_at")
+        # two copies of one file (a crash between a replacing commit and the removal of the
+        # copy it replaces): the newest is the file
+        return rows.unique(["path", "source"], keep="last", maintain_order=True)
 
     def has_source(self, run_id: str, sha256: str) -> bool:
         return (self._table_dir("sources", run_id) / f"{sha256[:16]}.parquet").exists()
@@ -152,9 +229,13 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
     def staging(self) -> Staging:
-        """A fresh staging folder under `<store>/.tmp/` for one source's tables."""
-        self._ensure_root()
-        return Staging(self.root / ".tmp" / uuid.uuid4().hex)
+        """A fresh staging folder under `<store>/.tmp/` for one source's tables, named
+        after this host and process so a later sweep can tell whether it is stale."""
+        try:
+            self._ensure_root()
+            return Staging(self.root / ".tmp" / f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex}", self.root)
+        except OSError as exc:
+            raise store_os_error(exc, self.root, "write") from None
 
     def write_source(self, run_id: str, record: SourceRecord, tables: dict[str, pl.DataFrame] | Staging) -> None:
         """Atomically add one source's tables to a run (replacing an earlier copy of it).
@@ -173,17 +254,54 @@ class Store:
             self._commit(run_id, record, stage)
 
     def _commit(self, run_id: str, record: SourceRecord, stage: Staging) -> None:
+        """Data files into place, then the manifest row (the commit point); then the
+        earlier copies of the same file (same path and source name, other content: a log
+        that grew or was rewritten) are removed, manifest first. A commit that fails
+        removes the data files it moved (unless an earlier commit of the same content
+        owns them). Readers see one copy: `sources` keeps the newest of such rows, so a
+        crash between the commit and the removal is invisible to the tool and the next
+        ingest of that file removes the older copy."""
         name = f"{record.sha256[:16]}.parquet"
-        staged = stage.finish()
-        manifest = stage.folder / "sources.manifest.parquet"
-        _write_parquet(record.frame(), manifest)
-        for table, src in staged.items():
-            dst = self._table_dir(table, run_id) / name
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dst)
-        dst = self._table_dir("sources", run_id) / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(manifest, dst)  # the commit point
+        manifest_dst = self._table_dir("sources", run_id) / name
+        moved: list[Path] = []
+        try:
+            staged = stage.finish()
+            manifest = stage.folder / "sources.manifest.parquet"
+            _write_parquet(record.frame(), manifest)
+            owned = manifest_dst.exists()
+            for table, src in staged.items():
+                dst = self._table_dir(table, run_id) / name
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
+                if not owned:
+                    moved.append(dst)
+            manifest_dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(manifest, manifest_dst)  # the commit point
+        except BaseException as exc:
+            for dst in moved:
+                try:
+                    dst.unlink(missing_ok=True)
+                except OSError:
+                    pass
+            if isinstance(exc, OSError):
+                raise store_os_error(exc, self.root, "write") from None
+            raise
+        self._drop_replaced(run_id, record)
+
+    def _drop_replaced(self, run_id: str, record: SourceRecord) -> None:
+        """Remove earlier copies of `record`'s file (same path and source, other sha)."""
+        keep = record.sha256[:16]
+        for f in self._table_dir("sources", run_id).glob("*.parquet"):
+            if f.stem == keep:
+                continue
+            try:
+                row = pl.read_parquet(f, columns=["path", "source"]).row(0)
+            except Exception:
+                continue
+            if row == (record.path, record.source):
+                f.unlink(missing_ok=True)  # uncommit first, then the data
+                for table in schema.TABLES:
+                    (self._table_dir(table, run_id) / f.name).unlink(missing_ok=True)
 
     def delete_run(self, run_id: str) -> None:
         validate_run_id(run_id)
@@ -197,8 +315,9 @@ class Staging:
     chunks never have to be held together). Commit with `Store.write_source`; use as a
     context manager, which removes the folder (and whatever was not committed) on exit."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, root: Path | None = None):
         self.folder = folder
+        self.root = root if root is not None else folder.parent.parent
         folder.mkdir(parents=True)
         self.rows: dict[str, int] = {}  # table -> rows appended so far
         self._writers: dict[str, pq.ParquetWriter] = {}
@@ -207,16 +326,27 @@ class Staging:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            self._close()
+        except Exception:  # closing fails on a full disk: the folder goes all the same
+            self._writers.clear()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def _path(self, table: str) -> Path:
         return self.folder / f"{table}.parquet"
 
     def append(self, table: str, frame: pl.DataFrame) -> None:
-        """Add rows to a table (conformed to its schema); empty frames add nothing."""
+        """Add rows to a table (conformed to its schema); empty frames add nothing. A write
+        that fails (full disk, ...) is a StoreError naming the store."""
         if frame.height == 0:
             return
+        try:
+            self._append(table, frame)
+        except OSError as exc:
+            raise store_os_error(exc, self.root, "write") from None
+
+    def _append(self, table: str, frame: pl.DataFrame) -> None:
         arrow = _with_metadata(schema.conform(table, frame).to_arrow())
         writer = self._writers.get(table)
         if writer is None:
@@ -232,6 +362,12 @@ class Staging:
         after its last chunk)."""
         if not self.rows.get(table):
             return
+        try:
+            self._rewrite(table, fix)
+        except OSError as exc:
+            raise store_os_error(exc, self.root, "write") from None
+
+    def _rewrite(self, table: str, fix: Callable[[pl.DataFrame, int], pl.DataFrame]) -> None:
         self._close(table)
         old = self._path(table).rename(self.folder / f"{table}.old")
         reader = pq.ParquetFile(old)
@@ -254,6 +390,28 @@ class Staging:
             writer = self._writers.pop(name, None)
             if writer is not None:
                 writer.close()
+
+
+def _staging_is_stale(folder: Path) -> bool:
+    """Whether a staging folder belongs to no live ingest (see the module docstring)."""
+    try:
+        newest = max([folder.stat().st_mtime, *(f.stat().st_mtime for f in folder.iterdir())])
+    except OSError:
+        return False
+    idle = time.time() - newest
+    parts = folder.name.rsplit("-", 2)
+    if len(parts) == 3 and parts[0] == _HOST and parts[1].isdigit():
+        pid = int(parts[1])
+        if pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True  # its process is gone
+        except OSError:
+            pass  # alive (another user's process): fall back on age
+        return idle > 24 * STALE_STAGING_S
+    return idle > STALE_STAGING_S
 
 
 def _dictionary_columns(table: str) -> list[str]:

@@ -68,7 +68,13 @@ def dumps(obj, **kw) -> str:
 
 
 def log_lines(run: RunData, inc: Incident) -> list[dict]:
-    """Raw lines around the peak's record in the main log (empty when the file is gone)."""
+    """Raw lines around the peak's record in the main log (empty when the file is gone).
+
+    Only from the file that was ingested: when the file at the stored path no longer has
+    the stored size and SHA-256 (replaced, edited, swapped for another file), no line of it
+    is shown, only a note saying so (an item without `line`). Lines are numbered as ingest
+    numbered them (LF, CRLF, or lone CR for a file without LF); control characters are
+    removed."""
     rows = pl.DataFrame()
     for name in ("loss", "grad_norm"):
         src = run.primary_source(name)
@@ -83,17 +89,58 @@ def log_lines(run: RunData, inc: Incident) -> list[dict]:
     if rows.height == 0 or run.sources.height == 0:
         return []
     source, line = rows.get_column("source")[0], int(rows.get_column("line")[0])
-    paths = run.sources.filter(pl.col("source") == source).get_column("path").drop_nulls()
-    if paths.len() == 0 or not Path(paths[0]).is_file():
+    known = run.sources.filter((pl.col("source") == source) & pl.col("path").is_not_null())
+    if known.height == 0 or not Path(known.get_column("path")[0]).is_file():
         return []
+    path = Path(known.get_column("path")[0])
+    # a store's manifest always has the hash; a run built in memory without one has nothing to check against
+    sha = known.get_column("sha256")[0] if "sha256" in known.columns else None
+    size = known.get_column("bytes")[0] if "bytes" in known.columns else None
+    if sha and not _unchanged(path, sha, size):
+        return [{"source": source, "peak": False,
+                 "text": f"(raw lines not shown: {path.name} has changed since it was ingested)"}]
     first = max(1, line - LOG_CONTEXT)
     try:
-        with open(paths[0], encoding="utf-8", errors="replace") as fh:
-            chunk = list(itertools.islice(fh, first - 1, line + LOG_CONTEXT))
+        chunk = _read_lines(path, first, line + LOG_CONTEXT)
     except OSError:
         return []
-    return [{"source": source, "line": first + i, "text": text.rstrip("\r\n"), "peak": first + i == line}
+    return [{"source": source, "line": first + i, "text": text, "peak": first + i == line}
             for i, text in enumerate(chunk)]
+
+
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: one hash per file and diagnose
+
+
+def _unchanged(path: Path, sha: str | None, size: int | None) -> bool:
+    """Whether the file at `path` is still the ingested one (size, then SHA-256)."""
+    from spikeforensics.ingest import file_sha256
+
+    if not sha:
+        return False
+    try:
+        st = path.stat()
+        if size is not None and st.st_size != size:
+            return False
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _SHA_CACHE:
+            _SHA_CACHE[key] = file_sha256(path)
+    except OSError:
+        return False
+    return _SHA_CACHE[key] == sha
+
+
+def _read_lines(path: Path, first: int, last: int) -> list[str]:
+    """Physical lines first..last (1-based) of a log, split as ingest splits them."""
+    from spikeforensics.ingest.base import lone_cr_endings, strip_controls
+
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+        fh.seek(0)
+        if lone_cr_endings(head):
+            raw = fh.read().split(b"\r")[first - 1: last]
+        else:
+            raw = list(itertools.islice(fh, first - 1, last))
+    return [strip_controls(b.decode("utf-8", errors="replace").rstrip("\r\n").replace("\r", " ")) for b in raw]
 
 
 def _finding_note(f: Finding) -> dict:

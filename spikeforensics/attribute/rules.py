@@ -30,6 +30,8 @@ whose value is None (no data) is false.
 
 from __future__ import annotations
 
+import math
+import re
 import string
 import tomllib
 from dataclasses import dataclass, field
@@ -45,6 +47,16 @@ OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 RULE_KEYS = {"name", "label", "weight", "when", "explanation", "actions", "detail"}
 GATE_KEYS = {"label", "reason", "when"}
 GROUPS = ("any", "all", "not")
+# Bounds on what a rules file can make the tool do (rules come from users' folders):
+MAX_RULES_FILE_BYTES = 1 << 20  # why: the bundled rules are ~40 KB together; a 1 MB file is hundreds of rules
+MAX_NESTING = 12  # why: any/all/not groups nest 2-3 deep in practice; deeper is a generated or hostile file
+MAX_FORMAT_WIDTH = 64  # why: a placeholder pads a number or a short list, never beyond a line
+MAX_FORMAT_PRECISION = 20  # why: a float64 has 17 significant digits
+# Python's format-spec mini-language: [[fill]align][sign][z][#][0][width][grouping][.precision][type]
+_FORMAT_SPEC_RE = re.compile(
+    r"(?:(?P<fill>.)?(?P<align>[<>=^]))?[-+ ]?z?#?0?(?P<width>\d+)?[,_]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?",
+    re.S,
+)
 
 
 class RuleError(ValueError):
@@ -87,7 +99,9 @@ class RuleSet:
 # --- validation --------------------------------------------------------------------------------
 
 
-def _check_condition(cond, where: str) -> None:
+def _check_condition(cond, where: str, depth: int = 1) -> None:
+    if depth > MAX_NESTING:
+        raise RuleError(f"{where}: conditions nested more than {MAX_NESTING} deep")
     if not isinstance(cond, dict):
         raise RuleError(f"{where}: a condition must be a table, got {cond!r}")
     groups = [g for g in GROUPS if g in cond]
@@ -96,12 +110,12 @@ def _check_condition(cond, where: str) -> None:
             raise RuleError(f"{where}: a group condition has exactly one key (any, all or not), got {sorted(cond)}")
         inner = cond[groups[0]]
         if groups[0] == "not":
-            _check_condition(inner, where)
+            _check_condition(inner, where, depth + 1)
             return
         if not isinstance(inner, list) or not inner:
             raise RuleError(f"{where}: '{groups[0]}' needs a non-empty list of conditions")
         for c in inner:
-            _check_condition(c, where)
+            _check_condition(c, where, depth + 1)
         return
     unknown = set(cond) - {"feature", "op", "value"}
     if unknown or set(cond) != {"feature", "op", "value"}:
@@ -123,6 +137,8 @@ def _check_condition(cond, where: str) -> None:
         )
         if not ok:
             raise RuleError(f"{where}: feature {feature!r} is a {ftype}, value {v!r} does not fit")
+        if isinstance(v, float) and math.isnan(v):
+            raise RuleError(f"{where}: feature {feature!r}: a NaN value never compares")
     if ftype in ("bool", "str") and op in ("<", "<=", ">", ">="):
         raise RuleError(f"{where}: op {op!r} makes no sense on {ftype} feature {feature!r}")
 
@@ -141,6 +157,13 @@ def _check_template(text, where: str, what: str) -> str:
             raise RuleError(f"{where}: {what} names unknown feature {{{name}}}")
         if conv is not None or (spec and any(c in spec for c in "{}")):
             raise RuleError(f"{where}: {what}: only {{feature}} or {{feature:format}} placeholders are allowed")
+        if spec:
+            m = _FORMAT_SPEC_RE.fullmatch(spec)
+            if m is None:
+                raise RuleError(f"{where}: {what}: {{{name}:{spec}}} is not a format spec")
+            if int(m.group("width") or 0) > MAX_FORMAT_WIDTH or int(m.group("precision") or 0) > MAX_FORMAT_PRECISION:
+                raise RuleError(f"{where}: {what}: {{{name}:{spec}}}: width at most {MAX_FORMAT_WIDTH}, "
+                                f"precision at most {MAX_FORMAT_PRECISION}")
     return text
 
 
@@ -148,7 +171,7 @@ def _check_when(when, where: str) -> tuple:
     if not isinstance(when, list) or not when:
         raise RuleError(f"{where}: 'when' must be a non-empty list of conditions")
     for cond in when:
-        _check_condition(cond, where)
+        _check_condition(cond, where, 2)
     return tuple(when)
 
 
@@ -158,6 +181,8 @@ def parse_rules(text: str, origin: str) -> RuleSet:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{origin}: not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise RuleError(f"{origin}: not valid TOML: nested too deeply") from None
     unknown = set(data) - {"rule", "gate"}
     if unknown:
         raise RuleError(f"{origin}: unknown top-level key(s) {sorted(unknown)} (expected [[rule]] and [[gate]] tables)")
@@ -178,8 +203,8 @@ def parse_rules(text: str, origin: str) -> RuleSet:
         if raw["label"] not in LABELS:
             raise RuleError(f"{where}: unknown label {raw['label']!r} (labels: {', '.join(LABELS)})")
         weight = raw["weight"]
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool):
-            raise RuleError(f"{where}: 'weight' must be a number")
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight):
+            raise RuleError(f"{where}: 'weight' must be a number (a finite one)")
         actions = raw.get("actions", [])
         if not isinstance(actions, list):
             raise RuleError(f"{where}: 'actions' must be a list of strings")
@@ -213,19 +238,16 @@ def load_rules(dirs: list[str | Path] | None = None, include_builtin: bool = Tru
         paths += sorted(rules_dir().glob("*.toml"))
     for d in dirs or []:
         d = Path(d)
-        if d.is_file():
-            paths.append(d)
-        elif d.is_dir():
+        if d.is_dir():
             paths += sorted(d.glob("*.toml"))
+        elif d.exists() or d.is_symlink():  # checked by `_read_rules_file`: regular files only
+            paths.append(d)
         else:
             raise RuleError(f"{d}: no such rules file or folder")
     merged = RuleSet()
     seen: dict[str, str] = {}
     for path in paths:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise RuleError(f"{path}: cannot read: {exc}") from exc
+        text = _read_rules_file(path)
         part = parse_rules(text, str(path))
         for rule in part.rules:
             if rule.name in seen:
@@ -235,6 +257,30 @@ def load_rules(dirs: list[str | Path] | None = None, include_builtin: bool = Tru
         merged.gates += part.gates
         merged.files.append(str(path))
     return merged
+
+
+def _read_rules_file(path: Path) -> str:
+    """A rules file's text: a regular file (a symlink to a device, a pipe or a socket is
+    refused without opening it) of at most `MAX_RULES_FILE_BYTES`."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise RuleError(f"{path}: a rules file must be a regular file")
+        if st.st_size > MAX_RULES_FILE_BYTES:
+            raise RuleError(f"{path}: rules file of {st.st_size:,} bytes; at most {MAX_RULES_FILE_BYTES:,} are read")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_RULES_FILE_BYTES + 1)
+    except OSError as exc:
+        raise RuleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_RULES_FILE_BYTES:
+        raise RuleError(f"{path}: rules file over {MAX_RULES_FILE_BYTES:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RuleError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def check(dirs: list[str | Path] | None = None, include_builtin: bool = True) -> tuple[RuleSet | None, list[str]]:

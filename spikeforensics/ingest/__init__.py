@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import os
 import json
 import pkgutil
 import re
@@ -34,6 +35,8 @@ import polars as pl
 
 from spikeforensics import schema
 from spikeforensics.ingest.base import (
+    LONE_CR_MIN,
+    MAX_STEP,
     SNIFF_LINES,
     ParseResult,
     SniffSample,
@@ -44,7 +47,7 @@ from spikeforensics.ingest.base import (
     lines_from_bytes,
 )
 from spikeforensics.ingest._mixing import RECORD_HINT, is_line_grammar, mix
-from spikeforensics.store import SourceRecord, Staging, Store, validate_run_id
+from spikeforensics.store import SourceRecord, Staging, Store, StoreError, validate_run_id
 
 PROGRESS_MIN_BYTES = 64 << 20  # files at least this big report progress per parsed chunk
 SNIFF_BYTES = 64 << 10
@@ -171,20 +174,63 @@ def _wide_sample(path: Path) -> SniffSample | None:
     return SniffSample(path=path, text="\n".join(chosen), lines=chosen)
 
 
-def expand_paths(paths: list[str | Path]) -> list[tuple[Path, str, bool]]:
-    """(file, source name, came_from_folder) for every file under the given paths."""
+def expand_paths(paths: list[str | Path], follow_symlinks: bool = False,
+                 skipped: list[tuple[Path, str, str]] | None = None) -> list[tuple[Path, str, bool]]:
+    """(file, source name, came_from_folder) for every file under the given paths.
+
+    A folder is not left through symlinks: a file or folder symlink inside it whose target
+    lies outside it is not followed (listed in `skipped` as (path, source, why)) unless
+    `follow_symlinks`; symlinked folders are not descended into either way unless
+    `follow_symlinks` (then each real folder once). Paths given directly are used as given."""
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            for f in sorted(p.rglob("*")):
+            for f in _walk(p, follow_symlinks, skipped):
                 rel = f.relative_to(p)
-                if f.is_file() and not any(part.startswith(".") for part in rel.parts) and f.name not in LABEL_FILES:
+                if not any(part.startswith(".") for part in rel.parts) and f.name not in LABEL_FILES:
                     out.append((f, rel.as_posix(), True))
         elif p.exists():
             out.append((p, p.name, False))
         else:
             raise IngestError(f"{p}: no such file or folder")
     return out
+
+
+def _walk(folder: Path, follow_symlinks: bool, skipped: list | None) -> list[Path]:
+    """The regular files under `folder`, sorted (see `expand_paths` for symlinks)."""
+    top = folder.resolve()
+    seen = {top}
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=follow_symlinks):
+        here = Path(dirpath)
+        if follow_symlinks:  # each real folder once (a symlink loop ends here)
+            keep = []
+            for d in dirnames:
+                real = (here / d).resolve()
+                if real not in seen:
+                    seen.add(real)
+                    keep.append(d)
+            dirnames[:] = keep
+        else:
+            for d in dirnames:
+                link = here / d
+                if link.is_symlink() and not _inside(link.resolve(), top) and skipped is not None:
+                    skipped.append((link, link.relative_to(folder).as_posix(), "a symlink to a folder outside "
+                                    f"{folder}; not followed (--follow-symlinks to allow)"))
+        for name in filenames:
+            f = here / name
+            if f.is_symlink() and not follow_symlinks and not _inside(f.resolve(), top):
+                if skipped is not None and not name.startswith("."):
+                    skipped.append((f, f.relative_to(folder).as_posix(), f"a symlink to a file outside {folder}; "
+                                    "not followed (--follow-symlinks to allow)"))
+                continue
+            if f.is_file():
+                found.append(f)
+    return sorted(found)
+
+
+def _inside(path: Path, top: Path) -> bool:
+    return path == top or top in path.parents
 
 
 def file_sha256(path: Path) -> str:
@@ -219,6 +265,7 @@ class _ReadOnce:
         self.hash = hashlib.sha256()
         self.size = 0
         self.newlines = 0
+        self.crs = 0  # counted for lone-CR files (no LF at all): their CRs are the line ends
         self.last = b"\n"
 
     def __call__(self, block: bytes) -> None:
@@ -228,10 +275,14 @@ class _ReadOnce:
 
     def lines_in(self, block: bytes) -> None:
         self.newlines += block.count(b"\n")
+        if not self.newlines:
+            self.crs += block.count(b"\r")
         if block:
             self.last = block[-1:]
 
     def lines(self) -> int:
+        if not self.newlines and self.crs >= LONE_CR_MIN:
+            return self.crs + (0 if self.last == b"\r" else 1)
         return self.newlines + (0 if self.last == b"\n" else 1)
 
     def digest(self, path: Path, size: int) -> tuple[str, int]:
@@ -254,13 +305,16 @@ def ingest_paths(
     store: Store,
     fmt: str | None = None,
     progress: Callable[[str], None] | None = None,
+    follow_symlinks: bool = False,
 ) -> IngestReport:
     """Ingest files and folders into `run_id`. Raises IngestError for a file given
-    directly that has nothing usable; files inside a folder are skipped with a message."""
+    directly that has nothing usable; files inside a folder are skipped with a message
+    (so are symlinks leading out of a folder, unless `follow_symlinks`)."""
     validate_run_id(run_id)
     if fmt is not None and fmt not in parsers():
         raise IngestError(f"unknown format {fmt!r}; known: {', '.join(format_names())}")
-    files = expand_paths(paths)
+    skipped: list[tuple[Path, str, str]] = []
+    files = expand_paths(paths, follow_symlinks, skipped)
     planned = []
     for path, source, in_folder in files:
         name, _ = (fmt, 1.0) if fmt else detect_format(path)
@@ -277,6 +331,8 @@ def ingest_paths(
         if outcome.status == "failed" and not in_folder:
             raise IngestError(outcome.message)
         outcomes.append(outcome)
+    outcomes += [FileOutcome(path=str(f), source=source, status="failed", message=f"{f}: {why}")
+                 for f, source, why in skipped]
     return IngestReport(run_id=run_id, store=str(store.root), files=outcomes)
 
 
@@ -298,8 +354,29 @@ def rank_from_name(name: str) -> int | None:
 
 def _finish(result: ParseResult, source: str) -> ParseResult:
     """Conform every table, stamp the source, and add `nan` events from step records."""
+    drop_out_of_range_steps(result)
     result.tables, _ = _finish_tables(result.tables, source)
     return result
+
+
+def drop_out_of_range_steps(result: ParseResult) -> None:
+    """The driver's net under every parser: rows whose step is beyond +-`MAX_STEP` (a
+    binary record's raw counter, a computed step) are dropped and counted as unparsed
+    lines, so no stored step is out of range (the parsers turn most such lines into
+    unparsed lines themselves, with their text)."""
+    for table, frame in list(result.tables.items()):
+        if "step" not in frame.columns or frame.height == 0 or not frame.schema["step"].is_numeric():
+            continue
+        oob = ((pl.col("step") > MAX_STEP) | (pl.col("step") < -MAX_STEP)).fill_null(False)
+        bad = frame.filter(oob)
+        if bad.height == 0:
+            continue
+        result.tables[table] = frame.filter(~oob)
+        lines = bad.get_column("line").unique() if "line" in bad.columns else pl.Series([None])
+        result.unparsed += lines.len()
+        room = MANIFEST_EXAMPLES - len(result.unparsed_examples)
+        result.unparsed_examples += [(int(x) if x is not None else 0, f"step out of range in {table}")
+                                     for x in lines.head(max(room, 0)).to_list()]
 
 
 def _finish_tables(tables: dict[str, pl.DataFrame], source: str) -> tuple[dict[str, pl.DataFrame], pl.Series]:
@@ -384,6 +461,7 @@ def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging,
     with ThreadPoolExecutor(max_workers=1) as writer:
         pending = None
         for part in parser.parse_chunks(src):
+            drop_out_of_range_steps(part)
             tables, nans = _finish_tables(part.tables, src.name)
             parsed.add(part, tables)
             if nans.len():
@@ -449,8 +527,10 @@ def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: S
             else:
                 parsed = _parse_whole(parser, src, stage, mixing=mixing)
         except IngestError as exc:
-            outcome.message = str(exc)
+            outcome.message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
             return outcome
+        except StoreError:  # the store, not this input: the caller reports it
+            raise
         except OSError as exc:
             outcome.message = f"{path}: cannot read: {exc.strerror or exc}"
             return outcome

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from spikeforensics.ingest.base import captured_values, extract_time
+from spikeforensics.ingest.base import captured_values, extract_time, step_int
 
 VALUE_SCHEMA = {"line": pl.Int64, "name": pl.String, "value": pl.Float64}
 
@@ -27,7 +27,7 @@ def grammar_records(
     g = cand.with_columns(pl.col("text").str.extract_groups(pattern).alias("_g")).unnest("_g")
     hit = g.filter(pl.col(step_group).is_not_null())
     records = hit.select(
-        "line", pl.col(step_group).cast(pl.Int64, strict=False).alias("step"), "prefix_rank",
+        "line", step_int(pl.col(step_group)).alias("step"), "prefix_rank",
         pl.lit(kind).alias("record_kind"), extract_time(pl.col("text")).alias("time"),
     )
     values = captured_values(hit, cols) if hit.height else pl.DataFrame(schema=VALUE_SCHEMA)

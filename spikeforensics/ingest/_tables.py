@@ -15,6 +15,7 @@ import polars as pl
 
 from spikeforensics.ingest.aliases import METRIC_ALIASES
 from spikeforensics.ingest.base import (
+    MAX_STEP,
     ParseResult,
     SniffSample,
     SourceFile,
@@ -22,6 +23,20 @@ from spikeforensics.ingest.base import (
     normalise_name,
     to_float,
 )
+
+# Keys per JSON record / columns per CSV header: the widest real metrics files (W&B history
+# exports with per-layer series) have a few thousand; more is not a log but a fuzzed or
+# broken file, refused with one line instead of building a frame that wide.
+MAX_KEYS = 4096
+
+# Decompression caps for binary side files (Parquet manifests/dumps, NPZ dumps): what they
+# claim to expand to is checked before anything is decompressed. Absolute: 2 GiB of
+# uncompressed columns is ~100M layer rows, beyond any dump diagnose can use in memory.
+# Ratio: real dumps compress 3-30x (floats barely compress); over 200x on a file that
+# expands beyond 64 MiB is a decompression bomb, not data (small files may compress more).
+MAX_DECOMPRESSED_BYTES = 2 << 30
+MAX_DECOMPRESSION_RATIO = 200
+RATIO_CHECK_FROM_BYTES = 64 << 20
 
 PARQUET_MAGIC = b"PAR1"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -67,6 +82,32 @@ def file_kind(path: Path) -> str:
     return "jsonl" if len(lines) >= 3 and objects * 2 >= len(lines) else "csv"
 
 
+def check_expansion(path: Path, expanded: int, what: str) -> None:
+    """Refuse a side file whose content claims to expand beyond the caps above."""
+    size = max(path.stat().st_size, 1)
+    if expanded > MAX_DECOMPRESSED_BYTES:
+        raise ingest_error(f"{path}: {what} expands to {expanded:,} bytes; at most {MAX_DECOMPRESSED_BYTES:,} are read")
+    if expanded > RATIO_CHECK_FROM_BYTES and expanded / size > MAX_DECOMPRESSION_RATIO:
+        raise ingest_error(f"{path}: {what} expands {expanded / size:,.0f}x ({size:,} -> {expanded:,} bytes); "
+                           f"at most {MAX_DECOMPRESSION_RATIO}x is read (a decompression bomb?)")
+
+
+def parquet_expansion(path: Path) -> int:
+    """Uncompressed bytes a Parquet file's footer claims (its row groups' total)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
+def npz_expansion(path: Path) -> int:
+    """Uncompressed bytes of an NPZ (zip) file's members, from its directory."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        return sum(info.file_size for info in zf.infolist())
+
+
 # ---------------------------------------------------------------------------
 # JSON lines
 
@@ -87,6 +128,10 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     cand = lines.filter(pl.col("text").str.contains("{", literal=True)).with_columns(
         safe_json(pl.col("text").str.extract(r"(\{.*\})\s*$", 1)).alias("_json")
     )
+    keys = cand.select(pl.col("_json").str.count_matches(r'"\s*:').max()).item() if cand.height else 0
+    if keys and keys > MAX_KEYS:
+        raise ingest_error(f"a JSON record with {keys:,} keys; at most {MAX_KEYS:,} are read per record "
+                           "(a metrics, gradient or manifest record has far fewer)")
     valid = cand.get_column("_json").str.json_path_match("$").is_not_null()
     bad = cand.filter(~valid).select("line", "text")
     good = cand.filter(valid)
@@ -123,7 +168,7 @@ def _json_keys(texts: pl.Series) -> list[str]:
 def numeric(frame: pl.DataFrame, col: str) -> pl.Expr:
     """A column as Float64: strings through `to_float` (nan/inf/quoted), numbers cast,
     booleans as 0/1; lists and structs become null."""
-    dtype = frame.schema[col]
+    dtype = frame.get_column(col).dtype  # not `frame.schema[col]`: that builds the whole schema, per column
     if dtype == pl.String:
         # the plain cast reads most columns (and nan/inf); `to_float` only when it misses values
         plain = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False)
@@ -135,43 +180,75 @@ def numeric(frame: pl.DataFrame, col: str) -> pl.Expr:
 
 
 def integer(frame: pl.DataFrame, col: str) -> pl.Expr:
-    """A step/rank-like column as Int64 (`'445'`, `445.0`, `3.2e+4` -> 32000); others null."""
+    """A step/rank-like column as Int64 (`'445'`, `445.0`, `3.2e+4` -> 32000); others null,
+    and so is a value beyond +-`MAX_STEP` (see base.py: not a step any run reaches)."""
     f = numeric(frame, col)
-    return pl.when(f.is_finite() & (f == f.round(0))).then(f).cast(pl.Int64, strict=False)
+    return pl.when(f.is_finite() & (f == f.round(0)) & (f.abs() <= MAX_STEP)).then(f).cast(pl.Int64, strict=False)
+
+
+def out_of_range(frame: pl.DataFrame, col: str) -> pl.Expr:
+    """Rows whose `col` holds a number beyond +-`MAX_STEP` (Inf included)."""
+    return (numeric(frame, col).abs() > MAX_STEP).fill_null(False)
 
 
 # ---------------------------------------------------------------------------
 # CSV
 
 
-def read_csv_lines(src: SourceFile) -> pl.DataFrame:
+def read_csv_lines(src: SourceFile, result: ParseResult | None = None) -> pl.DataFrame:
     """Read a CSV file as all-String columns plus `line` (1-based physical line).
 
     Blank lines are skipped; bad UTF-8 is replaced; ragged rows are tolerated (short
     rows padded with nulls, long rows cut). Repeated header rows stay in (callers drop
-    them: the first column equals its own name).
+    them: the first column equals its own name). A row the CSV reader cannot read (an
+    unbalanced quote) costs that row: it is counted into `result` as unparsed.
     """
     lines = src.lines().filter(pl.col("text").str.strip_chars() != "")
-    return csv_from_lines(lines)
+    return csv_from_lines(lines, result)
 
 
-def csv_from_lines(lines: pl.DataFrame) -> pl.DataFrame:
+def csv_from_lines(lines: pl.DataFrame, result: ParseResult | None = None) -> pl.DataFrame:
     if lines.height == 0:
         return pl.DataFrame(schema={"line": pl.Int64})
-    data = "\n".join(lines.get_column("text").to_list()).encode("utf-8")
-    frame = pl.read_csv(
-        io.BytesIO(data),
-        infer_schema=False,
-        truncate_ragged_lines=True,
-        raise_if_empty=False,
-        encoding="utf8-lossy",
-    )
+    _check_header_width(lines)
+    try:
+        frame = _read_csv_text(lines)
+    except pl.exceptions.PolarsError:
+        # a row with an unbalanced quote swallows the rest of the file: drop such rows
+        # (an odd number of quote characters; the header is kept) and read the others
+        odd = (pl.col("text").str.count_matches('"', literal=True) % 2 == 1) & (pl.int_range(pl.len()) > 0)
+        bad = lines.filter(odd)
+        if bad.height == 0:
+            raise
+        if result is not None:
+            unparsed(result, bad)
+        lines = lines.filter(~odd)
+        frame = _read_csv_text(lines)
     frame = frame.rename({c: c.strip() for c in frame.columns})
     row_lines = lines.get_column("line").slice(1)
     if row_lines.len() == frame.height:
         return frame.with_columns(row_lines.alias("line"))
     # a quoted field spanning lines: physical lines no longer map one-to-one
     return frame.with_columns(pl.lit(None, dtype=pl.Int64).alias("line"))
+
+
+def _check_header_width(lines: pl.DataFrame) -> None:
+    """Refuse a CSV header of more than `MAX_KEYS` columns (one clear line, not a hang)."""
+    header = lines.get_column("text")[0]
+    if header.count(",") >= MAX_KEYS:
+        raise ingest_error(f"CSV header with {header.count(',') + 1:,} columns; at most {MAX_KEYS:,} are read "
+                           "(a metrics, gradient or manifest file has far fewer)")
+
+
+def _read_csv_text(lines: pl.DataFrame) -> pl.DataFrame:
+    data = "\n".join(lines.get_column("text").to_list()).encode("utf-8")
+    return pl.read_csv(
+        io.BytesIO(data),
+        infer_schema=False,
+        truncate_ragged_lines=True,
+        raise_if_empty=False,
+        encoding="utf8-lossy",
+    )
 
 
 def sample_columns(sample: SniffSample) -> list[str] | None:

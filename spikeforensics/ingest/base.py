@@ -39,6 +39,46 @@ PREFIX_RE = (
 
 SNIFF_LINES = 400
 
+# What a terminal would interpret in text that comes from input data (file names, sample
+# IDs, log lines): ANSI/VT escape sequences (CSI, OSC, and lone ESC), the other C0
+# controls but tab (and newline where lines are kept), DEL and the C1 controls.
+_ESCAPE_SEQ_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROL_KEEP_NL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def strip_controls(text: str, keep_newlines: bool = False) -> str:
+    """`text` without escape sequences and control characters (tab kept; newlines kept
+    only with `keep_newlines`): safe to print to a terminal."""
+    text = _ESCAPE_SEQ_RE.sub("", text)
+    return (_CONTROL_KEEP_NL_RE if keep_newlines else _CONTROL_RE).sub("", text)
+
+# Steps (and the other integer counters read from inputs: ranks, token counts, numel) are
+# bounded by 2^53 - 1 (JavaScript's MAX_SAFE_INTEGER): every integer up to it is exact in a
+# float64, so a step survives float columns, JSON and the report's charts unchanged, and a
+# step read through a float (JSONL, CSV) that rounded past it is caught; no training run
+# comes near it (10^6 steps a day for 25,000 years). A printed step beyond it (or one that
+# does not fit Int64 at all) is not a step: its record is an unparsed line, never a failed file.
+MAX_STEP = 2**53 - 1
+# What `step_int` gives for a step that was printed but is out of range: `text_result`
+# (and `drop_out_of_range_steps`, the driver's net for every table) turn such rows into
+# unparsed lines. Never stored: every kept step is within +-MAX_STEP.
+STEP_OUT_OF_RANGE = -(2**63)
+
+
+def step_int(expr: pl.Expr) -> pl.Expr:
+    """A captured step (digits as text, or a number) as Int64: null stays null, a value
+    beyond +-`MAX_STEP` (or too big for Int64) becomes `STEP_OUT_OF_RANGE`."""
+    value = expr.cast(pl.Int64, strict=False)
+    bad = expr.is_not_null() & (value.is_null() | (value > MAX_STEP) | (value < -MAX_STEP))
+    return pl.when(~bad).then(value).otherwise(pl.lit(STEP_OUT_OF_RANGE, dtype=pl.Int64))  # keeps expr's name
+
+
+def bounded_int(expr: pl.Expr) -> pl.Expr:
+    """An integer hint (a step named in an event's text) as Int64, null when out of range."""
+    value = expr.cast(pl.Int64, strict=False)
+    return pl.when((value <= MAX_STEP) & (value >= -MAX_STEP)).then(value)
+
 
 @dataclass
 class SniffSample:
@@ -108,9 +148,11 @@ class SourceFile:
         return lines_from_bytes(self.read_bytes())
 
     def iter_line_chunks(self, chunk_bytes: int = 32 << 20) -> Iterator[pl.DataFrame]:
-        """The same as `lines()`, in chunks cut at newlines, for files too big to hold twice."""
+        """The same as `lines()`, in chunks cut at newlines, for files too big to hold twice.
+        Whether the file uses lone CR line endings is decided on its first block."""
         offset = 0
         tail = b""
+        cr_file = None
         with open(self.path, "rb") as fh:
             while True:
                 block = fh.read(chunk_bytes)
@@ -118,23 +160,42 @@ class SourceFile:
                     break
                 if self.tap:
                     self.tap(block)
+                if cr_file is None:
+                    cr_file = lone_cr_endings(block)
+                if cr_file:
+                    block = block.replace(b"\r", b"\n")
                 block = tail + block
                 cut = block.rfind(b"\n")
                 if cut < 0:
                     tail = block
                     continue
                 tail = block[cut + 1 :]
-                frame = lines_from_bytes(block[: cut + 1], first_line=offset + 1)
+                frame = lines_from_bytes(block[: cut + 1], first_line=offset + 1, lone_cr=False)
                 offset += frame.height
                 yield frame
         if tail:
-            yield lines_from_bytes(tail, first_line=offset + 1)
+            yield lines_from_bytes(tail, first_line=offset + 1, lone_cr=False)
 
 
-def lines_from_bytes(data: bytes, first_line: int = 1) -> pl.DataFrame:
-    """Split bytes into physical lines; CRLF, invalid UTF-8 and NUL bytes are tolerated."""
+# A file with no LF at all but at least this many CRs uses lone CR line endings (classic
+# Mac OS, some serial-console captures): its CRs are line breaks. Decided per file, never
+# per line: in an LF file a CR is a tqdm redraw inside a line (`split_segments`). Two,
+# not one: a single-line file with one trailing CR is one line either way.
+LONE_CR_MIN = 2
+
+
+def lone_cr_endings(data: bytes) -> bool:
+    """Whether `data` (a whole file, or its first block) has lone CR line endings."""
+    return b"\n" not in data and data.count(b"\r") >= LONE_CR_MIN
+
+
+def lines_from_bytes(data: bytes, first_line: int = 1, lone_cr: bool | None = None) -> pl.DataFrame:
+    """Split bytes into physical lines; LF, CRLF and lone-CR files (`lone_cr`: None decides
+    from `data`, which must then be the whole file), invalid UTF-8 and NUL bytes are tolerated."""
     if not data:
         return pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+    if lone_cr or (lone_cr is None and lone_cr_endings(data)):
+        data = data.replace(b"\r", b"\n")
     if b"\x1f" in data:  # the column separator below must not occur in the text
         data = data.replace(b"\x1f", b" ")
     frame = pl.read_csv(
@@ -438,7 +499,8 @@ def records_to_metrics(
         return schema.empty("metrics")
     if value_columns is None:
         value_columns = [c for c in wide.columns if c not in _META]
-    value_columns = [c for c in value_columns if c in wide.columns]
+    present = set(wide.columns)
+    value_columns = [c for c in value_columns if c in present]
     values = wide.select(
         "line", *[pl.col(c).cast(pl.Float64, strict=False) for c in value_columns]
     ).unpivot(index="line", variable_name="name", value_name="value")
@@ -477,7 +539,7 @@ def attach_steps(events: pl.DataFrame, wide_records: pl.DataFrame, mode: str = "
     ev = events
     if "step" not in ev.columns:
         ev = ev.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
-    ev = ev.with_columns(pl.col("step").cast(pl.Int64, strict=False).alias("_hint"), pl.col("line").cast(pl.Int64))
+    ev = ev.with_columns(bounded_int(pl.col("step")).alias("_hint"), pl.col("line").cast(pl.Int64))
     recs = _with_meta(wide_records) if wide_records.height else _with_meta(
         pl.DataFrame(schema={"line": pl.Int64})
     )
@@ -658,6 +720,13 @@ def text_result(
     from spikeforensics.ingest.text_events import extract_events
 
     out = ParseResult()
+    if "step" in records.columns:
+        out_of_range = pl.col("step") == STEP_OUT_OF_RANGE
+        bad = records.filter(out_of_range.fill_null(False)).select("line")
+        if bad.height:  # a step no run reaches: the line is unparsed, the rest of the file stays
+            records = records.filter(~out_of_range.fill_null(False))
+            bad = bad.join(lines.select("line", "text").unique("line"), on="line", how="left")
+            unparsed = bad if unparsed is None else pl.concat([unparsed.select("line", "text"), bad.select("line", "text")])
     records = records.join(values.select("line").unique(), on="line", how="semi")
     metrics = metrics_from_long(records, values, source)
     out.add("metrics", metrics)

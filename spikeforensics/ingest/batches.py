@@ -59,7 +59,14 @@ def parse(src: SourceFile) -> ParseResult:
             f"{src.path}: not a batch manifest: no sample_id or sample_ids column "
             f"(found: {', '.join(columns[:12]) or 'none'})"
         )
-    frame = frame.rename(rename).with_row_index("_row")
+    frame = frame.rename(rename)
+    if "step" in frame.columns:  # a step no run reaches: that row is unparsed, the rest stays
+        oob = T.out_of_range(frame, "step")
+        bad = frame.filter(oob)
+        if bad.height:
+            T.unparsed(result, bad.select("line", pl.lit("step out of range").alias("text")))
+            frame = frame.filter(~oob)
+    frame = frame.with_row_index("_row")
     scalars = [
         pl.col("line"), pl.col("_row"),
         *[(T.integer(frame, c) if c != "sample_source" else pl.col(c).cast(pl.String)).alias(c)

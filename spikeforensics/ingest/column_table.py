@@ -24,6 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    step_int,
     ParseResult,
     SniffSample,
     SourceFile,
@@ -79,7 +80,7 @@ def parse(src: SourceFile) -> ParseResult:
         return ParseResult()
     rows = rows.with_columns(pl.col("_vals").list.head(pl.col("_names").list.len()))
     first_name = pl.col("_names").list.first().str.to_lowercase()
-    counter = pl.col("_vals").list.first().str.extract(r"^(\d+)", 1).cast(pl.Int64, strict=False)
+    counter = step_int(pl.col("_vals").list.first().str.extract(r"^(\d+)", 1))
     records = rows.select(
         "line", "prefix_rank", extract_time(text).alias("time"),
         pl.when(first_name.is_in(list(COUNTERS))).then(counter).alias("step"),

@@ -45,7 +45,7 @@ def sniff(sample: SniffSample) -> float:
 
 def parse(src: SourceFile) -> ParseResult:
     result = ParseResult()
-    frame = T.read_csv_lines(src)
+    frame = T.read_csv_lines(src, result)
     cols = [c for c in frame.columns if c != "line"]
     step_col = step_column(cols)
     if step_col is None:

@@ -26,6 +26,7 @@ from spikeforensics.ingest.base import (
     named_values,
     prepared_lines,
     sniff_share,
+    step_int,
     text_result,
 )
 
@@ -50,7 +51,7 @@ def parse(src: SourceFile) -> ParseResult:
     text = pl.col("text")
     cand = lines.filter(text.str.contains("step=|SamplesPerSec="))
     p = cand.with_columns(text.str.extract_groups(PROGRESS).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
-    p = p.with_columns(pl.col("step").cast(pl.Int64), pl.col("skipped").cast(pl.Float64)).sort("line")
+    p = p.with_columns(step_int(pl.col("step")), pl.col("skipped").cast(pl.Float64)).sort("line")
     prev = pl.col("skipped").shift(1).over(pl.col("prefix_rank").fill_null(-1))
     p = p.with_columns((pl.col("skipped") - prev.fill_null(0)).clip(lower_bound=0).alias("skipped_iters"))
     records = p.select("line", "step", "prefix_rank", extract_time(text).alias("time"))
@@ -59,7 +60,7 @@ def parse(src: SourceFile) -> ParseResult:
         index="line", variable_name="name", value_name="value")
     # throughput lines: values go to the progress record of the same step just before
     t = cand.with_columns(text.str.extract_groups(TIMER).alias("_g")).unnest("_g")
-    t = t.with_columns(pl.coalesce("g", "o").cast(pl.Int64).alias("step")).filter(pl.col("step").is_not_null()).sort("line")
+    t = t.with_columns(step_int(pl.coalesce("g", "o")).alias("step")).filter(pl.col("step").is_not_null()).sort("line")
     t = t.join_asof(records.select(pl.col("line").alias("_pl"), pl.col("step").alias("_ps")).sort("_pl"),
                     left_on="line", right_on="_pl", strategy="backward")
     t = t.with_columns(pl.when(pl.col("_ps") == pl.col("step")).then(pl.col("_pl")).otherwise(pl.col("line")).alias("_target"))

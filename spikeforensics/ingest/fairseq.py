@@ -31,6 +31,7 @@ from spikeforensics.ingest.base import (
     prepared_lines,
     sniff_tiers,
     split_fields,
+    step_int,
     text_result,
 )
 
@@ -80,7 +81,7 @@ def parse(src: SourceFile) -> ParseResult:
     )
     pairs = pl.concat([p1, p2, p3.drop("_summary")], how="diagonal_relaxed")
     steps = pairs.filter(pl.col("k") == "num_updates").select(
-        "line", pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64).alias("step")
+        "line", step_int(pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False)).alias("step")
     ).unique("line")
     # a json line is eval when any of its keys is `valid_*` (its `epoch` key alone says nothing)
     rank = pl.col("_kind").replace_strict({"eval": 0, "summary": 1, "train": 2}, default=3, return_dtype=pl.Int8)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    MAX_STEP,
+    step_int,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
@@ -62,7 +64,9 @@ def _step(token: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     are separate records, not one record printed twice (see `base.number_records`)."""
     mult = pl.when(token.str.ends_with("K")).then(1e3).when(token.str.ends_with("M")).then(1e6).otherwise(1.0)
     value = token.str.strip_chars_end("KM").cast(pl.Float64, strict=False) * mult
-    return value.round(0).cast(pl.Int64, strict=False).alias("step"), token.str.contains("[KM]$").alias("step_approx")
+    # a float is exact only up to MAX_STEP: a counter past it is out of range
+    value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
+    return step_int(pl.when(token.is_not_null()).then(value)).alias("step"), token.str.contains("[KM]$").alias("step_approx")
 
 
 def parse(src: SourceFile) -> ParseResult:

@@ -31,7 +31,15 @@ import polars as pl
 
 from spikeforensics import schema
 from spikeforensics.ingest import _tables as T
-from spikeforensics.ingest.base import ParseResult, SniffSample, SourceFile, prepared_lines, records_to_metrics
+from spikeforensics.ingest.base import (
+    STEP_OUT_OF_RANGE,
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    prepared_lines,
+    records_to_metrics,
+    step_int,
+)
 
 NAME = "hf_trainer"
 
@@ -118,7 +126,7 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
         .sort("seg")
     )
     segs = segs.with_columns(
-        *[pl.col(f"_{w}").str.extract(TQDM_RE, i).cast(pl.Int64).alias(f"_{w}{n}")
+        *[step_int(pl.col(f"_{w}").str.extract(TQDM_RE, i)).alias(f"_{w}{n}")
           for w in ("pre", "all") for i, n in ((1, "n"), (2, "m"))]
     )
     # totals of the training bar: the bar total last seen before each loss-carrying dict
@@ -146,6 +154,11 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
 def _metrics(objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: ParseResult) -> pl.DataFrame:
     cols = [c for c in objects.columns if c != "line"]
     frame = objects.rename({"line": "seg"}).join(dicts.select("seg", "line", "step", "prefix_rank"), on="seg")
+    out_of_range = (pl.col("step") == STEP_OUT_OF_RANGE).fill_null(False)
+    bad = frame.filter(out_of_range)
+    if bad.height:  # a tqdm counter no run reaches: that dict is an unparsed line, not a failed file
+        T.unparsed(result, bad.select("line", pl.lit("step counter out of range").alias("text")))
+        frame = frame.filter(~out_of_range)
     wide = frame.select(
         pl.col("seg").alias("line"), "step", "prefix_rank", *[T.numeric(frame, c).alias(c) for c in cols]
     )
@@ -189,7 +202,7 @@ def _events(lines: pl.DataFrame, segs: pl.DataFrame) -> pl.DataFrame | None:
     events = extract_events(ev_lines)
     if events.height == 0:
         return None
-    counters = segs.filter(pl.col("counter").is_not_null()).select(
+    counters = segs.filter(pl.col("counter").is_not_null() & (pl.col("counter") != STEP_OUT_OF_RANGE)).select(
         (pl.col("seg") * 2).alias("line"), pl.col("counter").alias("step"), "prefix_rank",
         pl.lit("train").alias("record_kind"),
     )

@@ -83,6 +83,13 @@ def metrics_from_objects(objects: pl.DataFrame, source: str, result: ParseResult
     skip = {step_col, time_col, rank_col}
     metric_cols = [c for c in cols if c not in skip and _norm(c).lstrip("_") not in IGNORE_KEYS
                    and not c.startswith("_")]
+    if step_col:  # a step no run reaches: that record is an unparsed line, the rest of the file stays
+        oob = T.out_of_range(objects, step_col)
+        bad = objects.filter(oob)
+        if bad.height:
+            T.unparsed(result, bad.select("line", pl.concat_str(
+                pl.lit(f"{step_col} out of range: "), pl.col(step_col).cast(pl.String)).alias("text")))
+            objects = objects.filter(~oob)
     wide = objects.select(
         "line",
         (T.integer(objects, step_col) if step_col else pl.lit(None, dtype=pl.Int64)).alias("step"),

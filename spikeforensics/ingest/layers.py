@@ -100,13 +100,18 @@ def parse(src: SourceFile) -> ParseResult:
 def read_side_table(src: SourceFile, kind: str, result: ParseResult) -> pl.DataFrame:
     """CSV / JSONL / Parquet -> one frame with `line` (null for Parquet)."""
     if kind == "parquet":
+        try:
+            expanded = T.parquet_expansion(src.path)
+        except Exception as exc:
+            raise T.ingest_error(f"{src.path}: not a readable Parquet file: {exc}") from None
+        T.check_expansion(src.path, expanded, "Parquet file")
         frame = pl.read_parquet(src.path)
         return frame.with_columns(pl.lit(None, dtype=pl.Int64).alias("line"))
     if kind == "jsonl":
         objects, bad = T.json_objects(src.lines())
         T.unparsed(result, bad)
         return objects
-    frame = T.read_csv_lines(src)
+    frame = T.read_csv_lines(src, result)
     if frame.width > 1:
         first = frame.columns[0]
         frame = frame.filter(pl.col(first).is_null() | (pl.col(first) != first))  # repeated headers
@@ -149,6 +154,11 @@ def read_npz(src: SourceFile) -> pl.DataFrame:
     """An NPZ dump as a long frame (step, [rank,] layer, stats...)."""
     import numpy as np
 
+    try:
+        expanded = T.npz_expansion(src.path)
+    except Exception as exc:
+        raise T.ingest_error(f"{src.path}: not a readable NPZ file: {exc}") from None
+    T.check_expansion(src.path, expanded, "NPZ file")
     try:
         npz = np.load(src.path, allow_pickle=False)
     except ValueError as exc:

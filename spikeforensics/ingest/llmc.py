@@ -22,6 +22,7 @@ from spikeforensics.ingest.base import (
     SourceFile,
     prepared_lines,
     sniff_tiers,
+    step_int,
     text_result,
 )
 
@@ -55,7 +56,7 @@ def parse(src: SourceFile) -> ParseResult:
     # main.log
     m = lines.with_columns(text.str.extract_groups(MAINLOG).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
     kind = pl.when(pl.col("key") == "trl").then(pl.lit("train")).otherwise(pl.lit("eval"))
-    recs.append(m.select("line", pl.col("step").cast(pl.Int64), "prefix_rank", kind.alias("record_kind")))
+    recs.append(m.select("line", step_int(pl.col("step")), "prefix_rank", kind.alias("record_kind")))
     m = m.with_columns(
         pl.when(pl.col("key") == "trl").then("v").alias("loss"),
         pl.when(pl.col("key") == "tel").then("v").alias("tel"),
@@ -67,7 +68,7 @@ def parse(src: SourceFile) -> ParseResult:
     for pattern in (STDOUT, OLD_STDOUT):
         s = rest.with_columns(text.str.extract_groups(pattern).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
         rest = rest.join(s.select("line"), on="line", how="anti")
-        recs.append(s.select("line", pl.col("step").cast(pl.Int64), "prefix_rank", pl.lit("train").alias("record_kind")))
+        recs.append(s.select("line", step_int(pl.col("step")), "prefix_rank", pl.lit("train").alias("record_kind")))
         cols = {"loss": "loss", "ms": "step_time_ms"}
         cols |= {k: v for k, v in {"norm": "grad_norm", "lr": "lr", "mfu": "mfu", "tps": "tokens_per_s"}.items() if k in s.columns}
         vals.append(captured_values(s, cols))

@@ -28,6 +28,8 @@ from typing import Iterator
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    step_int,
+    STEP_OUT_OF_RANGE,
     NUM_TOKEN,
     TIME_ISO_RE,
     ParseResult,
@@ -113,7 +115,7 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     cand = seg.filter(text.str.contains("iteration", literal=True) & ~pl.col("_cont"))
     it = text.str.extract_groups(ITER_RE)
     cand = cand.with_columns(
-        it.struct.field("2").cast(pl.Int64, strict=False).alias("_it"),
+        step_int(it.struct.field("2")).alias("_it"),
         (it.struct.field("1") != ":").alias("_pipe_style"),
         (it.struct.field("1") == "=").alias("_kv_style"),
     )
@@ -141,12 +143,14 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     fields = pl.concat([fast, slow]) if slow.height else fast
     values = named_values(fields, eval_rows=pl.col("_eval")).select("line", "name", "value")
     has_values = values.select("line").unique()
+    out_of_range = (pl.col("step") == STEP_OUT_OF_RANGE).fill_null(False)
     records = _with_time(rec).select("line", "step", "prefix_rank", "record_kind", "time").join(
         has_values, on="line", how="semi"
-    )
+    ).filter(~out_of_range)
     other = seg.filter(~pl.col("_cont")).join(rec.select("line"), on="line", how="anti")
     bad = pl.concat([
         rec.join(has_values, on="line", how="anti").select("line", "text"),
+        rec.filter(out_of_range).select("line", "text"),
         rec.filter(pl.col("_cut")).join(has_values, on="line", how="semi").select("line", "text"),
         other.filter(text.str.contains(LOOKS_LIKE)).select("line", "text"),
     ]).unique("line").sort("line")

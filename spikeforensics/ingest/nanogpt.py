@@ -21,6 +21,7 @@ from spikeforensics.ingest.base import (
     extract_time,
     prepared_lines,
     sniff_tiers,
+    step_int,
     text_result,
 )
 
@@ -55,12 +56,12 @@ def parse(src: SourceFile) -> ParseResult:
     ):
         g = cand.with_columns(text.str.extract_groups(pattern).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
         cand = cand.join(g.select("line"), on="line", how="anti")
-        recs.append(g.select("line", pl.col("step").cast(pl.Int64), "prefix_rank", pl.lit(kind).alias("record_kind"), extract_time(text).alias("time")))
+        recs.append(g.select("line", step_int(pl.col("step")), "prefix_rank", pl.lit(kind).alias("record_kind"), extract_time(text).alias("time")))
         vals.append(captured_values(g, cols))
     g = cand.with_columns(text.str.extract_groups(MODDED).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
     cand = cand.join(g.select("line"), on="line", how="anti")
     kind = pl.when(pl.col("which") == "val").then(pl.lit("eval")).otherwise(pl.lit("train"))
-    recs.append(g.select("line", pl.col("step").cast(pl.Int64), "prefix_rank", kind.alias("record_kind"), extract_time(text).alias("time")))
+    recs.append(g.select("line", step_int(pl.col("step")), "prefix_rank", kind.alias("record_kind"), extract_time(text).alias("time")))
     g = g.with_columns(
         pl.when(pl.col("which") == "val").then(pl.col("loss")).alias("val"),
         pl.when(pl.col("which") == "train").then(pl.col("loss")).alias("train"),

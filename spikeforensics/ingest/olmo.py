@@ -16,6 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    step_int,
     ParseResult,
     SniffSample,
     SourceFile,
@@ -41,7 +42,7 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     f = lines.with_columns(
-        text.str.extract(HEADER, 1).cast(pl.Int64, strict=False).alias("_hstep"),
+        step_int(text.str.extract(HEADER, 1)).alias("_hstep"),
         text.str.extract(HEADER, 3).cast(pl.Float64, strict=False).alias("_epoch"),
         text.str.extract_groups(VALUE).alias("_kv"),
     )

@@ -20,7 +20,7 @@ import re
 import polars as pl
 
 from spikeforensics import schema
-from spikeforensics.ingest.base import SKIP_KIND, detail_expr, extract_time
+from spikeforensics.ingest.base import SKIP_KIND, bounded_int, detail_expr, extract_time
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
@@ -189,7 +189,7 @@ def _ret(frame: pl.DataFrame, kind: pl.Expr | str, detail: pl.Expr, step: pl.Exp
     kind_expr = pl.lit(kind) if isinstance(kind, str) else kind
     return frame.select(
         "line",
-        (step if step is not None else pl.lit(None)).cast(pl.Int64).alias("step"),
+        (bounded_int(step) if step is not None else pl.lit(None, dtype=pl.Int64)).alias("step"),
         pl.col("prefix_rank").cast(pl.Int32).alias("rank"),
         kind_expr.alias("kind"),
         extract_time(pl.col("text")).alias("time"),

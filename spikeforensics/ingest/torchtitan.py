@@ -14,6 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    step_int,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
@@ -43,7 +44,7 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     g = text.str.extract_groups(STEP)
-    rec = lines.with_columns(g.struct.field("2").cast(pl.Int64, strict=False).alias("step"),
+    rec = lines.with_columns(step_int(g.struct.field("2")).alias("step"),
                              g.struct.field("1").is_not_null().alias("_val")).filter(pl.col("step").is_not_null())
     kind = pl.when(pl.col("_val")).then(pl.lit("eval")).otherwise(pl.lit("train"))
     records = rec.select("line", "step", "prefix_rank", kind.alias("record_kind"), extract_time(text).alias("time"))

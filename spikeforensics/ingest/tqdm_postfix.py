@@ -20,6 +20,10 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    MAX_STEP,
+    STEP_OUT_OF_RANGE,
+    bounded_int,
+    step_int,
     NUM_TOKEN, ParseResult, SniffSample, SourceFile, extract_time, find_pairs, named_values, prepared_lines,
     sniff_tiers, text_result,
 )
@@ -44,11 +48,13 @@ def parse(src: SourceFile) -> ParseResult:
     pairs = find_pairs(g.select("line", pl.col("post").alias("text")), PAIR)
     post_step = pairs.filter(pl.col("k").is_in(["global_step", "step"])).sort(
         pl.col("k") != "global_step"
-    ).unique("line", keep="first").select("line", pl.col("v").cast(pl.Float64, strict=False).cast(pl.Int64).alias("_ps"))
+    ).unique("line", keep="first").select("line", step_int(pl.col("v").cast(pl.Float64, strict=False)).alias("_ps"))
     g = g.join(post_step, on="line", how="left")
-    n, m = pl.col("n").cast(pl.Int64), pl.col("m").cast(pl.Int64)
-    ep = text.str.extract(EPOCH, 1).cast(pl.Int64, strict=False)
+    n, m = step_int(pl.col("n")), step_int(pl.col("m"))
+    ep = bounded_int(text.str.extract(EPOCH, 1))
     step = pl.coalesce(pl.col("_ps"), ep * m + n, n)
+    parts_bad = pl.any_horizontal((pl.col("_ps") == STEP_OUT_OF_RANGE).fill_null(False), n == STEP_OUT_OF_RANGE, m == STEP_OUT_OF_RANGE)
+    step = pl.when(~parts_bad & (step <= MAX_STEP) & (step >= -MAX_STEP)).then(step).otherwise(pl.lit(STEP_OUT_OF_RANGE, dtype=pl.Int64))
     records = g.select("line", step.alias("step"), "prefix_rank", pl.lit("train").alias("record_kind"),
                        extract_time(text).alias("time")).sort("line")
     values = named_values(pairs.filter(~pl.col("k").is_in(["global_step", "step", "v_num"]))).select("line", "name", "value")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    step_int,
     ParseResult, SniffSample, SourceFile, named_values, prepared_lines, sniff_tiers, split_colon_fields, text_result,
 )
 
@@ -36,7 +37,7 @@ def parse(src: SourceFile) -> ParseResult:
     # step = `nupdates`; the older lines without it are records without a step (numbered in order:
     # an epoch prints several, so the epoch is no step)
     rec = lines.filter(text.str.contains(HEAD) | text.str.contains(OLD_HEAD)).with_columns(
-        text.str.extract(HEAD, 1).cast(pl.Int64, strict=False).alias("step")
+        step_int(text.str.extract(HEAD, 1)).alias("step")
     )
     kv = split_colon_fields(rec.select("line", text.str.replace(r"^.*?\bepoch:", "epoch:")), "|")
     kv = kv.with_columns(pl.col("k").str.strip_chars()).filter(~pl.col("k").is_in(["nupdates", "runtime"]))
