@@ -42,9 +42,9 @@ def _allowed_range(key: str, default) -> tuple[float, float]:
     return 0.0, MAX_FLOAT_PARAM
 
 
-def read_small_toml(path: str | Path, cap: int, what: str) -> dict:
-    """A user TOML file: a regular file (not a device, pipe or socket, also behind a
-    symlink) of at most `cap` bytes, parsed; ValueError otherwise (one line)."""
+def read_small_file(path: str | Path, cap: int, what: str) -> bytes:
+    """A user file's bytes: a regular file (not a device, pipe or socket, also behind a symlink)
+    of at most `cap` bytes, checked with stat before it is opened; ValueError otherwise (one line)."""
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
@@ -53,10 +53,19 @@ def read_small_toml(path: str | Path, cap: int, what: str) -> dict:
             raise ValueError(f"{path}: {what} file is {st.st_size:,} bytes; at most {cap:,} are read")
         with open(path, "rb") as fh:
             data = fh.read(cap + 1)
-        if len(data) > cap:
-            raise ValueError(f"{path}: {what} file is over {cap:,} bytes")
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > cap:
+        raise ValueError(f"{path}: {what} file is over {cap:,} bytes")
+    return data
+
+
+def read_small_toml(path: str | Path, cap: int, what: str) -> dict:
+    """A user TOML file (`read_small_file`), parsed; ValueError otherwise (one line)."""
+    data = read_small_file(path, cap, what)
+    try:
         return tomllib.loads(data.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
         raise ValueError(f"{path}: cannot read {what}: {reason}") from None
 

@@ -261,22 +261,13 @@ def load_rules(dirs: list[str | Path] | None = None, include_builtin: bool = Tru
 
 def _read_rules_file(path: Path) -> str:
     """A rules file's text: a regular file (a symlink to a device, a pipe or a socket is
-    refused without opening it) of at most `MAX_RULES_FILE_BYTES`."""
-    import os
-    import stat
+    refused without opening it) of at most `MAX_RULES_FILE_BYTES` (`params.read_small_file`)."""
+    from spikeforensics.params import read_small_file
 
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise RuleError(f"{path}: a rules file must be a regular file")
-        if st.st_size > MAX_RULES_FILE_BYTES:
-            raise RuleError(f"{path}: rules file of {st.st_size:,} bytes; at most {MAX_RULES_FILE_BYTES:,} are read")
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_RULES_FILE_BYTES + 1)
-    except OSError as exc:
-        raise RuleError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_RULES_FILE_BYTES:
-        raise RuleError(f"{path}: rules file over {MAX_RULES_FILE_BYTES:,} bytes")
+        data = read_small_file(path, MAX_RULES_FILE_BYTES, "rules file")
+    except ValueError as exc:
+        raise RuleError(str(exc)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
