@@ -46,7 +46,7 @@ from spikeforensics.ingest.base import (
     strip_prefixes,
     lines_from_bytes,
 )
-from spikeforensics.ingest._mixing import RECORD_HINT, is_line_grammar, mix
+from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
 from spikeforensics.store import SourceRecord, Staging, Store, StoreError, validate_run_id
 
 PROGRESS_MIN_BYTES = 64 << 20  # files at least this big report progress per parsed chunk
@@ -147,11 +147,7 @@ def detect_format(path: Path) -> tuple[str | None, float]:
 
 def _best_sniff(sample: SniffSample, candidates: dict[str, ModuleType]) -> tuple[str | None, float]:
     best, score = None, 0.0
-    for name, parser in candidates.items():
-        try:
-            s = float(parser.sniff(sample))
-        except Exception:  # a sniffer must never break ingest of an unrelated file
-            s = 0.0
+    for s, name in sniff_scores(sample, candidates):
         if s > score:
             best, score = name, s
     return best, score
@@ -166,12 +162,8 @@ def _wide_sample(path: Path) -> SniffSample | None:
         return None  # the head sample already saw all of it
     cut = data.rfind(b"\n")
     lines = strip_prefixes(split_segments(lines_from_bytes(data[: cut + 1] if cut > 0 else data)))
-    text = pl.col("text")
-    picked = lines.filter(text.str.contains(RECORD_HINT) & text.str.contains(r"\d")).get_column("text")
-    if picked.len() == 0:
-        return None
-    chosen = picked.head(SNIFF_LINES).to_list()
-    return SniffSample(path=path, text="\n".join(chosen), lines=chosen)
+    sample = record_like_sample(path, lines, SNIFF_LINES)
+    return sample if sample.lines else None
 
 
 def expand_paths(paths: list[str | Path], follow_symlinks: bool = False,

@@ -52,10 +52,24 @@ def is_line_grammar(name: str | None) -> bool:
     return name is not None and name not in WHOLE_FILE_FORMATS
 
 
-def _rest_sample(src: SourceFile, rest: pl.DataFrame) -> SniffSample:
-    hinted = rest.filter(pl.col("text").str.contains(RECORD_HINT) & pl.col("text").str.contains(r"\d"))
-    lines = hinted.get_column("text").head(SNIFF_REST_LINES).to_list()
-    return SniffSample(path=src.path, text="\n".join(lines), lines=lines)
+def record_like_sample(path, lines: pl.DataFrame, limit: int) -> SniffSample:
+    """A sniff sample of the lines that could hold a record (a digit and a word records print),
+    at most `limit` of them; the driver's wide sniff and the mix both look at these."""
+    hinted = lines.filter(pl.col("text").str.contains(RECORD_HINT) & pl.col("text").str.contains(r"\d"))
+    chosen = hinted.get_column("text").head(limit).to_list()
+    return SniffSample(path=path, text="\n".join(chosen), lines=chosen)
+
+
+def sniff_scores(sample: SniffSample, grammars: dict[str, ModuleType]) -> list[tuple[float, str]]:
+    """(confidence, name) of every grammar on `sample`; a sniffer that raises scores 0 (it must
+    never break ingest of an unrelated file)."""
+    out = []
+    for name, mod in grammars.items():
+        try:
+            out.append((float(mod.sniff(sample)), name))
+        except Exception:  # noqa: BLE001
+            out.append((0.0, name))
+    return out
 
 
 def _record_lines(result: ParseResult) -> pl.Series:
@@ -78,19 +92,11 @@ def mix(primary_name: str, src: SourceFile, primary: ParseResult, grammars: dict
     parts: list[tuple[str, ParseResult]] = []
     tried = {primary_name}
     while rest.height:
-        sample = _rest_sample(src, rest)
+        sample = record_like_sample(src.path, rest, SNIFF_REST_LINES)
         if not sample.lines:
             break
-        scores = []
-        for name, mod in grammars.items():
-            if name in tried or not is_line_grammar(name):
-                continue
-            try:
-                score = float(mod.sniff(sample))
-            except Exception:  # noqa: BLE001 - a sniffer must never break ingest
-                score = 0.0
-            if score >= MIN_SECONDARY_CONFIDENCE:
-                scores.append((score, name))
+        candidates = {n: m for n, m in grammars.items() if n not in tried and is_line_grammar(n)}
+        scores = [(s, n) for s, n in sniff_scores(sample, candidates) if s >= MIN_SECONDARY_CONFIDENCE]
         if not scores:
             break
         _, name = max(scores)
