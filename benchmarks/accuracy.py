@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # baselines.py beside this script
 
 import baselines  # noqa: E402
+
 from spikeforensics import evaluate  # noqa: E402
 from spikeforensics.ingest import ingest_paths  # noqa: E402
 from spikeforensics.params import Params  # noqa: E402
@@ -126,8 +127,11 @@ def score_folder(set_name: str, folder: Path, truth: dict, store: Store, entry, 
         for path in sorted(folder.iterdir()):
             if path.is_file() and path.name != TRUTH_FILE and not path.name.startswith("."):
                 (view / path.name).symlink_to(path.resolve())
-        report = ingest_paths([view], run_id, store)
+        report = ingest_paths([view], run_id, store, follow_symlinks=True)  # the links lead to sample_logs/
         info["skipped"] = [f.message for f in report.files if f.status == "failed"]
+        if info["skipped"]:
+            # a run whose files were not all read scores as "nothing found": a harness fault, not a figure
+            raise RuntimeError(f"input files of {folder} not read: {info['skipped']}")
         run = RunData.load(store, run_id) if store.has_run(run_id) else RunData.from_frames(run_id)
         diagnosis = diagnose(mode, fn, run, params)
         # a detector that raised is kept by the product as a note (the others still run); here it is a crash

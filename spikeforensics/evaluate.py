@@ -217,7 +217,7 @@ def score_run(
     preds = [_pred(item, n) for n, item in enumerate(raw_preds)]
     raw_truths = truth.get("incidents") or []
     truths = [_truth(item) for item in raw_truths]
-    for ti, t in enumerate(truths):
+    for t in truths:
         hits = [(pi, p) for pi, p in enumerate(preds) if _matches(p, t, tol_steps)]
         t.n_matches = len(hits)
         if not hits:
@@ -291,7 +291,7 @@ def detection_rows(scores: list[RunScore]) -> dict[str, dict]:
     kinds = sorted({t.kind for s in scores for t in s.truths} | {p.kind for s in scores for p in s.preds})
     rows = {}
     for kind in kinds + ["all"]:
-        def of(x) -> bool:
+        def of(x, kind=kind) -> bool:
             return kind == "all" or x.kind == kind
 
         truths = [t for s in scores for t in s.truths if of(t)]
@@ -345,6 +345,36 @@ def root_cause_rows(scores: list[RunScore]) -> dict[str, dict]:
     return rows
 
 
+def _hardware_blamed_on_data(group: list[RunScore]) -> dict:
+    """Detected hardware-fault truths, and how many of them the prediction blamed on data."""
+    hw = [t for s in group for t in s.truths if t.root_cause == "hardware_fault" and t.detected]
+    return {"matched": len(hw), "blamed_on_data": sum(str(t.pred_root_cause or "").startswith("data_") for t in hw)}
+
+
+def _sample_recall_row(group: list[RunScore]) -> dict:
+    """Sample recall@k over the traced data incidents, split by input property, and the skip list's hold."""
+    traced = [t for s in group for t in s.truths if t.sample_recall is not None]
+    recalls = [t.sample_recall for t in traced]
+    with_losses = [t.sample_recall for t in traced if t.per_sample_losses is True]
+    without_losses = [t.sample_recall for t in traced if t.per_sample_losses is False]
+    eligible = [t for s in group for t in s.truths if t.root_cause == "data_outlier" and t.truth_sample_ids]
+    return {
+        "eligible": len(eligible),
+        "matched": len(recalls),
+        "mean": sum(recalls) / len(recalls) if recalls else None,
+        # the same, split by whether the manifest had per-sample losses (an input property)
+        "with_sample_losses": _mean(with_losses), "n_with_sample_losses": len(with_losses),
+        "without_sample_losses": _mean(without_losses), "n_without_sample_losses": len(without_losses),
+        # the same with tied suspects in random order (what the ranking knows, without the tie-break's luck)
+        "mean_ties_random": _mean([t.sample_recall_ties for t in traced if t.sample_recall_ties is not None]),
+        # the skip list is what a user acts on: how many culprits it holds, and at what size
+        "skip_recall": _mean([t.skip_recall for t in traced if t.skip_recall is not None]),
+        "skip_labelled": sum(len(set(t.truth_sample_ids)) for t in traced),
+        "skip_held": sum(t.skip_hits or 0 for t in traced),
+        "skip_size": sum(t.skip_size or 0 for t in traced),
+    }
+
+
 def aggregate(scores: list[RunScore]) -> dict:
     """Pool run scores into the benchmark tables, one block per detector.
 
@@ -360,36 +390,13 @@ def aggregate(scores: list[RunScore]) -> dict:
         "detectors": {},
     }
     for name, group in by_detector.items():
-        hw = [t for s in group for t in s.truths if t.root_cause == "hardware_fault" and t.detected]
-        traced = [t for s in group for t in s.truths if t.sample_recall is not None]
-        recalls = [t.sample_recall for t in traced]
-        with_losses = [t.sample_recall for t in traced if t.per_sample_losses is True]
-        without_losses = [t.sample_recall for t in traced if t.per_sample_losses is False]
-        eligible = [t for s in group for t in s.truths if t.root_cause == "data_outlier" and t.truth_sample_ids]
         out["detectors"][name] = {
             "detection": detection_rows(group),
             "clean": clean_row(group),
             "root_cause": root_cause_rows(group),
             "has_root_cause": any(p.root_cause for s in group for p in s.preds),
-            "hardware_blamed_on_data": {
-                "matched": len(hw),
-                "blamed_on_data": sum(str(t.pred_root_cause or "").startswith("data_") for t in hw),
-            },
-            "sample_recall": {
-                "eligible": len(eligible),
-                "matched": len(recalls),
-                "mean": sum(recalls) / len(recalls) if recalls else None,
-                # the same, split by whether the manifest had per-sample losses (an input property)
-                "with_sample_losses": _mean(with_losses), "n_with_sample_losses": len(with_losses),
-                "without_sample_losses": _mean(without_losses), "n_without_sample_losses": len(without_losses),
-                # the same with tied suspects in random order (what the ranking knows, without the tie-break's luck)
-                "mean_ties_random": _mean([t.sample_recall_ties for t in traced if t.sample_recall_ties is not None]),
-                # the skip list is what a user acts on: how many culprits it holds, and at what size
-                "skip_recall": _mean([t.skip_recall for t in traced if t.skip_recall is not None]),
-                "skip_labelled": sum(len(set(t.truth_sample_ids)) for t in traced),
-                "skip_held": sum(t.skip_hits or 0 for t in traced),
-                "skip_size": sum(t.skip_size or 0 for t in traced),
-            },
+            "hardware_blamed_on_data": _hardware_blamed_on_data(group),
+            "sample_recall": _sample_recall_row(group),
         }
     out["targets"] = targets(out)
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -28,18 +29,84 @@ MAX_FLOAT_PARAM = 1e15
 FRACTION_SUFFIXES = ("_frac", "_share", "_quantile", "confidence", "_chance", "_prob")
 # why: a --params file is a few dozen lines; a bigger or special file (a device, a pipe) is a mistake
 MAX_PARAMS_FILE_BYTES = 1 << 20
+_MAXI, _MAXF = f"{MAX_INT_PARAM:g}", f"{MAX_FLOAT_PARAM:g}"
+
+# The allowed range of every numeric parameter, with why: "[lo, hi]" closed, "(lo, hi)" open ends.
+# Looked up by dotted name, then by field name (any section), then by kind ("int", "fraction" for
+# names ending in FRACTION_SUFFIXES, "float"). A value outside is a usage error (exit 2) naming the
+# parameter and this range, from a --params file and from --set alike.
+RANGES: dict[str, tuple[str, str]] = {
+    # integers: counts, windows, spans in records or steps
+    "int": (f"[1, {_MAXI}]", "a window, count or span of no records means nothing (a rolling window of 0 fails)"),
+    **{k: (f"[0, {_MAXI}]", "0 is meaningful: no gap, no guard band, no padding, or the check turned off")
+       for k in ("guard", "short_series_records", "start_max_step", "joint_reach", "group_gap", "merge_gap",
+                 "fast_recovery", "lead_max", "calibration_steps", "min_numel", "early_min", "reach",
+                 "max_alternatives", "pad_steps", "start_records", "steps_before", "after_peak_span",
+                 "align_max_offset", "skip_max_outliers")},
+    "mad_window": (f"[5, {_MAXI}]", "a robust scale from fewer than 5 residuals is the event itself"),
+    **{k: (f"[4, {_MAXI}]", "a trend test over fewer than 4 bins has no p-value") for k in ("bins", "max_bins")},
+    # floats: shares and probabilities
+    "fraction": ("[0, 1]", "a share or probability outside [0, 1] means nothing"),
+    **{k: ("(0, 1)", "a quantile, p-value or chance of exactly 0 or 1 is no threshold (all or nothing passes)")
+       for k in ("quantile", "own_outlier_tail_quantile", "loss_ref_quantile", "trend_p", "corroborate_chance")},
+    **{k: ("[0, 1]", "a rate, band or relative tolerance: a share of steps or of a value")
+       for k in ("tolerance", "healthy_high", "healthy_low", "lr_band", "tight_band", "loose_band", "unscale_rate",
+                 "high", "very_high", "too_loose", "rank_agree_rtol", "align_min_corr",
+                 "align_min_gain", "plateau_tol")},
+    **{k: ("[0.5, 1]", "'nearly all zeros / one sign' is a share above one half") for k in ("zero_frac_stuck", "sign_stuck")},
+    **{k: ("(0, 0.5)", "the distance of a sign share from 0 or 1: at 0.5 every layer is 'one-signed'")
+       for k in ("sign_ratio.extreme", "sign_ratio.mild")},
+    **{k: ("(0, 1)", "a fall to a fraction of the reference level: 1 or more is no fall")
+       for k in ("vanishing.ratio", "vanishing.severe_ratio")},
+    # floats: rise ratios (x times a baseline)
+    **{k: (f"[1, {_MAXF}]", "a rise over a baseline: below 1 a fall would count as a rise")
+       for k in ("loss_ratio_floor", "grad_ratio_floor", "loss_ratio_critical", "grad_ratio_critical",
+                 "recurring_ratio", "joint_loss_ratio", "joint_grad_ratio", "layer_ratio_min", "bump_loss_ratio",
+                 "bump_grad_ratio", "corroborate_sample_ratio", "rise_ratio", "layer_outlier.ratio", "shift_excess",
+                 "sustained_ratio_alone", "global_ratio_max", "vol_ratio", "grad_rise", "settle_factor",
+                 "unscale_factor", "band_ratio", "min_ratio", "critical_ratio", "loss_effect_ratio",
+                 "rank_outlier_ratio", "replay_spike_ratio", "drift_ratio", "lr_rise_after_decay",
+                 "lr_rise_no_decay", "loss_explode_ratio", "sample_outlier_ratio",
+                 "own_outlier_ratio", "margin", "min_halvings")},
+    # floats: thresholds in noise units, and scales that divide
+    **{k: (f"(0, {_MAXF}]", "a threshold in noise units (sigma) or a scale that divides: at 0 every record passes")
+       for k in ("z_threshold", "grad_only_z", "recurring_z", "joint_z", "bump_z", "onset_z", "recover_z",
+                 "band_z", "loss_effect_z", "level_c", "loss_noise_c", "sigma_floor_loss", "sigma_floor_grad",
+                 "absurd_grad_norm", "astronomical_norm", "unscaled_norm_median", "scaled_ratio_lo", "scaled_ratio_hi")},
+    "float": (f"[0, {_MAXF}]", "a threshold, weight or norm: not negative, and finite arithmetic on it"),
+}
+_KINDS = ("int", "fraction", "float")
+_RANGE_RE = re.compile(r"([\[(])\s*([^,\s]+)\s*,\s*([^\])\s]+)\s*([\])])")
 
 
 class ParamError(ValueError):
     """A parameter value or name that cannot be used (a usage error: exit 2)."""
 
 
-def _allowed_range(key: str, default) -> tuple[float, float]:
+def range_spec(dotted: str, default=None) -> tuple[str, str]:
+    """(interval text, why) of a numeric parameter (`RANGES`); `default` gives its kind (else looked up)."""
+    key = dotted.rpartition(".")[2]
+    if dotted in RANGES:
+        return RANGES[dotted]
+    if key in RANGES and key not in _KINDS:
+        return RANGES[key]
+    if default is None:
+        section, _, name = dotted.partition(".")
+        default = getattr(getattr(Params(), section), name)
     if isinstance(default, int):
-        return (1 if "window" in key else 0), MAX_INT_PARAM
-    if key.endswith(FRACTION_SUFFIXES):
-        return 0.0, 1.0
-    return 0.0, MAX_FLOAT_PARAM
+        return RANGES["int"]
+    return RANGES["fraction"] if key.endswith(FRACTION_SUFFIXES) else RANGES["float"]
+
+
+def allowed_range(dotted: str, default=None) -> tuple[float, float, bool, bool]:
+    """(low, high, low end open, high end open) of a numeric parameter."""
+    m = _RANGE_RE.fullmatch(range_spec(dotted, default)[0])
+    return float(m.group(2)), float(m.group(3)), m.group(1) == "(", m.group(4) == ")"
+
+
+def _in_range(value: float, dotted: str, default) -> bool:
+    lo, hi, lo_open, hi_open = allowed_range(dotted, default)
+    return (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi)
 
 
 def read_small_file(path: str | Path, cap: int, what: str) -> bytes:
@@ -79,7 +146,7 @@ class SeriesParams:
     window: int = 50  # why: two-sided baseline half-width W in records (DETECTION-ANCHORS §2.2)
     guard: int = 3  # why: excluded band |i-t| <= g, so a spike and its echo cannot hide in their own baseline
     min_side: int = 5  # why: a side with fewer finite records than this is no baseline (first steps of a run)
-    mad_window: int = 501  # why: residual scale over ~500 records (DETECTION-ANCHORS §2.2)
+    mad_window: int = 501  # why: residual scale over ~500 records (DETECTION-ANCHORS §2.2): each sigma is the median of that many residuals (detect/robust.py rolling_scale)
     sigma_floor_loss: float = 0.01  # why: 1% of loss is the noise floor; quantised or flat logs give MAD 0
     sigma_floor_grad: float = 0.05  # why: grad norms print with 2 decimals (llm.c 0.27/0.28): ~5% quantisation
     max_bins: int = 200  # why: super-linear tests (Theil-Sen is O(n^2)) run on <= this many bins of a long series
@@ -106,6 +173,8 @@ class HardSpikeParams:
     joint_reach: int = 1  # why: grad norm and loss of one bad batch land in the same or the next record
     group_gap: int = 5  # why: flags closer than 5 steps are one incident (DETECTION-ANCHORS §2.3)
     layer_ratio_min: float = 2.0  # why: a layer is named as the spike's location only if it rose >= 2x its own baseline
+    bump_max_records: int = 2  # why: a loss-only bump under loss_ratio_critical of at most 2 records above the band, back in band on the next, is one or two hard batches (a per-step batch loss does that now and then); 3+ records is a moderate spike
+    sustained_records: int = 3  # why: 3+ consecutive records each >= joint_z over both sides (one of them >= z_threshold) are no heavy-tail draw: three at 3.5 sigma are rarer by chance than one at 6; flagged without the ratio floor, which exists for single records
     # corroboration by a recurring sample (detect/recurrence.py): small bumps one sample explains
     bump_z: float = 2.0  # why: a candidate bump stands 2 robust sigma over both sides: common alone; the chance test below does the rest
     bump_loss_ratio: float = 1.1  # why: ... with the loss >= 10% up (one bad sample in a batch of n lifts it by ~(r-1)/n)
@@ -200,6 +269,9 @@ class LayerOutlierParams:
     early_min: int = 30  # why: the first records (norms still settling) are no reference
     dominant_share: float = 0.5  # why: a risen layer carrying > 50% of the squared global norm dominates it (and clipping)
     sustained_ratio_alone: float = 100.0  # why: a layer up 100x is an incident even while still small
+    update_ratio: float = 10.0  # why: under Adam each layer's update per element is ~the LR; one >= 10x the other layers' median has its own too-high LR (healthy spread measured <= 4.4x, tests/capture_train.py)
+    update_min_records: int = 3  # why: update norms come every ~10 steps: 3 records in a row are a sustained condition, not one noisy step
+    update_min_layers: int = 4  # why: the median of fewer layers is no peer level
 
 
 @dataclass
@@ -248,6 +320,7 @@ class EventsParams:
     floor_pattern: str = r"(?i)already at minimum|minimum loss scale reached|loss scale (?:is )?at (?:its )?minimum"  # why: the wordings DeepSpeed/apex, fairseq and Megatron print when the scale cannot fall further
     all_overflow_frac: float = 0.9  # why: "every logged step overflowing": >= 90% of the logged steps are overflow-skipped ...
     all_overflow_min_steps: int = 33  # why: ... over more steps than a scaler starting at 2^32 needs to find its level (32 halvings): not calibration
+    all_overflow_stuck_skips: int = 3  # why: ... or fewer steps when >= 3 consecutive skipped steps keep one loss scale: a dynamic scaler halves by its 2nd consecutive overflow (hysteresis 2, DeepSpeed/Megatron), so a scale that does not fall is static or at its floor, not calibrating
     floor_formats_pattern: str = r'"source_format":\s*"deepspeed"|"inferred_from":\s*"(?:loss_scale|skipped_iters)"'  # why: the overflow events of the scalers whose default min_loss_scale is 1 (DeepSpeed; Megatron, whose events are inferred from its loss-scale column): only there is a scale of 1 the floor (fairseq halves on to 1e-4; apex and torch have no minimum)
     hardware_xid_codes: tuple = (48, 63, 64, 74, 79, 92, 94, 95, 62, 119, 120)  # why: the strong and medium Xid codes of attribution (ECC, row remap, NVLink, off the bus, GSP); application-level Xids (13, 31, 43, 45) do not convict
     hardware_pattern: str = r"(?i)\becc\b|uncorrectable|fallen off the bus|\bxid\b|double.bit|CUDA error: unknown error|cudaErrorUnknown|\bGPU is lost"  # why: an `error` event whose message names ECC / an Xid / a GPU off the bus is a hardware error; so is the driver's cudaErrorUnknown ("CUDA error: unknown error") in a job that ran: the device failed under it (BLOOM-176B chronicles: "One of the GPUs crashed")
@@ -261,13 +334,20 @@ class DivergenceParams:
 
     band_z: float = 3.0  # why: out of band = >= 3 robust sigma above the pre-onset median ...
     band_ratio: float = 1.1  # why: ... and >= 10% above it (a quantised or very smooth loss has a tiny sigma)
-    return_ratio: float = 1.1  # why: "back" = any later record within 10% of the pre-onset median (or within band_z sigma)
     min_ratio: float = 1.5  # why: the median loss from onset to the end >= 1.5x the pre-onset level: well above the band, not a slow wobble
     critical_ratio: float = 2.0  # why: as hard_spike.loss_ratio_critical (DOMAIN: 2x its recent level)
     min_records: int = 5  # why: at least 5 records out of band to the end of the log (one or two high records at the end are a spike the log cut off)
     min_records_nonfinite: int = 3  # why: a monotone climb of 3+ records that ends in NaN/Inf or a stop is a divergence (DOMAIN: "within a few steps the loss is NaN")
     falling_frac: float = 0.75  # why: a loss that falls on >= 75% of the records after its peak is coming back (a slow recovery, bigscience tr1-13B), not diverging ...
     falling_min: int = 3  # why: ... judged on at least 3 records after the peak
+
+
+@dataclass
+class StallParams:
+    """A run that cannot learn: its LR is exactly 0 while the loss does not fall (detect/stall.py)."""
+
+    lr_zero_records: int = 3  # why: a warmup from 0 prints 0 once (step 0); 3 records at exactly 0 are no warmup, the weights are not moving
+    loss_fall_ratio: float = 0.99  # why: "the loss does not fall": the median of the last third of those records >= 99% of the first third's (a rounded-to-0 print of a real, small LR would still show the loss falling)
 
 
 @dataclass
@@ -278,7 +358,12 @@ class BlipParams:
     loss_effect_ratio: float = 1.1  # why: the loss "moved" when a record within blip_reach is >= 10% above its pre-blip median ...
     loss_effect_z: float = 3.0  # why: ... or >= 3 robust sigma above it
     reach: int = 3  # why: a bad update shows in the loss within the next few records
+    loss_effect_records: int = 2  # why: the loss answered a blip when >= 2 records within reach rise: a bad update's damage lasts; one record of loss noise at z >= 3 among reach+1 comes by chance (0.5% a blip: 40% over 100 blips), two almost never (1e-5)
     max_width: int = 3  # why: a blip is at most 3 consecutive flagged records; longer is an episode
+    pattern_loss_share: float = 0.2  # why: a blip pattern is a warning only when the loss answers a fifth of its blips or more (and recurring_count of them): one coincidental loss wobble in a hundred blips is noise
+    lr_pattern_rate: float = 0.01  # why: grad-norm spikes recurring at least once per 100 records over their span are the LR-too-high pattern (DETECTION-ANCHORS: recurring spikes, shrinking interval) even when the loss holds; sparser ones are the norm's heavy tail
+    short_run_min_blips: int = 5  # why: on a run shorter than long_run_records the grad norm's tail is not known: quiet grad-only spikes are grouped as its blips only when there are 5 or more of them (3 or 4 on a few hundred records are the run's events)
+    steps_listed: int = 50  # why: the grouped blip note lists at most 50 of its steps (first and last always given): a run with thousands of blips must not bloat diagnosis.json
 
 
 @dataclass
@@ -311,27 +396,26 @@ class AttributionParams:
     rank_outlier_ratio: float = 3.0  # a rank counts as the odd one out at >= 3x the median of the other ranks
     rank_agree_rtol: float = 1e-3  # post-all-reduce norms must agree to 1e-3 relative (Megatron grad tolerance)
     replay_spike_ratio: float = 1.5  # a replayed step "spikes again" when its value is >= 1.5x its healthy baseline
-    replay_match_rtol: float = 0.05  # replayed value within 5% of the original: the spike reproduced
     baseline_window: int = 50  # steps before onset forming the healthy baseline (DETECTION-ANCHORS W=50)
-    drift_ratio: float = 1.5  # median grad norm before onset >= 1.5x the earlier baseline = precursor drift
+    drift_ratio: float = 1.5  # why: median grad norm before onset >= 1.5x the earlier baseline = precursor drift
     plateau_window: int = 100  # steps after recovery checked for a loss plateau (AdamW second-moment lag)
-    plateau_ratio: float = 1.05  # loss after the incident >= 5% above before it = plateau / no recovery
     early_frac: float = 0.1  # first 10% of training is "early" (warmup, front-of-stream data)
     warmup_max_frac: float = 0.25  # an LR schedule that never decays is past its warmup after 25% of the run
     lr_rise_after_decay: float = 1.1  # once decaying, the LR rising >10% again is a schedule fault (restarted warmup)
     lr_rise_no_decay: float = 2.0  # without any decay, the LR still doubling after the warmup is a schedule fault
-    layer_share_high: float = 0.5  # one layer holding >= 50% of the peak squared norm = concentrated
+    layer_share_high: float = 0.8  # why: one layer holding >= 80% of the peak squared norm dominates the spike (a layer fault, not a run-wide instability; rules/structure.toml, optimization.toml)
     zero_frac_stuck: float = 0.99  # a layer whose gradient is >= 99% exact zeros is masked / frozen
     sign_stuck: float = 0.95  # pos_frac >= 0.95 or <= 0.05: nearly all one sign (structural bias; DOMAIN 40-60%)
     sign_max_zero_frac: float = 0.5  # a layer over half exact zeros has no meaningful sign share (as sign_ratio.max_zero_frac)
-    astronomical_norm: float = 1e4  # a logged grad norm >= 1e4 before a NaN means clipping was not in effect
+    astronomical_norm: float = 1e4  # why: a logged grad norm >= 1e4 before a NaN means clipping was not in effect
     loss_scale_floor: float = 1.0  # why: dynamic loss scaling halves down to 1 (DeepSpeed min_loss_scale default 1, apex/torch the same); a scale at 1 that still overflows means fp16 cannot hold the values at all
     start_records: int = 10  # why: a NaN within the first 10 records of a log that starts at step <= hard_spike.start_max_step is "from the first updates": the setup (precision, LR, init), not a late event
+    confined_min_records: int = 2  # why: a NaN in one loss term while its sibling terms stay finite, on >= 2 records (not one step before everything goes NaN): the shared weights are intact, so the NaN comes from that term's inputs (its targets), not from the update
+    component_exclude_pattern: str = r"(?i)^(?:session|epoch|iter\w*|step\w*|\w*time\w*|data|eta|\w*mem\w*|lr|learning_rate|grad_norm|loss_scale|\w*tokens?\w*|\w*samples?\w*|\w*per_sec\w*|throughput\w*|batch\w*|[ge]pu\w*)$"  # why: the record's counters, timings, memory, throughput and optimizer state are no loss terms
     loss_explode_ratio: float = 100.0  # why: a loss 100x its first logged value is no spike of a healthy run (spikes are 1.5-10x; DOMAIN hard spike >= 2x): the optimisation left its basin
-    loss_scale_unscaled_ratio: float = 1e3  # norms >= 1000x the threshold: clipping sees loss-scaled grads
     sample_outlier_ratio: float = 3.0  # a sample >= 3x normal per-sample loss stands out (healthy batches peak near 2x: mixed sources/lengths)
     enrichment_min_batches: int = 3  # need >= 3 spike-batch samples before an enrichment ratio means anything
-    oscillation_spikes: int = 4  # >= 4 spike incidents in a run = recurring, systematic instability
+    oscillation_spikes: int = 4  # why: >= 4 spike incidents in a run = recurring, systematic instability
     xid_strong_codes: tuple = (48, 63, 64, 74, 79, 92, 94, 95)  # ECC / row remap / NVLink / off the bus (DETECTION-ANCHORS 4)
     xid_medium_codes: tuple = (62, 119, 120)  # micro-controller halt, GSP timeout/error: hardware or firmware
     xid_weak_codes: tuple = (13, 31, 43, 45)  # engine exception, MMU fault, cleanup: usually the application
@@ -414,6 +498,7 @@ class Params:
     incidents: IncidentParams = field(default_factory=IncidentParams)
     events: EventsParams = field(default_factory=EventsParams)
     divergence: DivergenceParams = field(default_factory=DivergenceParams)
+    stall: StallParams = field(default_factory=StallParams)
     blips: BlipParams = field(default_factory=BlipParams)
     coverage: CoverageParams = field(default_factory=CoverageParams)
 
@@ -425,7 +510,7 @@ class Params:
         return getattr(self, name)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> "Params":
+    def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> Params:
         params = cls()
         if path:
             data = read_small_toml(path, MAX_PARAMS_FILE_BYTES, "parameters")
@@ -454,14 +539,14 @@ class Params:
         if isinstance(current, bool) and not isinstance(value, bool):
             raise ParamError(f"{origin}: {dotted} must be true or false")
         if isinstance(current, (int, float)) and not isinstance(current, bool):
-            lo, hi = _allowed_range(key, current)
+            text, why = range_spec(dotted, current)
             kind = "an integer" if isinstance(current, int) else "a number"
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ParamError(f"{origin}: {dotted} must be {kind} in [{lo:g}, {hi:g}]")
+                raise ParamError(f"{origin}: {dotted} must be {kind} in {text} ({why})")
             if isinstance(current, int) and not float(value).is_integer():
-                raise ParamError(f"{origin}: {dotted} must be {kind} in [{lo:g}, {hi:g}], got {value!r}")
-            if not math.isfinite(value) or not lo <= value <= hi:
-                raise ParamError(f"{origin}: {dotted} = {value!r} is out of range: allowed [{lo:g}, {hi:g}]")
+                raise ParamError(f"{origin}: {dotted} must be {kind} in {text}, got {value!r}")
+            if not math.isfinite(value) or not _in_range(value, dotted, current):
+                raise ParamError(f"{origin}: {dotted} = {value!r} is out of range: allowed {text} ({why})")
             value = type(current)(value)
         elif isinstance(current, tuple):
             elem = type(current[0]) if current else str

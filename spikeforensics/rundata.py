@@ -26,7 +26,7 @@ class RunData:
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, store, run_id: str) -> "RunData":
+    def load(cls, store, run_id: str) -> RunData:
         return cls(
             run_id=run_id,
             sources=store.sources(run_id),
@@ -34,7 +34,7 @@ class RunData:
         )
 
     @classmethod
-    def from_frames(cls, run_id: str = "test", **frames: pl.DataFrame) -> "RunData":
+    def from_frames(cls, run_id: str = "test", **frames: pl.DataFrame) -> RunData:
         """Build a run from hand-made frames (missing tables are empty, columns conformed)."""
         tables = {}
         for table in (*schema.DATA_TABLES, "sources"):
@@ -54,19 +54,26 @@ class RunData:
         """The metric that stands for `name`: itself, except `loss` in a run that logs no
         metric of that name but one training loss under another (`train/nll_loss`,
         `decode_loss_seg`): the training-record metric ending in `loss` (else holding it as a
-        word), not an eval one, with the most records (its own name is kept in the store)."""
+        word), not an eval one, one that moves before one printed as 0 throughout (a term
+        switched off), non-negative before signed (a PPO policy loss is no loss curve to judge
+        when the critic's is printed beside it), with the most records (its own name
+        is kept in the store)."""
         if name != "loss":
             return name
         key = ("resolve", name)
         if key not in self._cache:
             self._cache[key] = name
-            names = self.metrics.filter(pl.col("record").is_not_null()).group_by("name").len()
+            # a signed objective (an RL policy loss) is the loss only when no non-negative one is printed
+            names = self.metrics.filter(pl.col("record").is_not_null()).group_by("name").agg(
+                pl.len(), (pl.col("value").filter(pl.col("value").is_finite()).min() < 0).fill_null(False).alias("signed"),
+                (pl.col("value").filter(pl.col("value").is_finite()).abs().max() == 0).fill_null(False).alias("off"))
             if names.filter(pl.col("name") == "loss").height == 0:
                 train = names.filter(~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
                                      & ~pl.col("name").str.starts_with("loss_scale"))
                 # a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
                 for pattern in (r"loss$", r"(?:^|_)loss(?:_|$)"):
-                    lossy = train.filter(pl.col("name").str.contains(pattern)).sort(["len", "name"], descending=[True, False])
+                    lossy = train.filter(pl.col("name").str.contains(pattern)).sort(["off", "signed", "len", "name"],
+                                                                                   descending=[False, False, True, False])
                     if lossy.height:
                         self._cache[key] = lossy.get_column("name")[0]
                         break

@@ -10,19 +10,28 @@ Layout (every file readable by polars, DuckDB or Spark directly):
 e.g. `pl.scan_parquet("<store>/tables/metrics/**/*.parquet", hive_partitioning=True)`.
 
 Writes are atomic per source: data files are written under `<store>/.tmp/` (a
-`Staging`, appended to chunk by chunk when a parser streams), renamed into place, and
-the manifest row is renamed last. Readers only read data files whose manifest row
-exists, so an ingest interrupted at any point leaves the store as it was. The file
+`Staging`, appended to chunk by chunk when a parser streams), moved beside their final
+place under hidden names (`.<sha16>.parquet.<owner>.pending`, which no `*.parquet` glob
+reads), the manifest row is renamed into place (the commit point), then the data files
+take their final names. Readers, the direct Parquet read included, never see rows whose
+manifest row does not exist; a source committed but not yet renamed whole (a crash
+inside those milliseconds) is rolled forward by the next `Store` opened. The file
 name is the source's content hash, so ingesting the same file twice is a no-op, and a
 new file appends to the run; a file that changed since it was ingested (same path and
 source name, e.g. a log that grew) replaces its earlier copy (`_commit`).
 
 Crash leftovers: a staging folder is named `<host>-<pid>-<random>`; every `Store` sweeps
 `.tmp/` of folders whose process is gone (same host) or that saw no write for
-`STALE_STAGING_S` (another host, or a pid reused), and data files that no manifest row
-commits (a kill between the data renames and the manifest rename) once they are
-`ORPHAN_DATA_S` old. A commit that fails removes what it moved; a staging folder is
-removed even when closing its files fails (a full disk).
+`STALE_STAGING_S` (another host, or a pid reused); pending data files the same way when
+no manifest commits them (rolled forward when one does); data files no manifest row
+commits (an older version's commit, or a crash inside a removal); and report temporaries
+(`runs/<RUN>/.<name>.<host>-<pid>.tmp`, `temp_path`) of dead processes. A commit that fails removes what it
+moved; a staging folder is removed even when closing its files fails (a full disk).
+
+Test hook: `SPIKEFORENSICS_KILL_AT=<point>[:<n>]` kills the process with SIGKILL at the
+n-th (default first) pass of a named point (`KILL_POINTS`), to check what a crash there
+leaves (`benchmarks/kill_points.py`, tests/test_faults.py). Unset, it costs one dict
+lookup per point.
 """
 
 from __future__ import annotations
@@ -31,13 +40,14 @@ import errno
 import os
 import re
 import shutil
+import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 import polars as pl
 import pyarrow as pa
@@ -55,10 +65,38 @@ DEFAULT_STORE = ".spikeforensics"
 # without a write: a live ingest writes its staging at least once per 32 MB chunk of log,
 # i.e. every few seconds, so an hour idle is a dead process, not a slow one.
 STALE_STAGING_S = 3600
-# A data file no manifest row commits is a crash leftover once it is this old (its ctime:
-# the rename into place). A live commit renames its manifest milliseconds after its data.
-ORPHAN_DATA_S = 60
+# A data file no manifest row commits is a crash leftover once it is this old (its ctime).
+# Data files take their final names only after their manifest row is in place, and
+# removals delete data before the manifest, so no live command ever holds such a file:
+# 0 removes it at once (the direct Parquet read must not see it).
+ORPHAN_DATA_S = 0
+_REPORT_TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_.]+)-(?P<pid>\d+)\.tmp$")
+PENDING_SUFFIX = ".pending"
+KILL_ENV = "SPIKEFORENSICS_KILL_AT"
+# the named points of the kill hook, in commit order (see the module docstring)
+KILL_POINTS = ("staging_append", "staging_finished", "manifest_staged", "data_pending", "before_manifest",
+               "after_manifest", "data_renamed", "before_drop", "drop_data_removed")
 _HOST = re.sub(r"[^A-Za-z0-9_.]+", "_", socket.gethostname())[:64] or "host"
+
+
+def _parse_kill_at(value: str | None) -> tuple[str, int] | None:
+    if not value:
+        return None
+    name, _, nth = value.partition(":")
+    return name, int(nth) if nth.isdigit() else 1
+
+
+_KILL_AT = _parse_kill_at(os.environ.get(KILL_ENV))
+_kill_counts: dict[str, int] = {}
+
+
+def kill_point(name: str) -> None:
+    """The test hook: SIGKILL this process at the n-th pass of `name` when $SPIKEFORENSICS_KILL_AT asks."""
+    if _KILL_AT is None or _KILL_AT[0] != name:
+        return
+    _kill_counts[name] = _kill_counts.get(name, 0) + 1
+    if _kill_counts[name] == _KILL_AT[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StoreError(Exception):
@@ -121,7 +159,7 @@ class SourceRecord:
     def frame(self) -> pl.DataFrame:
         row = dict(self.__dict__)
         row["tool_version"] = __version__
-        row["ingested_at"] = datetime.now(timezone.utc).replace(tzinfo=None)
+        row["ingested_at"] = datetime.now(UTC).replace(tzinfo=None)
         return schema.conform("sources", pl.DataFrame([row]))
 
 
@@ -134,34 +172,49 @@ class Store:
 
     # -- crash leftovers ---------------------------------------------------------
     def sweep(self) -> None:
-        """Remove staging of dead ingests and data files no manifest commits (see the
-        module docstring); never fails (a read-only store is left alone)."""
+        """Remove staging of dead ingests, roll committed pending data forward, remove data
+        files no manifest commits and report temporaries of dead processes (see the module
+        docstring); never fails (a read-only store is left alone)."""
         try:
             tmp = self.root / ".tmp"
             if tmp.is_dir():
                 for folder in tmp.iterdir():
                     if _staging_is_stale(folder):
                         shutil.rmtree(folder, ignore_errors=True)
-            self._sweep_orphans()
+            self._sweep_tables()
+            self._sweep_report_tmp()
         except OSError:
             pass
 
-    def _sweep_orphans(self) -> None:
+    def _sweep_tables(self) -> None:
         tables = self.root / "tables"
         if not tables.is_dir():
             return
         now = time.time()
-        committed: dict[str, set[str]] = {}
         for table_dir in tables.iterdir():
             if table_dir.name == "sources" or not table_dir.is_dir():
                 continue
             for run_dir in table_dir.iterdir():
+                manifests = tables / "sources" / run_dir.name
+                for f in run_dir.glob(f".*{PENDING_SUFFIX}"):
+                    _settle_pending(f, manifests)
                 for f in run_dir.glob("*.parquet"):
-                    if run_dir.name not in committed:
-                        manifests = tables / "sources" / run_dir.name
-                        committed[run_dir.name] = {m.stem for m in manifests.glob("*.parquet")}
-                    if f.stem not in committed[run_dir.name] and now - f.stat().st_ctime > ORPHAN_DATA_S:
+                    # re-checked per file: a manifest is renamed before its data, so a data
+                    # file seen here whose manifest is missing is not a commit in progress
+                    if not (manifests / f.name).exists() and now - f.stat().st_ctime >= ORPHAN_DATA_S:
                         f.unlink(missing_ok=True)
+
+    def _sweep_report_tmp(self) -> None:
+        """Report temporaries (`temp_path`) of a dead process on this host; of another host
+        (or an older version's `.<name>.<pid>.tmp`) after STALE_STAGING_S without a write."""
+        runs = self.root / "runs"
+        if not runs.is_dir():
+            return
+        for f in runs.glob("*/.*.tmp"):
+            m = _REPORT_TMP_RE.match(f.name)
+            dead = m is not None and m["host"] == _HOST and not _pid_alive(int(m["pid"]))
+            if dead or time.time() - f.stat().st_mtime > STALE_STAGING_S:
+                f.unlink(missing_ok=True)
 
     # -- paths -----------------------------------------------------------------
     def _table_dir(self, table: str, run_id: str) -> Path:
@@ -196,8 +249,13 @@ class Store:
             return schema.empty("sources")
         rows = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed").sort("ingested_at")
         # two copies of one file (a crash between a replacing commit and the removal of the
-        # copy it replaces): the newest is the file
-        return rows.unique(["path", "source"], keep="last", maintain_order=True)
+        # copy it replaces): the newest is the file, and the older copy goes now
+        newest = rows.unique(["path", "source"], keep="last", maintain_order=True)
+        if newest.height < rows.height:
+            kept = set(newest.get_column("sha256").to_list())
+            for sha in set(rows.get_column("sha256").to_list()) - kept:
+                self._remove_source(run_id, f"{sha[:16]}.parquet")
+        return newest
 
     def has_source(self, run_id: str, sha256: str) -> bool:
         return (self._table_dir("sources", run_id) / f"{sha256[:16]}.parquet").exists()
@@ -211,6 +269,8 @@ class Store:
 
     def _committed_files(self, run_id: str, table: str) -> list[Path]:
         committed = {s[:16] for s in self.sources(run_id).get_column("sha256").to_list()}
+        for f in self._table_dir(table, run_id).glob(f".*{PENDING_SUFFIX}"):  # a commit in its last milliseconds
+            _settle_pending(f, self._table_dir("sources", run_id))
         return [f for f in sorted(self._table_dir(table, run_id).glob("*.parquet")) if f.stem in committed]
 
     def table(self, run_id: str, table: str) -> pl.DataFrame:
@@ -254,42 +314,58 @@ class Store:
             self._commit(run_id, record, stage)
 
     def _commit(self, run_id: str, record: SourceRecord, stage: Staging) -> None:
-        """Data files into place, then the manifest row (the commit point); then the
-        earlier copies of the same file (same path and source name, other content: a log
-        that grew or was rewritten) are removed, manifest first. A commit that fails
-        removes the data files it moved (unless an earlier commit of the same content
-        owns them). Readers see one copy: `sources` keeps the newest of such rows, so a
-        crash between the commit and the removal is invisible to the tool and the next
-        ingest of that file removes the older copy."""
+        """Data files beside their place under hidden pending names, then the manifest row
+        (the commit point), then the data files' final names; then the earlier copies of
+        the same file (same path and source name, other content: a log that grew or was
+        rewritten) are removed, data first. A commit that fails before its manifest removes
+        the pending files it moved. Readers see one copy: `sources` keeps the newest of such
+        rows, so a crash between the commit and the removal is invisible to the tool, and the
+        next read of the run's sources removes the older copy."""
         name = f"{record.sha256[:16]}.parquet"
         manifest_dst = self._table_dir("sources", run_id) / name
-        moved: list[Path] = []
+        pending: list[tuple[Path, Path]] = []
         try:
             staged = stage.finish()
+            kill_point("staging_finished")
             manifest = stage.folder / "sources.manifest.parquet"
             _write_parquet(record.frame(), manifest)
-            owned = manifest_dst.exists()
+            kill_point("manifest_staged")
             for table, src in staged.items():
                 dst = self._table_dir(table, run_id) / name
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dst)
-                if not owned:
-                    moved.append(dst)
+                hidden = dst.with_name(f".{name}.{stage.folder.name}{PENDING_SUFFIX}")
+                os.replace(src, hidden)
+                pending.append((hidden, dst))
+                kill_point("data_pending")
             manifest_dst.parent.mkdir(parents=True, exist_ok=True)
+            kill_point("before_manifest")
             os.replace(manifest, manifest_dst)  # the commit point
         except BaseException as exc:
-            for dst in moved:
+            for hidden, _ in pending:
                 try:
-                    dst.unlink(missing_ok=True)
+                    hidden.unlink(missing_ok=True)
                 except OSError:
                     pass
             if isinstance(exc, OSError):
                 raise store_os_error(exc, self.root, "write") from None
             raise
+        kill_point("after_manifest")
+        for hidden, dst in pending:
+            try:
+                os.replace(hidden, dst)
+            except FileNotFoundError:
+                if not dst.exists():  # a concurrent reader rolled it forward, else a real loss
+                    raise
+            except OSError as exc:
+                raise store_os_error(exc, self.root, "write") from None
+            kill_point("data_renamed")
+        kill_point("before_drop")
         self._drop_replaced(run_id, record)
 
     def _drop_replaced(self, run_id: str, record: SourceRecord) -> None:
-        """Remove earlier copies of `record`'s file (same path and source, other sha)."""
+        """Remove earlier copies of `record`'s file (same path and source, other sha): data
+        first (the tool already reads only the newest copy; the direct read stops seeing
+        the old rows at once), the manifest row last."""
         keep = record.sha256[:16]
         for f in self._table_dir("sources", run_id).glob("*.parquet"):
             if f.stem == keep:
@@ -299,13 +375,22 @@ class Store:
             except Exception:
                 continue
             if row == (record.path, record.source):
-                f.unlink(missing_ok=True)  # uncommit first, then the data
-                for table in schema.TABLES:
-                    (self._table_dir(table, run_id) / f.name).unlink(missing_ok=True)
+                self._remove_source(run_id, f.name)
+
+    def _remove_source(self, run_id: str, name: str) -> None:
+        """Remove one source's files: data first, the manifest row last; a read-only store is left as it is."""
+        try:
+            for table in schema.TABLES:
+                if table != "sources":
+                    (self._table_dir(table, run_id) / name).unlink(missing_ok=True)
+            kill_point("drop_data_removed")
+            (self._table_dir("sources", run_id) / name).unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def delete_run(self, run_id: str) -> None:
         validate_run_id(run_id)
-        for table in schema.TABLES:
+        for table in sorted(schema.TABLES, key=lambda t: t == "sources"):  # the manifests last
             shutil.rmtree(self._table_dir(table, run_id), ignore_errors=True)
 
 
@@ -355,6 +440,7 @@ class Staging:
             )
         writer.write_table(arrow, row_group_size=arrow.num_rows)
         self.rows[table] = self.rows.get(table, 0) + arrow.num_rows
+        kill_point("staging_append")
 
     def rewrite(self, table: str, fix: Callable[[pl.DataFrame, int], pl.DataFrame]) -> None:
         """Replace every row group of `table` by `fix(rows, index of its first row)`, one row
@@ -390,6 +476,47 @@ class Staging:
             writer = self._writers.pop(name, None)
             if writer is not None:
                 writer.close()
+
+
+def temp_path(path: Path) -> Path:
+    """Where to write `path` before renaming it into place: hidden, named after this host and
+    process, so that a later command can remove it if the process was killed mid-write."""
+    return path.with_name(f".{path.name}.{_HOST}-{os.getpid()}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
+
+
+def _settle_pending(f: Path, manifests: Path) -> None:
+    """A pending data file `.<sha16>.parquet.<staging>.pending`: given its final name when
+    its manifest row exists (a commit that was killed, or is in its last milliseconds);
+    removed when none does and its staging owner is stale (dead, or idle an hour); else left
+    (a live commit before its commit point). Never raises."""
+    name = f.name[1:].split(".parquet.", 1)[0] + ".parquet"
+    try:
+        if (manifests / name).exists():
+            os.replace(f, f.with_name(name))
+        elif _owner_is_stale(f.name.split(".parquet.", 1)[-1][: -len(PENDING_SUFFIX)], f.stat().st_mtime):
+            f.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _owner_is_stale(owner: str, mtime: float) -> bool:
+    """Whether the process of a staging name `<host>-<pid>-<random>` is gone (this host), or
+    the file saw no write for STALE_STAGING_S (another host)."""
+    parts = owner.rsplit("-", 2)
+    if len(parts) == 3 and parts[0] == _HOST and parts[1].isdigit() and int(parts[1]) != os.getpid():
+        if not _pid_alive(int(parts[1])):
+            return True
+    return time.time() - mtime > STALE_STAGING_S
 
 
 def _staging_is_stale(folder: Path) -> bool:

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from spikeforensics.capture import Recorder  # noqa: E402
-from tools.fixtures.data import Corpus, DataOrder, VOCAB  # noqa: E402
+from tools.fixtures.data import VOCAB, Corpus, DataOrder  # noqa: E402
 from tools.fixtures.model import GPT, GPTConfig  # noqa: E402
 
 

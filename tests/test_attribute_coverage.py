@@ -4,10 +4,9 @@ was, incomplete (exit 4) when a detector or stage failed; events alone convict; 
 import json
 from pathlib import Path
 
-import polars as pl
+from _detect_synth import curves, run_from
 from click.testing import CliRunner
 
-from _detect_synth import curves, run_from
 from spikeforensics import detect as det
 from spikeforensics.attribute import diagnose_run
 from spikeforensics.attribute.diagnosis import verdict

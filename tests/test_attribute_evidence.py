@@ -15,8 +15,6 @@ from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
 
-
-
 def verdict(f):
     return attribute(load_rules(), f, Params().attribution).root_cause
 

@@ -14,7 +14,6 @@ from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
 
-
 def test_every_feature_is_documented_and_computed():
     run = make_run(spike_at=150)
     f = feats(run, incident(150))
@@ -165,6 +164,7 @@ def test_an_excerpt_from_mid_training_has_no_start_to_judge(tmp_path):
     'early in training' and 'no warmup' cannot be read off an excerpt (this once blamed the LR schedule),
     and a recovery the log ends before showing is unknown, not 'never'."""
     from conftest import REAL
+
     from spikeforensics import api
     store = tmp_path / "s"
     api.ingest([REAL / "megatron" / "bigscience_tr8_104b_exp1_glitch_with_validation.log"], run_id="x", store=store)

@@ -14,13 +14,14 @@ import json
 
 import polars as pl
 import pytest
+from conftest import TUNE  # noqa: E402
+from conftest import load_tune_run as load
 
 from spikeforensics import evaluate
 from spikeforensics.attribute import diagnose_run
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
-from conftest import TUNE, load_tune_run as load  # noqa: E402
 RUNS = sorted(p.parent.name for p in TUNE.glob("*/ground_truth.json")) if TUNE.exists() else []
 LABELLED = [r for r in RUNS if not json.loads((TUNE / r / "ground_truth.json").read_text()).get("healthy")]
 

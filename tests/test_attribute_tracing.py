@@ -14,7 +14,6 @@ from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
 
-
 def test_implicated_steps_include_the_step_before():
     tp = Params().tracing
     assert implicated_steps(incident(150), tp) == [149, 150]

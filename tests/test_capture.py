@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -189,7 +188,7 @@ def test_killed_run_leaves_every_flushed_step_readable(tmp_path):
            "--flush-every", "10", "--every", "5", "--print-flush"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     flushed = 0
-    deadline = time.time() + 90
+    deadline = time.time() + 300  # a guard against a hung subprocess, not a speed target (the machine may be loaded)
     try:
         for line in proc.stdout:
             if line.startswith("FLUSHED"):

@@ -4,8 +4,8 @@ capture folder alone (tests/capture_train.py: the fixture generator's tiny GPT o
 1. 2-rank gloo DDP, one corrupted record injected on rank 1 at step 150 (random raw-byte tokens
    and a mis-parsed loss weight of 4): the diagnosis names `data_outlier` for the spike, puts the
    sample in the incident's top 5 and in the skip list.
-2. One layer's param group at 40x the LR from step 80: the diagnosis should name that layer
-   (expected to fail for now, see the xfail reason)."""
+2. One layer's param group at 40x the LR from step 80: the diagnosis names that layer (its
+   gradient norm shows nothing; the per-layer update norms the recorder takes every 10 steps do)."""
 from __future__ import annotations
 
 import subprocess
@@ -24,7 +24,7 @@ SCRIPT = ROOT / "tests" / "capture_train.py"
 
 def _train(out: Path, *args: str) -> str:
     proc = subprocess.run([sys.executable, str(SCRIPT), str(out), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=240)
+                          cwd=ROOT, timeout=900)  # a hang guard, not a speed target (a loaded machine is slow)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -53,16 +53,17 @@ def test_ddp_corrupted_sample_is_traced(tmp_path):
     assert sid in dg["skiplist"]["sample_ids"]
 
 
-@pytest.mark.xfail(reason="a 40x-LR layer does not raise its own gradient norm in this model (AdamW "
-                          "normalises the update; the layer's weights grow, its gradient shrinks), and "
-                          "the detectors read gradient norms only; param_norm is recorded but not "
-                          "used by layer_outlier (issue 15 left open); strict: the day it passes, drop this mark", strict=True)
 def test_layer_at_40x_lr_is_named(tmp_path):
     out = tmp_path / "capture"
     layer = "transformer.h.0.attn.c_attn"
     _train(out, "--steps", "240", "--batch", "8", "--hot-layer", layer, "--hot-factor", "40",
            "--hot-from", "80", "--every", "2")
     dg = _diagnose(out, tmp_path / "store")
-    named = [i for i in dg["incidents"] if layer in (i.get("layers") or []) or i.get("layer") == layer
-             or i.get("root_cause") == "layer_instability"]
+    named = [i for i in dg["incidents"] if layer in (i.get("layers") or [])]
     assert named, dg["incidents"]
+    inc = named[0]
+    assert inc["root_cause"] == "layer_instability" and inc["severity"] in ("warning", "critical"), inc
+    assert inc["step_start"] <= 90, inc  # from the step the LR went up (norms every 10 steps)
+    assert layer in inc["explanation"], inc["explanation"]
+    # no other layer is blamed
+    assert all(set(i.get("layers") or []) <= {layer} for i in dg["incidents"]), dg["incidents"]

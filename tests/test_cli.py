@@ -146,6 +146,7 @@ def test_diagnose_path_never_merges_into_a_run_holding_other_sources(runner, tmp
     # the same file again reuses its run; an explicit --run that holds other sources is refused
     again = runner.invoke(cli, ["diagnose", str(tmp_path / "a" / "train.log"), "--store", store, "-q",
                                 "--out", str(tmp_path / "a2.html")])
+    assert again.exit_code == 0, again.stderr
     assert json.loads((tmp_path / "a2.json").read_text())["run_id"] == "train"
     refused = runner.invoke(cli, ["diagnose", str(tmp_path / "b" / "train.log"), "--run", "train", "--store", store])
     assert refused.exit_code == 2 and "--append" in refused.stderr

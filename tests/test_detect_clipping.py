@@ -2,8 +2,8 @@
 
 import numpy as np
 import polars as pl
-
 from _detect_synth import curves, layer_dump, run_from
+
 from spikeforensics.detect import clipping
 from spikeforensics.params import Params
 

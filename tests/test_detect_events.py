@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-
 from _detect_synth import curves, run_from
+
 from spikeforensics import detect as det
 from spikeforensics.detect import divergence, events
 from spikeforensics.detect.base import Finding
@@ -55,6 +55,20 @@ def test_every_logged_step_overflowing_convicts_but_calibration_does_not():
     assert [f.facts["cause"] for f in found] == ["all_steps_overflow"]
     few = events.detect(events_run(rows[:10], c), Params())  # 10 of 40 steps: a scaler finding its level
     assert few == []
+
+
+def test_a_short_run_whose_skips_keep_one_scale_convicts_but_halving_skips_do_not():
+    # Megatron-LM #602: 4 of 4 iterations skipped at loss scale 16384 (no loss printed). A dynamic
+    # scaler halves by its 2nd consecutive overflow, so skips at one scale are not calibration.
+    c = curves(4)
+    stuck = [ev("overflow" if i == 0 else "hysteresis", int(s), i, old_scale=16384.0, new_scale=16384.0)
+             for i, s in enumerate(c["step"])]
+    found = events.detect(events_run(stuck, c), Params())
+    assert [(f.facts["cause"], f.facts["same_scale_skips"]) for f in found] == [("all_steps_overflow", 4)]
+    halving = [ev("overflow", int(s), i, old_scale=2.0 ** (32 - i), new_scale=2.0 ** (31 - i)) for i, s in enumerate(c["step"])]
+    assert events.detect(events_run(halving, c), Params()) == []  # a scaler finding its level from 2^32
+    two = events.detect(events_run(stuck[:2], curves(2)), Params())  # 2 skips at one scale: hysteresis 2
+    assert two == []
 
 
 def test_hardware_error_then_nothing_convicts_and_a_later_record_clears_it():

@@ -8,11 +8,12 @@ predicted far from every labelled incident. Only the `tune` set is used here.
 import json
 
 import pytest
+from conftest import TUNE  # noqa: E402
+from conftest import load_tune_run as load
 
 from spikeforensics.detect import detect_incidents
 from spikeforensics.params import Params
 
-from conftest import TUNE, load_tune_run as load  # noqa: E402
 RUNS = sorted(p.parent.name for p in TUNE.glob("*/ground_truth.json")) if TUNE.exists() else []
 KNOWN_MISSES: dict[str, str] = {}  # scenario -> why it cannot be detected from its own log
 TOL = 5

@@ -6,13 +6,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-
 from _detect_synth import curves, layer_dump, run_from
+from conftest import REAL  # noqa: E402
+
 from spikeforensics.detect import hard_spike
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
-
-from conftest import REAL  # noqa: E402
 
 
 def llmc_run(path: Path) -> RunData:
@@ -202,8 +201,8 @@ def test_recurring_spikes_in_a_spiky_grad_norm_are_found_by_ratio_when_z_is_infl
 
 def test_one_record_loss_bump_back_in_band_is_a_note_but_a_2x_jump_is_not():
     import numpy as np
-
     from _detect_synth import run_from
+
     from spikeforensics.detect import hard_spike
     from spikeforensics.params import Params
 

@@ -3,8 +3,8 @@
 import time
 
 import numpy as np
-
 from _detect_synth import curves, run_from
+
 from spikeforensics import detect as det
 from spikeforensics.detect.base import Finding
 from spikeforensics.detect.incidents import group_incidents

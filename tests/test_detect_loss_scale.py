@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import polars as pl
-
 from _detect_synth import curves, run_from
+
 from spikeforensics.detect import loss_scale
 from spikeforensics.params import Params
 

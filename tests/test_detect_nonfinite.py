@@ -5,13 +5,12 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-
 from _detect_synth import curves, layer_dump, run_from
+from conftest import REAL  # noqa: E402
+
 from spikeforensics.detect import nonfinite
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
-
-from conftest import REAL  # noqa: E402
 
 
 def events(rows):

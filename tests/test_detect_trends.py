@@ -1,8 +1,8 @@
 """Soft drift and loss oscillation: sustained changes judged on smoothed series."""
 
 import numpy as np
-
 from _detect_synth import curves, run_from
+
 from spikeforensics.detect import oscillation, soft_drift
 from spikeforensics.params import Params
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import REAL
+
 from spikeforensics.cli import cli
 
 EXCERPTS = sorted(p for p in REAL.rglob("*") if p.is_file() and p.name != "README.md")

@@ -12,8 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from spikeforensics.ingest import IngestError, detect_format, ingest_paths, parse_file
-from spikeforensics.ingest import aliases
+from spikeforensics.ingest import IngestError, aliases, detect_format, ingest_paths, parse_file
 from spikeforensics.store import Store
 
 

@@ -14,10 +14,10 @@ import os
 import re
 from pathlib import Path
 
+import chromium
 import pytest
 from report_helpers import make_diagnosis, make_run
 
-import chromium
 from spikeforensics.report import write_reports
 
 pytestmark = pytest.mark.browser

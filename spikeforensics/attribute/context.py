@@ -9,7 +9,7 @@ align kernel and telemetry events, and the clip threshold in effect. Pure: built
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -36,10 +36,38 @@ class RunContext:
     fp16: bool
     clip_threshold: float | None  # max_norm in effect (params, detector facts, or inferred)
     clip_threshold_source: str
+    memo: dict = field(default_factory=dict, repr=False)  # run-level values shared by every incident
+
+    def once(self, key, compute):
+        """A run-level value computed for the first incident that needs it and reused by the others
+        (so an incident's cost does not grow with the run's length)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     def healthy(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Rows of a step-level frame whose step is outside every incident."""
         return frame.join(self.unhealthy, on="step", how="anti")
+
+
+def step_window(frame: pl.DataFrame, lo: int | None, hi: int | None) -> pl.DataFrame:
+    """Rows with lo <= step <= hi (None: open), in the frame's order: a binary search when the step
+    column is flagged sorted (a run without resumes, see `build_context`), else a filter."""
+    lo = -(2**62) if lo is None else lo
+    hi = 2**62 if hi is None else hi
+    steps = frame.get_column("step")
+    if frame.height and steps.flags["SORTED_ASC"] and steps.null_count() == 0:
+        a, b = int(steps.search_sorted(lo, "left")), int(steps.search_sorted(hi, "right"))
+        return frame.slice(a, max(0, b - a))
+    return frame.filter(pl.col("step").is_between(lo, hi))
+
+
+def _flag_sorted(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame with its step column flagged sorted when it is (checked once here)."""
+    steps = frame.get_column("step")
+    if frame.height and steps.null_count() == 0 and steps.is_sorted():
+        return frame.with_columns(pl.col("step").set_sorted())
+    return frame
 
 
 def step_level(frame: pl.DataFrame) -> pl.DataFrame:
@@ -128,10 +156,10 @@ def build_context(run: RunData, incidents: list[Incident], params: Params) -> Ru
     fp16 = uses_loss_scaling(loss_scale) or run.events_of("overflow", "hysteresis").height > 0
     clip, clip_source = infer_clip_threshold(run, incidents, params)
     return RunContext(
-        loss=step_level(run.series("loss")),
-        grad=step_level(grad),
+        loss=_flag_sorted(step_level(run.series("loss"))),
+        grad=_flag_sorted(step_level(grad)),
         grad_derived=derived,
-        lr=step_level(run.series("lr")),
+        lr=_flag_sorted(step_level(run.series("lr"))),
         loss_scale=loss_scale,
         per_rank=_per_rank(run),
         unhealthy=unhealthy,

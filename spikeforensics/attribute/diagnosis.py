@@ -11,12 +11,9 @@ numbers become "nan"/"inf"/"-inf"; every JSON writer goes through it.
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
 import traceback
-from datetime import date, datetime
 from pathlib import Path
 
 import polars as pl
@@ -25,10 +22,17 @@ from spikeforensics import __version__
 from spikeforensics.attribute.calibration import calibrate
 from spikeforensics.attribute.context import build_context
 from spikeforensics.attribute.features import incident_features, rank_features
+from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, StepRange, Verdict, dumps, json_safe
+from spikeforensics.attribute.raw_lines import peak_lines_from_metrics, read_windows
 from spikeforensics.attribute.rules import load_rules
 from spikeforensics.attribute.scoring import attribute
 from spikeforensics.attribute.tracing import (
-    build_trace_context, consumed_samples_range, implicated_steps, listed_count, rank_samples, skip_candidates,
+    build_trace_context,
+    consumed_samples_range,
+    implicated_steps,
+    listed_count,
+    rank_samples,
+    skip_candidates,
 )
 from spikeforensics.detect.base import SEVERITIES, Finding, Incident, severity_rank
 from spikeforensics.params import Params
@@ -39,108 +43,19 @@ DATA_LABELS = ("data_outlier", "data_drift")
 LOG_CONTEXT = 3  # raw log lines either side of the evidence line
 
 
-def json_safe(obj):
-    """Recursively make `obj` JSON-clean: non-finite floats -> "nan"/"inf"/"-inf", tuples -> lists."""
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, int)):
-        return obj
-    if isinstance(obj, float):
-        if math.isnan(obj):
-            return "nan"
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, (datetime, date)):
-        return obj.isoformat()
-    if hasattr(obj, "item"):  # numpy scalars
-        return json_safe(obj.item())
-    return str(obj)
-
-
-def dumps(obj, **kw) -> str:
-    return json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False, **kw)
-
-
 # --- pieces ------------------------------------------------------------------------------------
 
 
 def log_lines(run: RunData, inc: Incident) -> list[dict]:
-    """Raw lines around the peak's record in the main log (empty when the file is gone).
-
-    Only from the file that was ingested: when the file at the stored path no longer has
-    the stored size and SHA-256 (replaced, edited, swapped for another file), no line of it
-    is shown, only a note saying so (an item without `line`). Lines are numbered as ingest
-    numbered them (LF, CRLF, or lone CR for a file without LF); control characters are
-    removed."""
-    rows = pl.DataFrame()
-    for name in ("loss", "grad_norm"):
-        src = run.primary_source(name)
-        if src is None:
-            continue
-        rows = run.metrics.filter((pl.col("source") == src) & (pl.col("name") == name)
-                                  & (pl.col("step") == inc.peak_step) & pl.col("line").is_not_null())
-        if rows.height:
-            same = rows.filter(pl.col("attempt") == inc.attempt)
-            rows = same if same.height else rows
-            break
-    if rows.height == 0 or run.sources.height == 0:
-        return []
-    source, line = rows.get_column("source")[0], int(rows.get_column("line")[0])
-    known = run.sources.filter((pl.col("source") == source) & pl.col("path").is_not_null())
-    if known.height == 0 or not Path(known.get_column("path")[0]).is_file():
-        return []
-    path = Path(known.get_column("path")[0])
-    # a store's manifest always has the hash; a run built in memory without one has nothing to check against
-    sha = known.get_column("sha256")[0] if "sha256" in known.columns else None
-    size = known.get_column("bytes")[0] if "bytes" in known.columns else None
-    if sha and not _unchanged(path, sha, size):
-        return [{"source": source, "peak": False,
-                 "text": f"(raw lines not shown: {path.name} has changed since it was ingested)"}]
-    first = max(1, line - LOG_CONTEXT)
-    try:
-        chunk = _read_lines(path, first, line + LOG_CONTEXT)
-    except OSError:
-        return []
-    return [{"source": source, "line": first + i, "text": text, "peak": first + i == line}
-            for i, text in enumerate(chunk)]
+    """Raw lines around the peak's record in the main log (empty when the file is gone); one incident's
+    share of `log_lines_all` (raw_lines.py: only from the file that was ingested, hash-checked)."""
+    return log_lines_all(run, [inc])[0]
 
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: one hash per file and diagnose
-
-
-def _unchanged(path: Path, sha: str | None, size: int | None) -> bool:
-    """Whether the file at `path` is still the ingested one (size, then SHA-256)."""
-    from spikeforensics.ingest import file_sha256
-
-    if not sha:
-        return False
-    try:
-        st = path.stat()
-        if size is not None and st.st_size != size:
-            return False
-        key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in _SHA_CACHE:
-            _SHA_CACHE[key] = file_sha256(path)
-    except OSError:
-        return False
-    return _SHA_CACHE[key] == sha
-
-
-def _read_lines(path: Path, first: int, last: int) -> list[str]:
-    """Physical lines first..last (1-based) of a log, split as ingest splits them."""
-    from spikeforensics.ingest.base import lone_cr_endings, strip_controls
-
-    with open(path, "rb") as fh:
-        head = fh.read(1 << 16)
-        fh.seek(0)
-        if lone_cr_endings(head):
-            raw = fh.read().split(b"\r")[first - 1: last]
-        else:
-            raw = list(itertools.islice(fh, first - 1, last))
-    return [strip_controls(b.decode("utf-8", errors="replace").rstrip("\r\n").replace("\r", " ")) for b in raw]
+def log_lines_all(run: RunData, incidents: list[Incident]) -> list[list[dict]]:
+    """`log_lines` of every incident, located with one filter per signal and read in one pass per file."""
+    peaks = peak_lines_from_metrics(run, [(int(i.peak_step), i.attempt) for i in incidents])
+    return read_windows(run, peaks, LOG_CONTEXT)
 
 
 def _finding_note(f: Finding) -> dict:
@@ -150,7 +65,8 @@ def _finding_note(f: Finding) -> dict:
                 "detector": f.facts["detector_failed"], "traceback": f.facts.get("traceback", ""), "evidence": []}
     return {"kind": f.kind, "severity": f.severity, "step_start": f.step_start, "step_end": f.step_end,
             "peak_step": f.peak_step, "summary": f.summary, "rank": f.rank, "layer": f.layer,
-            "evidence": [e.as_dict() for e in f.evidence]}
+            "evidence": [e.as_dict() for e in f.evidence],
+            **({"pattern": f.facts["blip_pattern"]} if f.facts.get("blip_pattern") else {})}
 
 
 def _alignment_notes(run: RunData, params: Params) -> list[dict]:
@@ -187,11 +103,13 @@ def sample_ranking_note(samples: pl.DataFrame, has_sample_losses: bool, tie_tol:
         return None
     scores = samples.get_column("score")
     tied = int((scores >= scores[0] - tie_tol).sum())
+    if "place" in samples.columns and samples.get_column("place").null_count() == 0:
+        tied = int((samples.get_column("place") == samples.get_column("place")[0]).sum())  # evidence broke the rest
     if tied < 2:
         return None
     why = ("the manifest has no per-sample losses" if not has_sample_losses
            else "nothing in the manifest separates them")
-    return (f"the top {tied} samples tie ({why}): their order is arbitrary, not by suspicion"
+    return (f"the top {tied} samples tie ({why}): they share place 1 and their order is not evidence"
             + ("; the skip list keeps all of them" if in_skiplist else ""))
 
 
@@ -341,7 +259,9 @@ def write_outputs(diagnosis: dict, json_path: str | Path) -> tuple[Path, Path]:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename it over `path`."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    from spikeforensics.store import temp_path  # named so a later command can sweep it after a kill
+
+    tmp = temp_path(path)
     try:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
@@ -352,12 +272,13 @@ def write_atomic(path: Path, text: str) -> None:
 # --- the whole diagnosis -----------------------------------------------------------------------
 
 
-def _incident_json(inc: Incident, run: RunData, ctx, tc, ruleset, params: Params, real: list[Incident]) -> dict:
+def _incident_json(inc: Incident, run: RunData, ctx, tc, ruleset, params: Params, real: list[Incident],
+                   raw_lines: list[dict]) -> DiagnosedIncident:
     ranks_f = rank_features(inc, ctx, params.attribution)
     confined = ranks_f["peak_rank"] if ranks_f["rank_confined"] and ranks_f["peak_rank"] >= 0 else None
     samples = rank_samples(inc, tc, params.tracing, confined)
     feats = incident_features(inc, run, ctx, tc, params, real, samples=samples)
-    att = attribute(ruleset, feats, params.attribution)
+    att = attribute(ruleset, feats, params.attribution, params)
     ranks = list(inc.ranks) or ([feats["peak_rank"]] if confined is not None else [])
     layers = list(inc.layers)
     if feats["layer_hidden"] and feats["top_layer"] and feats["top_layer"] not in layers:
@@ -368,29 +289,29 @@ def _incident_json(inc: Incident, run: RunData, ctx, tc, ruleset, params: Params
     # a data incident lists every sample that stands out on its own loss (they all go to the skip list)
     samples_list = _samples_json(samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS
                                  else params.tracing.max_samples)
-    return {
+    return DiagnosedIncident(
         **_incident_head(inc),
-        "ranks": [int(r) for r in ranks], "layers": layers,
-        "root_cause": att.root_cause, "confidence": att.confidence, "alternatives": att.alternatives,
-        "explanation": att.explanation,
-        "sample_ids": [s["sample_id"] for s in samples_list] if implicated else [],
-        "evidence": _evidence(inc), "actions": att.actions,
+        ranks=[int(r) for r in ranks], layers=layers,
+        root_cause=att.root_cause, confidence=att.confidence, alternatives=att.alternatives,
+        explanation=att.explanation,
+        sample_ids=[s["sample_id"] for s in samples_list] if implicated else [],
+        evidence=_evidence(inc), actions=att.actions,
         # extras
-        "root_cause_detail": att.detail, "attempt": int(inc.attempt),
-        "first_nonfinite_step": inc.facts.get("first_nonfinite_step"),
+        root_cause_detail=att.detail, attempt=int(inc.attempt),
+        first_nonfinite_step=inc.facts.get("first_nonfinite_step"),
         # onset..peak and the step before, plus later steps of the incident holding a sample that stands out
-        "implicated_steps": sorted(set(implicated_steps(inc, params.tracing, tc.interval)) | {
+        implicated_steps=sorted(set(implicated_steps(inc, params.tracing, tc.interval)) | {
             int(s["step"]) for s in samples_list if s.get("own_outlier")}),
-        "consumed_samples_range": consumed_samples_range(run, inc, params.tracing, tc.interval),
-        "samples": samples_list,
-        "sample_ranking_note": sample_ranking_note(
+        consumed_samples_range=consumed_samples_range(run, inc, params.tracing, tc.interval),
+        samples=samples_list,
+        sample_ranking_note=sample_ranking_note(
             samples, bool(feats["has_sample_losses"]), params.tracing.tie_tol,
             in_skiplist=att.root_cause in DATA_LABELS and att.confidence >= params.tracing.skip_min_confidence,
         ) if implicated else None,
-        "features": feats, "matched_rules": att.matched, "gated_labels": att.gated, "label_scores": att.scores,
-        "findings": [f.summary for f in inc.findings],
-        "log_lines": log_lines(run, inc),
-    }
+        features=feats, matched_rules=att.matched, gated_labels=att.gated, label_scores=att.scores,
+        findings=[f.summary for f in inc.findings],
+        log_lines=raw_lines,
+    )
 
 
 def _incident_head(inc: Incident) -> dict:
@@ -398,14 +319,15 @@ def _incident_head(inc: Incident) -> dict:
             "step_start": int(inc.step_start), "step_end": int(inc.step_end), "peak_step": int(inc.peak_step)}
 
 
-def _bare_incident(inc: Incident, error: str) -> dict:
+def _bare_incident(inc: Incident, error: str) -> DiagnosedIncident:
     """An incident whose attribution failed: detected, not explained (the diagnosis is `incomplete`)."""
-    return {**_incident_head(inc), "ranks": [int(r) for r in inc.ranks], "layers": list(inc.layers),
-            "root_cause": "unknown", "confidence": 0.0, "alternatives": [],
-            "explanation": f"Attribution failed for this incident (a bug in spikeforensics: {error}).",
-            "sample_ids": [], "evidence": _evidence(inc), "actions": [], "root_cause_detail": None,
-            "attempt": int(inc.attempt), "first_nonfinite_step": inc.facts.get("first_nonfinite_step"),
-            "implicated_steps": [], "samples": [], "findings": [f.summary for f in inc.findings], "log_lines": []}
+    return DiagnosedIncident(
+        **_incident_head(inc), ranks=[int(r) for r in inc.ranks], layers=list(inc.layers),
+        root_cause="unknown", confidence=0.0, alternatives=[],
+        explanation=f"Attribution failed for this incident (a bug in spikeforensics: {error}).",
+        sample_ids=[], evidence=_evidence(inc), actions=[], root_cause_detail=None,
+        attempt=int(inc.attempt), first_nonfinite_step=inc.facts.get("first_nonfinite_step"),
+        implicated_steps=[], samples=[], findings=[f.summary for f in inc.findings], log_lines=[])
 
 
 class _Stages:
@@ -440,26 +362,24 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
     first, last, count = run.step_range()
     steps = {"first": first, "last": last, "count": count}
 
+    raw = stages.run("log lines", lambda: log_lines_all(run, real), lambda exc: [[] for _ in real])
     out_incidents = [
-        stages.run(f"attribution of {inc.id}", lambda inc=inc: _incident_json(inc, run, ctx, tc, ruleset, params, real),
+        stages.run(f"attribution of {inc.id}",
+                   lambda inc=inc, lines=lines: _incident_json(inc, run, ctx, tc, ruleset, params, real, lines),
                    lambda exc, inc=inc: _bare_incident(inc, f"{type(exc).__name__}: {exc}"))
-        for inc in real
+        for inc, lines in zip(real, raw)
     ]
     calibration = stages.run("calibration", lambda: calibrate(run, ctx, params.calibration), {})
     extra_notes = stages.run("alignment notes", lambda: _alignment_notes(run, params), [])
     cov = coverage(run, params, detectors_run if detectors_run is not None else [n for n, _ in DETECTORS],
                    failed_detectors(notes), stages.failed)
-    diagnosis = {
-        "schema_version": SCHEMA_VERSION,
-        "tool_version": __version__,
-        "run_id": run.run_id,
-        "steps": steps,
-        "verdict": verdict(out_incidents, steps, cov),
-        "incidents": out_incidents,
-        "calibration": calibration,
-        "notes": [_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings]
-                 + extra_notes + stages.notes,
-        "rules": ruleset.files,
-    }
-    diagnosis["skiplist"] = skiplist(run.run_id, out_incidents, params)
-    return json_safe(diagnosis)
+    incident_dicts = [i.to_dict(safe=False) for i in out_incidents]
+    return Diagnosis(
+        schema_version=SCHEMA_VERSION, tool_version=__version__, run_id=run.run_id,
+        steps=StepRange(**steps), verdict=Verdict(**verdict(incident_dicts, steps, cov)), incidents=out_incidents,
+        calibration=calibration,
+        notes=[_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings]
+        + extra_notes + stages.notes,
+        rules=ruleset.files,
+        skiplist=skiplist(run.run_id, incident_dicts, params),
+    ).to_dict()

@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import polars as pl
 
-from spikeforensics.attribute.context import RunContext, step_level
+from spikeforensics.attribute.context import RunContext, step_level, step_window
 from spikeforensics.attribute.log_facts import FACTS as LOG_FACTS
 from spikeforensics.attribute.log_facts import log_facts
 from spikeforensics.attribute.tracing import TraceContext, consumed_samples_range, rank_samples, skip_candidates
@@ -130,6 +130,8 @@ FEATURES: dict[str, tuple[str, str]] = {
     "lr_at_peak": (N, "learning rate at the peak step"),
     "lr_trend_before": (N, "relative LR change over the window before onset (+ = rising)"),
     "in_warmup": (B, "the peak is before the LR maximum while the LR is still rising"),
+    "lr_still_rising": (B, "the LR never fell from the records before the onset to the peak and is higher on a later record: "
+                           "the incident came while an LR ramp (a warmup) was still climbing, wherever the log starts"),
     "lr_rising_late": (B, "after the warmup the LR rises again: >10% after it began to decay, or >2x when it never decays (wrong schedule)"),
     "warmup_steps": (N, "steps from the first logged LR to the LR maximum of the warmup (0 = no warmup at all; none for a log that starts after hard_spike.start_max_step)"),
     "lr_late_rise": (N, "largest LR / its running minimum after the warmup (decay start, or warmup_max_frac of the run)"),
@@ -151,7 +153,7 @@ def _median(frame: pl.DataFrame, col: str = "value") -> float | None:
 
 
 def _at(frame: pl.DataFrame, attempt: int, lo: int, hi: int) -> pl.DataFrame:
-    rows = frame.filter(pl.col("step").is_between(lo, hi))
+    rows = step_window(frame, lo, hi)  # a binary search on a sorted step column (context.py)
     same = rows.filter(pl.col("attempt") == attempt)
     return same if same.height else rows.unique(subset=["step"], keep="first")
 
@@ -412,14 +414,14 @@ def clip_features(inc: Incident, ctx: RunContext, params: Params) -> dict:
     out = {"clip_threshold": thr, "clip_rate": None, "clip_rate_before": None, "norm_over_clip": None}
     if not thr or ctx.grad.height == 0:
         return out
-    finite = ctx.grad.filter(pl.col("value").is_finite())
+    finite = ctx.once("grad_finite", lambda: ctx.grad.filter(pl.col("value").is_finite()))
     if finite.height == 0:
         return out
-    out["clip_rate"] = float((finite.get_column("value") > thr).mean())
+    out["clip_rate"] = ctx.once(("clip_rate", thr), lambda: float((finite.get_column("value") > thr).mean()))
     on = _onset(inc)
-    before = finite.filter(pl.col("step").is_between(on - 200, on - 1))
+    before = step_window(finite, on - 200, on - 1)
     if before.height == 0:  # the incident starts with the run: judge its own first steps
-        before = finite.filter(pl.col("step").is_between(on, on + 199))
+        before = step_window(finite, on, on + 199)
     if before.height:
         out["clip_rate_before"] = float((before.get_column("value") > thr).mean())
     med = _median(ctx.healthy(finite)) or _median(finite)
@@ -471,15 +473,20 @@ def _scale_drop_at_resume(run: RunData, scale: pl.DataFrame, ap: AttributionPara
     return False
 
 
+def _grad_fall(grad: pl.DataFrame) -> float | None:
+    """Median grad norm of the run's last fifth over its first fifth (finite, positive values)."""
+    g = grad.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")
+    k = max(1, g.len() // 5)
+    first, last = g.head(k).median(), g.tail(k).median()
+    return float(last) / float(first) if first else None
+
+
 def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams, peak_grad_ratio) -> dict:
     out = {"has_layers": run.layers.height > 0, "top_layer": "", "layer_top_share": None, "layer_top_ratio": None,
            "layer_hidden": False, "zero_frac_max": None, "zero_frac_rise": None, "layer_all_zero": False,
            "sign_stuck": False, "grad_fall": None}
     if ctx.grad.height >= 10:
-        g = ctx.grad.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")
-        k = max(1, g.len() // 5)
-        first, last = g.head(k).median(), g.tail(k).median()
-        out["grad_fall"] = float(last) / float(first) if first else None
+        out["grad_fall"] = ctx.once("grad_fall", lambda: _grad_fall(ctx.grad))
     layers = run.layers.filter(pl.col("step").is_not_null())
     if layers.height == 0:
         return out
@@ -505,6 +512,12 @@ def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribution
         if top["ratio"] is not None and top["ratio"] >= 10 and (peak_grad_ratio is None or peak_grad_ratio < 2):
             out["layer_hidden"] = True
             out["top_layer"] = top["layer"]
+    # an update-size outlier (layer_outlier on `update_norm`) names its layer; the gradient shares do not show it
+    upd = next((f.layer for f in inc.findings if f.kind == "layer_outlier" and f.layer and "update_ratio" in f.facts), None)
+    if upd:
+        out["top_layer"] = upd
+        mine = at.filter(pl.col("layer") == upd) if sq.height else None
+        out["layer_top_share"] = _f(mine.get_column("share")[0]) if mine is not None and mine.height else None
     zf = window.filter(pl.col("zero_frac").is_not_null()).join(base, on="layer", how="left")
     if zf.height:
         row = zf.sort("zero_frac", descending=True).row(0, named=True)
@@ -523,13 +536,46 @@ def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribution
     return out
 
 
+def _lr_still_rising(lr: pl.DataFrame, lo: int, peak: int) -> bool:
+    """The LR rose, never fell, from `lo` to `peak` (at least two records), and a later record is higher still."""
+    lr = lr if lr.get_column("step").flags["SORTED_ASC"] else lr.sort("step")
+    ramp = step_window(lr, lo, peak).get_column("value")
+    later = step_window(lr, peak + 1, None).get_column("value")
+    if ramp.len() < 2 or later.len() == 0:
+        return False
+    rose = float(ramp[-1]) > float(ramp[0]) and bool((ramp.diff().drop_nulls() >= 0).all())
+    return rose and float(later.max()) > float(ramp[-1])
+
+
+def _lr_schedule(lr: pl.DataFrame, attempt: int, ctx: RunContext, ap: AttributionParams):
+    """(the attempt's LR records sorted by step with their running max, the first decayed step, the
+    warmup cut, the warmup's last step). Warmup ends where the decay starts; without any decay, a
+    warmup never lasts past `warmup_max_frac` of the run, so the LR rising after that is a schedule
+    fault too."""
+    first_pass = lr.filter(pl.col("attempt") == attempt)
+    first_pass = first_pass if first_pass.height else lr
+    seq = first_pass.sort("step").with_columns(pl.col("value").cum_max().alias("cmax"))
+    decayed = seq.filter(pl.col("value") < 0.9 * pl.col("cmax"))
+    decay_step = int(decayed.get_column("step")[0]) if decayed.height else None
+    cut = decay_step
+    if cut is None and ctx.first_step is not None and ctx.last_step is not None:
+        cut = int(ctx.first_step + ap.warmup_max_frac * (ctx.last_step - ctx.first_step))
+    warm = seq if cut is None else seq.filter(pl.col("step") < cut)
+    warm = warm if warm.height else seq
+    finite = warm.filter(pl.col("value").is_finite())  # a NaN LR has no place in the warmup
+    top = float(finite.get_column("value").max()) if finite.height else 0.0
+    near_top = finite.filter(pl.col("value") >= top - 0.01 * abs(top))  # 0.99 x top, for a negative LR too
+    warm_end = int((near_top if near_top.height else warm).get_column("step")[0])
+    return seq, decay_step, cut, warm_end
+
+
 def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams, start_max_step: int) -> dict:
     """Position in training, drift before, plateau after, and the LR schedule around the incident.
     "Early" and the warmup length are judged only for a log that begins at the start of training
     (first step <= `start_max_step`): an excerpt from step 7000 has no "start" of its own."""
     on, w = _onset(inc), ap.baseline_window
     out = {"drift_before": None, "plateau_after": None, "train_frac": None, "onset_frac": None, "early": False, "lr_at_peak": None,
-           "lr_trend_before": None, "in_warmup": False, "warmup_steps": None, "lr_rising_late": False, "lr_late_rise": None,
+           "lr_trend_before": None, "in_warmup": False, "lr_still_rising": False, "warmup_steps": None, "lr_rising_late": False, "lr_late_rise": None,
            "lr_restart": False}
     recent = _median(_at(ctx.grad, inc.attempt, on - w, on - 1))
     older = _median(_at(ctx.grad, inc.attempt, on - 3 * w, on - w - 1))
@@ -543,33 +589,23 @@ def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
         out["train_frac"] = (inc.peak_step - ctx.first_step) / (ctx.last_step - ctx.first_step)
         out["early"] = out["train_frac"] <= ap.early_frac and ctx.first_step <= start_max_step
         out["onset_frac"] = max(0.0, (on - ctx.first_step) / (ctx.last_step - ctx.first_step))
-    lr = ctx.lr.filter(pl.col("value").is_finite())
+    lr = ctx.once("lr_finite", lambda: ctx.lr.filter(pl.col("value").is_finite()))
     if lr.height:
-        first_pass = lr.filter(pl.col("attempt") == inc.attempt)
-        first_pass = first_pass if first_pass.height else lr
-        at = first_pass.filter(pl.col("step") <= inc.peak_step).sort("step")
+        # the attempt's LR by step, its decay and warmup: the same for every incident of that attempt
+        seq, decay_step, cut, warm_end = ctx.once(("lr_schedule", inc.attempt),
+                                                  lambda: _lr_schedule(lr, inc.attempt, ctx, ap))
+        at = step_window(seq, None, inc.peak_step)
         if at.height:
             out["lr_at_peak"] = float(at.get_column("value")[-1])
-            prev = first_pass.filter(pl.col("step").is_between(on - w, on - 1)).sort("step")
+            prev = step_window(seq, on - w, on - 1)
             if prev.height and prev.get_column("value")[0] > 0:
                 out["lr_trend_before"] = out["lr_at_peak"] / float(prev.get_column("value")[0]) - 1
-            seq = first_pass.sort("step").with_columns(pl.col("value").cum_max().alias("cmax"))
-            decayed = seq.filter(pl.col("value") < 0.9 * pl.col("cmax"))
-            decay_step = int(decayed.get_column("step")[0]) if decayed.height else None
-            # warmup ends where the decay starts; without any decay, a warmup never lasts past
-            # `warmup_max_frac` of the run, so the LR rising after that is a schedule fault too
-            cut = decay_step
-            if cut is None and ctx.first_step is not None and ctx.last_step is not None:
-                cut = int(ctx.first_step + ap.warmup_max_frac * (ctx.last_step - ctx.first_step))
-            warm = seq if cut is None else seq.filter(pl.col("step") < cut)
-            warm = warm if warm.height else seq
-            top = float(warm.get_column("value").max())
-            warm_end = int(warm.filter(pl.col("value") >= 0.99 * top).get_column("step")[0])
             out["in_warmup"] = inc.peak_step <= warm_end and (out["lr_trend_before"] or 0) > 0
+            out["lr_still_rising"] = _lr_still_rising(seq, on - w, inc.peak_step)
             first_lr_step = int(seq.get_column("step")[0])
             out["warmup_steps"] = warm_end - first_lr_step if first_lr_step <= start_max_step else None
             if cut is not None:
-                late = seq.filter(pl.col("step").is_between(cut, inc.peak_step) & (pl.col("value") > 0)).with_columns(
+                late = step_window(seq, cut, inc.peak_step).filter(pl.col("value") > 0).with_columns(
                     pl.col("value").cum_min().alias("cmin"))
                 if late.height:
                     out["lr_late_rise"] = float((late.get_column("value") / late.get_column("cmin")).max())

@@ -40,6 +40,10 @@ FACTS: dict[str, tuple[str, str]] = {
                               "non-finite grad norm (a masked NaN: HF Trainer and fp16 runs print 0.0 when the loss overflowed)"),
     "samples_nonfinite": (B, "the log says some samples of a batch (not all) got non-finite gradients or losses and were "
                              "ignored (ESPnet CTC `5/42 samples got nan grad`): bad samples, not a bad step"),
+    "nonfinite_confined": (B, "on >= attribution.confined_min_records records with a non-finite value, only some loss terms are "
+                              "non-finite while >= 2 sibling terms stay finite, on every such record: the NaN comes from "
+                              "those terms' inputs (their targets), not from the shared weights"),
+    "nonfinite_component": (S, "the loss term(s) non-finite while the others stay finite (see nonfinite_confined)"),
     "grad_norm_max": (N, "largest finite grad norm of the run"),
     "grad_norm_astronomical": (B, "a finite grad norm >= attribution.astronomical_norm (clipping not in effect, or "
                                   "a norm measured on loss-scaled gradients)"),
@@ -128,6 +132,28 @@ def _partial_batch_nonfinite(events: pl.DataFrame) -> bool:
     return bool(((k > 0) & (k < n)).fill_null(False).any())
 
 
+def _confined_nonfinite(run: RunData, params) -> dict:
+    """`nonfinite_confined` / `nonfinite_component`: loss terms (the record's metrics that are no
+    counter, timing, memory or optimizer value, the total loss excepted) that are non-finite while
+    >= 2 of their siblings stay finite, on every record where any term is non-finite."""
+    ap = params.attribution
+    out = {"nonfinite_confined": False, "nonfinite_component": ""}
+    loss_name = run.resolve("loss")
+    terms = run.metrics.filter(pl.col("record").is_not_null() & (pl.col("name") != loss_name)
+                               & ~pl.col("name").str.contains(ap.component_exclude_pattern)
+                               & ~pl.col("name").str.starts_with("eval") & ~pl.col("name").str.starts_with("val"))
+    if terms.height == 0:
+        return out
+    per = terms.group_by("attempt", "record").agg(
+        pl.col("name").filter(~pl.col("value").is_finite()).unique().sort().alias("bad"),
+        (pl.col("value").is_finite()).sum().alias("good"))
+    bad = per.filter(pl.col("bad").list.len() > 0)
+    if bad.height < ap.confined_min_records or bad.get_column("good").min() < 2:
+        return out
+    names = sorted({n for row in bad.get_column("bad").to_list() for n in row})
+    return {"nonfinite_confined": True, "nonfinite_component": ", ".join(names)}
+
+
 def log_facts(run: RunData, params) -> dict:
     """Run-level facts from what the log printed (see `FACTS`)."""
     ap = params.attribution
@@ -182,6 +208,7 @@ def log_facts(run: RunData, params) -> dict:
         "loss_max_ratio": ratio,
         "loss_zero_collapse": zero_after >= 2,
         "samples_nonfinite": _partial_batch_nonfinite(events),
+        **_confined_nonfinite(run, params),
         "grad_norm_max": gmax,
         "grad_norm_astronomical": bool(gmax is not None and gmax >= ap.astronomical_norm),
         "lr_max": float(lr.max()) if lr.len() else None,

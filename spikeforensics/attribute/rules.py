@@ -21,7 +21,10 @@ A rule file (`rules/*.toml`, or a user folder given with `--rules DIR`) holds
     when = [...]
 
 Conditions: `{feature, op, value}` with op one of == != < <= > >= in, or a group
-`{any = [...]}`, `{all = [...]}`, `{not = {...}}`. Everything is checked on load:
+`{any = [...]}`, `{all = [...]}`, `{not = {...}}`. A threshold on a number feature that is a
+tunable parameter names it instead of repeating its value: `value = "param:attribution.drift_ratio"`
+(any numeric parameter of spikeforensics/params.py; `--set` and `--params` then move the rule too).
+Everything is checked on load:
 unknown keys, features, ops, labels, value types and template placeholders raise
 `RuleError("file: rule 'name': message")`. Conditions are evaluated by a small
 interpreter over the feature dict; nothing is ever `eval`ed. A condition on a feature
@@ -47,6 +50,7 @@ OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 RULE_KEYS = {"name", "label", "weight", "when", "explanation", "actions", "detail"}
 GATE_KEYS = {"label", "reason", "when"}
 GROUPS = ("any", "all", "not")
+PARAM_PREFIX = "param:"  # a condition value "param:SECTION.NAME" is that parameter's value (validated on load)
 # Bounds on what a rules file can make the tool do (rules come from users' folders):
 MAX_RULES_FILE_BYTES = 1 << 20  # why: the bundled rules are ~40 KB together; a 1 MB file is hundreds of rules
 MAX_NESTING = 12  # why: any/all/not groups nest 2-3 deep in practice; deeper is a generated or hostile file
@@ -126,6 +130,9 @@ def _check_condition(cond, where: str, depth: int = 1) -> None:
     if op not in OPS:
         raise RuleError(f"{where}: unknown op {op!r} (allowed: {', '.join(OPS)})")
     ftype = FEATURES[feature][0]
+    if isinstance(value, str) and value.startswith(PARAM_PREFIX):
+        _check_param_ref(value, feature, ftype, op, where)
+        return
     values = value if op == "in" else [value]
     if op == "in" and not isinstance(value, list):
         raise RuleError(f"{where}: op 'in' needs a list value for feature {feature!r}")
@@ -141,6 +148,63 @@ def _check_condition(cond, where: str, depth: int = 1) -> None:
             raise RuleError(f"{where}: feature {feature!r}: a NaN value never compares")
     if ftype in ("bool", "str") and op in ("<", "<=", ">", ">="):
         raise RuleError(f"{where}: op {op!r} makes no sense on {ftype} feature {feature!r}")
+
+
+def _check_param_ref(value: str, feature: str, ftype: str, op: str, where: str) -> None:
+    """`param:SECTION.NAME` must name a numeric parameter, on a number feature, with a comparison op."""
+    from spikeforensics.params import Params
+
+    dotted = value[len(PARAM_PREFIX):]
+    if ftype != "number" or op == "in":
+        raise RuleError(f"{where}: {value!r}: a parameter reference is a threshold on a number feature "
+                        f"(feature {feature!r} is a {ftype}, op {op!r})")
+    section, _, key = dotted.partition(".")
+    sec = getattr(Params(), section, None)
+    current = getattr(sec, key, None) if sec is not None and hasattr(sec, "__dataclass_fields__") else None
+    if not isinstance(current, (int, float)) or isinstance(current, bool):
+        raise RuleError(f"{where}: {value!r} names no numeric parameter (expected param:SECTION.NAME, "
+                        f"e.g. param:attribution.drift_ratio; see spikeforensics/params.py)")
+
+
+def _threshold(target, params):
+    """A condition's value, with a `param:SECTION.NAME` reference read from `params` (default Params())."""
+    if isinstance(target, str) and target.startswith(PARAM_PREFIX):
+        section, _, key = target[len(PARAM_PREFIX):].partition(".")
+        return getattr(getattr(params if params is not None else _default_params(), section), key)
+    return target
+
+
+_DEFAULTS: list = []
+
+
+def _default_params():
+    if not _DEFAULTS:
+        from spikeforensics.params import Params
+
+        _DEFAULTS.append(Params())
+    return _DEFAULTS[0]
+
+
+def param_refs(ruleset: RuleSet) -> set[str]:
+    """Every `SECTION.NAME` the rules and gates of `ruleset` reference."""
+    found: set[str] = set()
+
+    def walk(cond):
+        if isinstance(cond, dict):
+            for key in GROUPS:
+                if key in cond:
+                    inner = cond[key]
+                    for c in (inner if isinstance(inner, list) else [inner]):
+                        walk(c)
+                    return
+            v = cond.get("value")
+            if isinstance(v, str) and v.startswith(PARAM_PREFIX):
+                found.add(v[len(PARAM_PREFIX):])
+
+    for item in [*ruleset.rules, *ruleset.gates]:
+        for c in item.when:
+            walk(c)
+    return found
 
 
 def _check_template(text, where: str, what: str) -> str:
@@ -285,18 +349,19 @@ def check(dirs: list[str | Path] | None = None, include_builtin: bool = True) ->
 # --- evaluation --------------------------------------------------------------------------------
 
 
-def holds(cond: dict, features: dict) -> bool:
-    """Evaluate one validated condition against a feature dict (no eval)."""
+def holds(cond: dict, features: dict, params=None) -> bool:
+    """Evaluate one validated condition against a feature dict (no eval); `param:` thresholds are
+    read from `params` (a `Params`; the defaults when None)."""
     if "any" in cond:
-        return any(holds(c, features) for c in cond["any"])
+        return any(holds(c, features, params) for c in cond["any"])
     if "all" in cond:
-        return all(holds(c, features) for c in cond["all"])
+        return all(holds(c, features, params) for c in cond["all"])
     if "not" in cond:
-        return not holds(cond["not"], features)
+        return not holds(cond["not"], features, params)
     value = features.get(cond["feature"])
     if value is None:
         return False
-    op, target = cond["op"], cond["value"]
+    op, target = cond["op"], _threshold(cond["value"], params)
     if op == "==":
         return value == target
     if op == "!=":
@@ -308,8 +373,8 @@ def holds(cond: dict, features: dict) -> bool:
     return {"<": value < target, "<=": value <= target, ">": value > target, ">=": value >= target}[op]
 
 
-def matches(when: tuple, features: dict) -> bool:
-    return all(holds(c, features) for c in when)
+def matches(when: tuple, features: dict, params=None) -> bool:
+    return all(holds(c, features, params) for c in when)
 
 
 class _Fmt(dict):

@@ -28,14 +28,16 @@ class Attribution:
     scores: dict = field(default_factory=dict)
 
 
-def score_labels(ruleset: RuleSet, features: dict, ap: AttributionParams) -> tuple[dict[str, float], list[Rule], list[str]]:
-    matched = [r for r in ruleset.rules if matches(r.when, features)]
+def score_labels(ruleset: RuleSet, features: dict, ap: AttributionParams,
+                 params=None) -> tuple[dict[str, float], list[Rule], list[str]]:
+    """`params` (a `Params`) supplies the rules' `param:` thresholds; the defaults when None."""
+    matched = [r for r in ruleset.rules if matches(r.when, features, params)]
     raw = {label: 0.0 for label in LABELS}
     for r in matched:
         raw[r.label] += r.weight
     gated = []
     for label in {g.label for g in ruleset.gates}:
-        if not any(matches(g.when, features) for g in ruleset.gates if g.label == label):
+        if not any(matches(g.when, features, params) for g in ruleset.gates if g.label == label):
             gated.append(label)
             raw[label] = 0.0
     scores = {k: max(0.0, v) for k, v in raw.items()}
@@ -43,8 +45,8 @@ def score_labels(ruleset: RuleSet, features: dict, ap: AttributionParams) -> tup
     return scores, matched, sorted(gated)
 
 
-def attribute(ruleset: RuleSet, features: dict, ap: AttributionParams) -> Attribution:
-    scores, matched, gated = score_labels(ruleset, features, ap)
+def attribute(ruleset: RuleSet, features: dict, ap: AttributionParams, params=None) -> Attribution:
+    scores, matched, gated = score_labels(ruleset, features, ap, params)
     total = sum(scores.values()) or 1.0
     conf = {k: v / total for k, v in scores.items()}
     # a label must beat `unknown` (whose floor is one weak rule's weight), not tie with it

@@ -35,6 +35,7 @@ manifest; the only Python loop is over incidents.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
 import polars as pl
@@ -48,8 +49,11 @@ SAMPLE_COLUMNS = {
     "sample_loss": pl.Float64, "loss_ratio": pl.Float64, "recurrence": pl.Int64, "healthy_seen": pl.Int64,
     "source": pl.String, "source_enrichment": pl.Float64, "tokens": pl.Int64, "own_nonfinite": pl.Boolean,
     "own_outlier": pl.Boolean,
-    "replay_loss": pl.Float64, "replay_ratio": pl.Float64,
+    "replay_loss": pl.Float64, "replay_ratio": pl.Float64, "place": pl.Int64,
 }
+# the evidence that orders samples whose scores tie (within `tie_tol`), strongest first; samples equal on all
+# of it share a `place` (see `_places`)
+TIE_BREAK = (("own_nonfinite", True), ("own_outlier", True), ("_lr", True), ("recurrence", True), ("healthy_seen", False))
 
 
 def implicated_steps(incident: Incident, params: TracingParams, interval: int = 1, max_span: int = 8) -> list[int]:
@@ -267,9 +271,38 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
             ).alias("score"),
             pl.col("sample_source").alias("source"),
         )
-        .sort(["score", "step", "sample_id"], descending=[True, True, False])
     )
-    return out.select(list(SAMPLE_COLUMNS)).cast(SAMPLE_COLUMNS)
+    return _places(out, params.tie_tol).select(list(SAMPLE_COLUMNS)).cast(SAMPLE_COLUMNS)
+
+
+def _places(samples: pl.DataFrame, tie_tol: float) -> pl.DataFrame:
+    """Most suspicious first, ties kept as ties, never broken by sample ID.
+
+    Scores within `tie_tol` of the first score of their group tie (greedy from the top: a group is never
+    wider than `tie_tol`). Inside a group the further evidence decides, in `TIE_BREAK` order: the sample's
+    own NaN/Inf, its own loss standing out, its loss ratio (with per-sample losses no two samples of a
+    group tie), other spike incidents it is in, fewer healthy steps it was seen in. Samples equal on all of
+    that share a `place` (1-based, like a sports ranking: 1, 1, 1, 4, ...); within a place they follow the
+    score (differences below `tie_tol`), then a fixed pseudo-random order (CRC-32 of the sample ID): neither
+    is evidence, and neither the ID's alphabetical order nor the position in the batch (a data generator may
+    put its bad samples first) can make a tie look like a ranking."""
+    if samples.height == 0:
+        return samples.with_columns(pl.lit(None, pl.Int64).alias("place"))
+    shuffle = pl.Series("_shuffle", [zlib.crc32(str(x).encode()) for x in samples.get_column("sample_id")], dtype=pl.Int64)
+    samples = samples.with_columns(shuffle).sort(["score", "_shuffle"], descending=[True, False], nulls_last=True)
+    groups, anchor, g = [], None, 0
+    for score in samples.get_column("score").to_list():  # one pass over the incident's samples (a few thousand)
+        if anchor is None or score is None or not score >= anchor - tie_tol:
+            g, anchor = g + 1, score
+        groups.append(g)
+    keys = [k for k, _ in TIE_BREAK]
+    samples = samples.with_columns(
+        pl.Series("_tol", groups, dtype=pl.Int64),
+        pl.when(pl.col("loss_ratio").is_finite()).then(pl.col("loss_ratio")).alias("_lr"),
+    ).sort(["_tol", *keys, "score", "_shuffle"], descending=[False, *(d for _, d in TIE_BREAK), True, False],
+           nulls_last=True)
+    new = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in ["_tol", *keys]]) | (pl.int_range(pl.len()) == 0)
+    return samples.with_columns(pl.when(new).then(pl.int_range(1, pl.len() + 1)).forward_fill().alias("place"))
 
 
 def consumed_samples_range(run: RunData, incident: Incident, params: TracingParams, interval: int = 1) -> dict | None:
@@ -295,8 +328,9 @@ def consumed_samples_range(run: RunData, incident: Incident, params: TracingPara
 def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, tie_tol: float = 1e-9,
                     max_outliers: int = 0) -> list[str]:
     """Sample IDs worth skipping on resume: those scoring within `score_frac` of the top one, at most
-    `limit` - except that samples tied with the last one kept are never cut off: without per-sample
-    losses a whole micro-batch can tie, and skipping half of it may leave the bad sample in.
+    `limit` - except that samples tied with the last one kept (sharing its `place`, or scoring within
+    `tie_tol` of it) are never cut off: without per-sample losses a whole micro-batch can tie, and skipping
+    half of it may leave the bad sample in; which half would be decided by nothing but the listing order.
     With `max_outliers`, every sample whose own loss stands out (`own_outlier`) is added too, up to
     that many: a step with 25 corrupted documents needs all 25 skipped, each on its own evidence."""
     if samples.height == 0:
@@ -307,7 +341,10 @@ def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, ti
     near = samples.filter(pl.col("score") >= top * score_frac)
     if near.height > limit:
         last = near.get_column("score")[limit - 1]
-        near = near.filter(pl.col("score") >= last - tie_tol)
+        tied = pl.col("score") >= last - tie_tol
+        if "place" in near.columns and near.get_column("place").null_count() == 0:
+            tied = tied | (pl.col("place") <= near.get_column("place")[limit - 1])
+        near = near.filter(tied)
     picked = near.get_column("sample_id").to_list()
     if max_outliers and "own_outlier" in samples.columns:
         own = samples.filter(pl.col("own_outlier").fill_null(False)).head(max_outliers).get_column("sample_id")

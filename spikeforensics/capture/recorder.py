@@ -19,9 +19,11 @@ What is recorded
   `torch.amp.GradScaler`: its scale went down, or the unscaled norm is not finite), `skipped_iters`
   (running count), the learning rate of every param group (`lr`, `lr_pg1`, ...);
 - every `every` steps, per layer (module that owns parameters): gradient L2 norm, share of exact
-  zeros, share of elements > 0, max |element|, element count and parameter L2 norm, of the
-  unscaled gradient before clipping (a gradient measured after clipping is divided by the clip
-  coefficient);
+  zeros, share of elements > 0, max |element| and element count, of the unscaled gradient before
+  clipping (a gradient measured after clipping is divided by the clip coefficient); every
+  `norms_every` steps (a multiple of `every`, >= 10 steps apart by default) also the parameter L2
+  norm and the update L2 norm (how far the optimizer step moved the layer's parameters: a copy of
+  the parameters is taken before the step, on those steps only);
 - per micro-batch and rank: the sample IDs, and per-sample losses and token counts when given.
 
 How: values stay tensors on their device (no `.item()`, no host sync per step) and are copied to
@@ -37,6 +39,8 @@ import math
 import os
 from collections import defaultdict
 
+import numpy as np
+import pyarrow as pa
 import torch
 
 from spikeforensics.capture.stats import LayerStats
@@ -105,19 +109,24 @@ class Recorder:
     N optimizer steps; 0 turns them off), `flush_every` (steps between flushes), `rank` /
     `world_size` (default: torch.distributed, else 0 / 1), `metrics_ranks` (ranks that write the
     step metrics; default rank 0), `reduce_loss` (average the loss over ranks at each flush),
-    `include` (a predicate on layer names), `param_norm` (also record parameter norms, taken
-    where the gradient is measured), `fsync` (fsync every file written: survives a machine crash,
+    `include` (a predicate on layer names), `param_norm` (also record parameter and update norms),
+    `norms_every` (steps between parameter / update norms; default: the first multiple of `every`
+    that is >= 10; it is rounded up to a multiple of `every`), `fsync` (fsync every file written: survives a machine crash,
     not only a killed process; slower).
     """
 
     def __init__(self, out_dir: str | os.PathLike, model: torch.nn.Module, every: int = 10,
                  flush_every: int = 50, rank: int | None = None, world_size: int | None = None,
                  metrics_ranks=(0,), reduce_loss: bool = True, include=None, param_norm: bool = True,
-                 auto_flush: bool = True, fsync: bool = False):
+                 norms_every: int | None = None, auto_flush: bool = True, fsync: bool = False):
         r, w = dist_rank_world()
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
         self.every = int(every)
+        self.param_norm = param_norm
+        base = max(1, self.every)
+        want = max(1, int(norms_every)) if norms_every is not None else 10
+        self.norms_every = base * -(-want // base)  # rounded up to a multiple of `every`
         self.flush_every = max(1, int(flush_every))
         self.auto_flush = auto_flush
         self.reduce_loss = reduce_loss and self.world_size > 1 and dist_rank_world()[1] > 1
@@ -148,12 +157,21 @@ class Recorder:
         self._open = dict(step=int(step), loss_sum=None, n_loss=0, micro=0, grads=False, values={})
         return self._open
 
+    def _norms_step(self, step: int) -> bool:
+        return self.param_norm and self.every > 0 and step % self.norms_every == 0
+
+    def _snapshot(self, st: dict) -> None:
+        """Before the optimizer step of a norms step: a copy of the parameters (for the update norm)."""
+        if "snap" not in st and not st["grads"] and self._norms_step(st["step"]):
+            st["snap"] = self.layers.snapshot()
+
     def after_backward(self, loss=None, step: int | None = None, sample_ids=None, sample_losses=None,
                        tokens=None, micro: int | None = None) -> None:
         """Once per micro-batch, after `backward()`: its loss (the micro-batch's own, not divided
         by the accumulation steps), the optimizer step it belongs to, and optionally its sample IDs,
         per-sample losses (tensor or list) and token counts (per sample, or one total)."""
         st = self._begin(step)
+        self._snapshot(st)
         if loss is not None:
             v = _detach(loss)
             st["loss_sum"] = v if st["loss_sum"] is None else st["loss_sum"] + v
@@ -181,18 +199,22 @@ class Recorder:
                 row["tokens"] = ("v", [int(x) for x in tokens])
         self._batches.append(row)
 
-    def capture_grads(self, step: int | None = None, pre_clip: bool = True, measure: bool = True) -> None:
+    def capture_grads(self, step: int | None = None, pre_clip: bool = True, measure: bool = True,
+                      _after_update: bool = False) -> None:
         """Per-layer statistics of the gradients as they are now (call it after unscaling and
-        before clipping for exact pre-clip values; `after_step` calls it when it was not called,
-        with `pre_clip=False`). Also measures the global norm, used when none is given."""
+        before clipping for exact pre-clip values, before the optimizer step; `after_step` calls
+        it when it was not called, with `pre_clip=False`). Also measures the global norm, used
+        when none is given."""
         st = self._begin(step)
         if st["grads"]:
             return
+        if not _after_update:
+            self._snapshot(st)
         st["grads"] = True
         st["measured_pre_clip"] = pre_clip
         st["measured"] = self.layers.total_norm() if measure else None
         if self.every > 0 and st["step"] % self.every == 0:
-            stats = self.layers.compute()
+            stats = self.layers.compute(param_norm=self._norms_step(st["step"]))
             if stats is not None:
                 st["layer_handle"] = self._pending.add(stats)
 
@@ -213,7 +235,11 @@ class Recorder:
         if not st["grads"]:
             # the global norm is measured only when the loop gives no norm or no clipping
             need = grad_norm is None and "grad_norm" not in st["values"] or (clip_coef is None and max_norm is None)
-            self.capture_grads(st["step"], pre_clip=False, measure=need)
+            self.capture_grads(st["step"], pre_clip=False, measure=need, _after_update=True)
+        snap = st.pop("snap", None)
+        if snap is not None:
+            st["update_handle"] = self._pending.add(self.layers.update_sumsq(snap))
+            del snap
         vals = st["values"]
         if loss is not None:
             vals.setdefault("loss", _detach(loss))
@@ -350,28 +376,43 @@ class Recorder:
         self.writer.write_metrics(rows)
 
     def _write_layers(self, steps: list[dict], host) -> None:
-        cols = {f.name: [] for f in LAYER_SCHEMA}
-        names = self.layers.names
+        """The flush's per-layer rows, column-wise with numpy (no Python loop per row)."""
+        blocks = []
+        n_layers = len(self.layers.names)
         for st in steps:
             h = st.get("layer_handle")
             if h is None:
                 continue
-            flat = host[h]
             coef = st["values"].get("clip_coef")
             div = 1.0
             if not st.get("measured_pre_clip", True) and isinstance(coef, float) and math.isfinite(coef) and coef > 0:
                 div = coef
-            for i, name in enumerate(names):
-                sumsq, zeros, pos, amax, numel, psumsq = flat[6 * i: 6 * i + 6]
-                cols["step"].append(st["step"])
-                cols["rank"].append(self.rank)
-                cols["layer"].append(name)
-                cols["grad_norm"].append(math.sqrt(sumsq) / div if sumsq == sumsq else float("nan"))
-                cols["zero_frac"].append(zeros / numel if numel else None)
-                cols["pos_frac"].append(pos / numel if numel else None)
-                cols["max_abs"].append(amax / div)
-                cols["numel"].append(int(numel))
-                cols["param_norm"].append(math.sqrt(psumsq) if psumsq == psumsq else None)
+            upd = host[st["update_handle"]] if "update_handle" in st else [math.nan] * n_layers
+            blocks.append((st["step"], div, host[h], upd))
+        if not blocks:
+            return
+        k = len(blocks)
+        stats = np.asarray([b[2] for b in blocks], dtype=np.float64).reshape(k * n_layers, 6)
+        sumsq, zeros, pos, amax, numel, psumsq = stats.T
+        div = np.repeat([b[1] for b in blocks], n_layers)
+        usumsq = np.asarray([b[3] for b in blocks], dtype=np.float64).reshape(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            has = numel > 0
+            zero_frac = np.where(has, zeros / np.where(has, numel, 1.0), np.nan)
+            pos_frac = np.where(has, pos / np.where(has, numel, 1.0), np.nan)
+            pnorm, unorm = np.sqrt(psumsq), np.sqrt(usumsq)
+        cols = {
+            "step": pa.array(np.repeat([b[0] for b in blocks], n_layers), type=pa.int64()),
+            "rank": pa.array(np.full(k * n_layers, self.rank), type=pa.int64()),
+            "layer": pa.array(self.layers.names * k, type=pa.string()),
+            "grad_norm": pa.array(np.sqrt(sumsq) / div, type=pa.float64()),
+            "zero_frac": pa.array(zero_frac, type=pa.float64(), mask=~has),
+            "pos_frac": pa.array(pos_frac, type=pa.float64(), mask=~has),
+            "max_abs": pa.array(amax / div, type=pa.float64()),
+            "numel": pa.array(numel.astype(np.int64), type=pa.int64()),
+            "param_norm": pa.array(pnorm, type=pa.float64(), mask=np.isnan(pnorm)),
+            "update_norm": pa.array(unorm, type=pa.float64(), mask=np.isnan(unorm)),
+        }
         path = self.writer.write_table("layers", cols, LAYER_SCHEMA)
         if path:
             self.files.append(str(path))

@@ -10,7 +10,8 @@ One file set per rank, in formats `spikeforensics ingest` reads (docs/formats.md
   append-only file, not one file per flush, because the diagnosis reads a metric from the one file
   (source) that logs it most: a series split over many files would be read in part only.
 - `layers-rank{R}-{SEQ}.parquet`: one row per (step, layer) of the steps with per-layer statistics
-  in that flush: `step, rank, layer, grad_norm, zero_frac, pos_frac, max_abs, numel, param_norm`.
+  in that flush: `step, rank, layer, grad_norm, zero_frac, pos_frac, max_abs, numel, param_norm,
+  update_norm` (the last two on the parameter-norm steps only, null elsewhere).
 - `batches-rank{R}-{SEQ}.parquet`: one row per (step, rank, micro-batch): `step, rank, micro,
   sample_ids` (list of strings), `sample_losses` (list of floats, when given), `tokens` (list of
   ints per sample, or null).
@@ -35,7 +36,7 @@ import pyarrow.parquet as pq
 LAYER_SCHEMA = pa.schema([
     ("step", pa.int64()), ("rank", pa.int64()), ("layer", pa.string()), ("grad_norm", pa.float64()),
     ("zero_frac", pa.float64()), ("pos_frac", pa.float64()), ("max_abs", pa.float64()),
-    ("numel", pa.int64()), ("param_norm", pa.float64()),
+    ("numel", pa.int64()), ("param_norm", pa.float64()), ("update_norm", pa.float64()),
 ])
 BATCH_SCHEMA = pa.schema([
     ("step", pa.int64()), ("rank", pa.int64()), ("micro", pa.int64()),
@@ -86,13 +87,16 @@ class CaptureWriter:
 
     def write_table(self, kind: str, columns: dict, schema: pa.Schema) -> Path | None:
         """A new Parquet file of `kind` ("layers" / "batches"), written atomically."""
-        n = len(next(iter(columns.values()))) if columns else 0
+        n = len(next(iter(columns.values()))) if columns else 0  # a column: a list, or a pyarrow array
         if n == 0:
             return None
-        # a column with no value in this flush (no per-sample losses given) is left out
-        fields = [f for f in schema if f.name in ("step", "rank", "layer", "sample_ids")
+        # a batch column with no value in this flush (no per-sample losses given) is left out; a
+        # layer file keeps all its columns (param / update norms are null between their steps),
+        # so every file of a folder has one schema
+        fields = [f for f in schema if kind == "layers" or f.name in ("step", "rank", "sample_ids")
                   or any(v is not None for v in columns[f.name])]
-        table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in fields}, schema=pa.schema(fields))
+        table = pa.table({f.name: columns[f.name] if isinstance(columns[f.name], pa.Array) else
+                          pa.array(columns[f.name], type=f.type) for f in fields}, schema=pa.schema(fields))
         path = self._next_path(kind)
         tmp = path.with_name(f".{path.name}.tmp")
         pq.write_table(table, tmp, compression="zstd")

@@ -12,8 +12,19 @@ from __future__ import annotations
 import traceback
 
 from spikeforensics.detect import (
-    clipping, divergence, events, hard_spike, layer_outlier, loss_scale, nonfinite, oscillation, sign_ratio, soft_drift,
-    underflow, vanishing,
+    clipping,
+    divergence,
+    events,
+    hard_spike,
+    layer_outlier,
+    loss_scale,
+    nonfinite,
+    oscillation,
+    sign_ratio,
+    soft_drift,
+    stall,
+    underflow,
+    vanishing,
 )
 from spikeforensics.detect.base import Evidence, Finding, Incident, severity_rank
 from spikeforensics.detect.incidents import group_incidents
@@ -32,6 +43,7 @@ DETECTORS = (
     ("loss_oscillation", oscillation.detect),
     ("divergence", divergence.detect),
     ("events", events.detect),
+    ("no_progress", stall.detect),
 )
 
 

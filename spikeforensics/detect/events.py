@@ -111,7 +111,9 @@ def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
                if placed.height else int(ov.select(count).sum().item() or 0))
     logged = records.select("attempt", "step").unique().height
     denom = max(logged, skipped)
-    if skipped < ep.all_overflow_min_steps or skipped < ep.all_overflow_frac * denom:
+    stuck = _longest_same_scale_run(placed)
+    calibrating = skipped < ep.all_overflow_min_steps and stuck < ep.all_overflow_stuck_skips
+    if calibrating or skipped < ep.all_overflow_frac * denom:
         return []
     steps = placed.get_column("step")
     lo = int(steps.min()) if steps.len() else 0
@@ -121,8 +123,26 @@ def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
                     evidence=[Evidence(signal="overflow_skips", step=lo, value=float(skipped), baseline=float(denom),
                                        ratio=round(skipped / denom, 4) if denom else None,
                                        note=f"{skipped} overflow-skipped steps of {denom} logged")],
-                    summary=f"every logged step overflows: {skipped} of {denom} steps skipped by the fp16 loss scaler",
-                    facts={"cause": "all_steps_overflow", "overflow_skips": skipped, "onset_step": lo, "decisive_event": True})]
+                    summary=f"every logged step overflows: {skipped} of {denom} steps skipped by the fp16 loss scaler"
+                            + (f" ({stuck} in a row at one loss scale: the scale is not falling)" if stuck >= ep.all_overflow_stuck_skips else ""),
+                    facts={"cause": "all_steps_overflow", "overflow_skips": skipped, "onset_step": lo, "decisive_event": True,
+                           "same_scale_skips": stuck})]
+
+
+def _longest_same_scale_run(placed: pl.DataFrame) -> int:
+    """The longest run of consecutive overflow-skipped steps (one per step, in step order) that all
+    report the same loss scale. A calibrating dynamic scaler lowers its scale at least every
+    `hysteresis` (2) skips; skips that leave the scale where it is mean it cannot fall."""
+    if placed.height == 0:
+        return 0
+    per_step = (placed.with_columns(_num("new_scale").alias("_scale"))
+                .group_by("attempt", "step").agg(pl.col("_scale").min()).sort("attempt", "step"))
+    runs = per_step.with_columns(
+        ((pl.col("_scale") != pl.col("_scale").shift(1)) | pl.col("_scale").is_null()
+         | (pl.col("attempt") != pl.col("attempt").shift(1))
+         | (pl.col("step") - pl.col("step").shift(1) > 1)).fill_null(True).cum_sum().alias("_run"))
+    sized = runs.filter(pl.col("_scale").is_not_null()).group_by("_run").len()
+    return int(sized.get_column("len").max()) if sized.height else 0
 
 
 def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> list[Finding]:

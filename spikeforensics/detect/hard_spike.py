@@ -3,7 +3,8 @@
 Two-sided robust residual on log scale (DETECTION-ANCHORS §2.2): the baseline of a
 point is the higher of the medians of the W-g records before and after it, its guard
 band excluded; z = (log x - baseline) / robust sigma. A point is flagged when z >= 5
-and the ratio to that baseline clears a floor (1.3x loss, 3x grad norm), or when it
+and the ratio to that baseline clears a floor (1.3x loss, 3x grad norm) or it is one of
+a run of `sustained_records` consecutive records at >= 3.5 (a bump too long for the noise's tail), or when it
 jumps >= 2x loss / 10x grad norm above its past alone (the onset of a divergence, whose
 future stays high), or when loss and grad norm stand out together at the same step
 (each z >= 3.5 and >= 1.15x / 2x: two weaker signals that agree). Early training never
@@ -15,7 +16,8 @@ An unstable start (the loss climbing above its initial value in the first record
 reported too: the two-sided test cannot see it, the first records having no past. Grad-norm
 spikes that recur (>= 3 separate events at >= 5x, counted also below the z bar: a run that
 spikes all the time inflates its own sigma) are the run's pattern: every finding carries it,
-and the events no other finding covers become one warning.
+and the events no other finding covers become one warning; sparse ones the loss does not answer
+(isolated blips, the norm's heavy tail) become one grouped note instead (`_recurring`).
 Small bumps below every bar that one recurring sample explains are promoted to warnings
 (`recurrence.py`: corroboration by the batch manifest).
 """
@@ -41,17 +43,37 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     crit = hp.loss_ratio_critical if loss else hp.grad_ratio_critical
     joint_ratio = hp.joint_loss_ratio if loss else hp.joint_grad_ratio
     rise_base, rise_left = pl.col("y") - pl.col("base"), pl.col("y") - pl.col("left")
-    both = (pl.col("z") >= hp.z_threshold) & (rise_base >= math.log(floor))
+    high = (pl.col("z") >= hp.z_threshold).fill_null(False)
+    # a run of `sustained_records` consecutive records each standing joint_z over both sides, one of them
+    # z_threshold: a bump too long to be the noise's heavy tail, however small in ratio (a smooth loss 8% up
+    # for 10 records); three records at 3.5 sigma are rarer by chance than one at 6
+    up = (pl.col("z") >= hp.joint_z).fill_null(False)
+    run = (~up).cum_sum().over("rank")
+    sustained = up & (up.sum().over("rank", run) >= hp.sustained_records) & high.any().over("rank", run)
+    both = (high & (rise_base >= math.log(floor))) | sustained
     jump = (pl.col("z_left") >= hp.z_threshold) & (rise_left >= math.log(crit))
     if frame.height < hp.short_series_records:
         # a short excerpt (a pasted spike) has no adequate noise sample: the spike itself inflates the
         # robust sigma. There the practitioners' ratio alone decides a jump over the past (2x loss, 10x grad)
         jump = rise_left >= math.log(crit)
     joint = (pl.col("z") >= hp.joint_z) & (rise_base >= math.log(joint_ratio))
+    # a rise of one or two print quanta is no evidence, whatever its z: a loss printed to 4 decimals at 1e-4
+    # (a converged fine-tune) steps 1e-4 -> 2e-4, "2x" and dozens of sigma of the floor
+    beyond = (pl.col("value") - pl.min_horizontal("left", "base").exp()) > 2 * _quantum(frame, hp.short_series_records)
     return frame.filter(pl.col("left").is_not_null()).with_columns(
-        (both | jump).alias("single"), joint.alias("joint"), pl.lit(signal).alias("signal"),
+        ((both | jump) & beyond).alias("single"), (joint & beyond).alias("joint"), pl.lit(signal).alias("signal"),
         rise_left.exp().alias("ratio_left"), rise_base.exp().alias("ratio_base"),
     ).filter(pl.col("single") | pl.col("joint"))
+
+
+def _quantum(frame: pl.DataFrame, min_values: int) -> float:
+    """The print resolution of a series: the smallest step between its distinct finite values; 0 when fewer
+    than `min_values` distinct values give no resolution to read (a two-record excerpt's one step is a jump)."""
+    values = frame.filter(pl.col("finite")).get_column("value").unique().sort()
+    if values.len() < min_values:
+        return 0.0
+    steps = values.diff().drop_nulls().filter(values.diff().drop_nulls() > 0)
+    return float(steps.min()) if steps.len() else 0.0
 
 
 def _agreeing(rows: pl.DataFrame, other: pl.DataFrame, reach: int) -> pl.DataFrame:
@@ -104,7 +126,7 @@ def detect(run: RunData, params) -> list[Finding]:
     if long_run:
         findings = [_quiet_blip(f, run, params) for f in findings]
     findings = _quiet_loss_bumps(findings, run, params)
-    findings += _recurring(findings, run, params, long_run)
+    findings = _recurring(findings, run, params, long_run)
     findings += _absurd_norms(run, params, findings)
     return recurrence.promote(run, findings, params)
 
@@ -137,9 +159,10 @@ def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
     answer is the norm's heavy tail: a note, whatever its size."""
     signals_hit = {e.signal for e in f.evidence} & set(SIGNALS)
     if (f.severity == "info" or f.facts.get("early_rise") or signals_hit != {"grad_norm"}
-            or f.step_end - f.step_start + 1 > params.blips.max_width * max(1, _interval(run))):
+            or f.step_end - f.step_start + 1 > params.blips.max_width * _run_interval(run)):
         return f
-    if _loss_moved(run, params, list(range(f.step_start, f.step_end + 1))) is not False:
+    answer = _loss_answer(run, params, list(range(f.step_start, f.step_end + 1)))
+    if answer is None or answer.height == 0 or answer.get_column("moved").any():
         return f
     f.severity = "info"
     f.facts["blip"] = True
@@ -148,37 +171,44 @@ def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
 
 
 def _quiet_loss_bumps(findings: list[Finding], run: RunData, params) -> list[Finding]:
-    """One-record loss bumps below the hard-spike ratio (DOMAIN: >= 2x), back in band on the very next
-    record, with no grad-norm spike beside them, are a batch harder than the rest (a single-rank loss of
-    a record run swings 1.3-1.5x now and then), not an instability: the update was ordinary and nothing
-    followed. Notes. Bumps that a recurring sample explains are promoted again by `recurrence.promote`;
-    a bump the grad norm answers, or one that lasts, stays an incident."""
+    """Loss bumps below the hard-spike ratio (DOMAIN: >= 2x) of at most `bump_max_records` records above the
+    band, back in band on the record after them, with no grad-norm spike beside them, are batches harder
+    than the rest (a per-step batch loss swings 1.3-1.8x now and then: modded-nanogpt 1B, 12 sigma of its
+    own noise, nothing follows), not an instability: the updates were ordinary and nothing followed.
+    Notes. Bumps that a recurring sample explains are promoted again by `recurrence.promote`; a bump the
+    grad norm answers, or one that lasts, stays an incident."""
     for f in findings:
         if _is_loss_bump(f, run, params):
             f.severity = "info"
             f.facts["loss_bump"] = True
-            f.summary += "; back in its band on the next record, no grad-norm spike: a one-batch loss bump (note)"
+            f.summary += "; back in its band at once, no grad-norm spike: a one-batch loss bump (note)"
     return findings
 
 
 def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     hp = params.hard_spike
     signals_hit = {e.signal for e in f.evidence} & set(SIGNALS)
-    if f.severity == "info" or f.facts.get("early_rise") or signals_hit != {"loss"} or f.step_end != f.step_start:
+    if f.severity == "info" or f.facts.get("early_rise") or signals_hit != {"loss"}:
         return False
     peak = max((e.ratio or 0.0) for e in f.evidence if e.signal == "loss")
     if not 0 < peak < hp.loss_ratio_critical:
         return False
     loss = run.series("loss").filter(pl.col("attempt") == f.attempt).sort("t")
-    at = loss.filter(pl.col("step") == f.peak_step)
-    if loss.height < hp.short_series_records or at.height == 0:
+    span = loss.filter(pl.col("step").is_between(f.step_start, f.step_end))
+    if loss.height < hp.short_series_records or span.height == 0:
         return False  # a short excerpt: no band to come back to
-    t = int(at.get_column("t")[0])
-    nxt = loss.filter(pl.col("t") == t + 1)
-    before = loss.filter(pl.col("t").is_between(t - params.series.window, t - 1)).get_column("value")
+    t0, t1 = int(span.get_column("t").min()), int(span.get_column("t").max())
+    nxt = loss.filter(pl.col("t") == t1 + 1)
+    before = loss.filter(pl.col("t").is_between(t0 - params.series.window, t0 - 1)).get_column("value")
     if nxt.height == 0 or before.len() == 0 or not math.isfinite(nxt.item(0, "value")):
         return False
-    return nxt.item(0, "value") <= float(before.median()) * hp.loss_ratio_floor  # back on the next record
+    band = float(before.median()) * hp.loss_ratio_floor
+    # records above the band, or standing z_threshold over both sides (a NaN counts as high)
+    frame, _ = signals.with_baseline(run, "loss", params)
+    z_high = frame.filter((pl.col("attempt") == f.attempt) & pl.col("step").is_between(f.step_start, f.step_end)
+                          & (pl.col("z") >= hp.z_threshold)).get_column("step")
+    high = span.filter(~(pl.col("value") <= band) | pl.col("step").is_in(z_high.implode())).height
+    return high <= hp.bump_max_records and nxt.item(0, "value") <= band  # one or two records, back at once
 
 
 def _interval(run: RunData) -> int:
@@ -190,48 +220,164 @@ def _interval(run: RunData) -> int:
 
 def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = False) -> list[Finding]:
     """Grad-norm spikes that keep coming back (>= `recurring_count` separate events at >= `recurring_ratio`):
-    a pattern of the run (LR too high), not one-offs. An event is a grad-only note that high over its past,
-    or a grad-norm record that high over *both* sides at a lower z (`recurring_z`): in a run whose grad norm
-    spikes all the time the robust sigma is inflated, so each spike's z understates it. Every hard-spike
-    finding of the run gets the pattern as fact `run_spike_pattern`; the events no warning+ finding already
-    covers become one warning over their span (fact `recurring_spikes`: all the pattern's steps)."""
-    hp = params.hard_spike
-    notes = [f.peak_step for f in findings if not f.facts.get("early_rise") and f.severity == "info"
-             and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}
-             and max(e.ratio or 0 for e in f.evidence if e.signal == "grad_norm") >= hp.recurring_ratio]
+    a pattern of the run, not one-offs. Returns `findings` with the pattern applied. An event is a grad-only
+    note that high over its past, a grad-norm record that high over *both* sides at a lower z (`recurring_z`:
+    in a run whose grad norm spikes all the time the robust sigma is inflated, so each spike's z understates
+    it), and on a long run every isolated blip `_quiet_blip` made a note. The events no warning+ finding
+    covers become ONE grouped finding over their span (facts `recurring_spikes`, and `blip_pattern`: count,
+    steps (at most `blips.steps_listed`), first/last, median/max size, the loss's answer).
+    Spikes that come often (`blips.lr_pattern_rate` per record or more over their span) are the LR-too-high
+    pattern: that finding is a warning and every hard-spike finding carries the pattern as fact
+    `run_spike_pattern`. Sparse ones on a long run (`_quiet_blip`), or sparse ones the loss never answers
+    on a shorter run (`_recurring_blips`), are the grad norm's heavy tail: their individual notes are
+    absorbed into the one finding, which is a note unless the loss answers `blips.pattern_loss_share` of
+    them (then a warning), and `run_spike_pattern` (which the rules read as "the run is unstable") counts
+    only the events the loss answered or an incident holds."""
+    hp, bp = params.hard_spike, params.blips
+    grad_only = lambda f: {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}  # noqa: E731
+    long_run = long_run or _recurring_blips(findings, run, params)  # from here on: "blips are notes"
+    grad_ratio = lambda f: max((e.ratio or 0.0) for e in f.evidence if e.signal == "grad_norm")  # noqa: E731
+    notes = [f for f in findings if not f.facts.get("early_rise") and f.severity == "info" and grad_only(f)
+             and (grad_ratio(f) >= hp.recurring_ratio or f.facts.get("blip"))]
     frame, _ = signals.with_baseline(run, "grad_norm", params)
     high = frame.filter(pl.col("left").is_not_null() & (pl.col("z") >= hp.recurring_z)
                         & (pl.col("y") - pl.col("base") >= math.log(hp.recurring_ratio)))
     rows = high.select("step", "value", "base", "z").with_columns(pl.col("base").exp())
-    steps = pl.DataFrame({"pos": sorted(set(notes) | set(rows.get_column("step").drop_nulls().to_list()))},
-                         schema={"pos": pl.Int64})
-    grouped = robust.flag_groups(steps, hp.group_gap).group_by("group").agg(pl.col("pos").min())
-    events = grouped.get_column("pos").sort().to_list()  # each event's first step
+    # every candidate step with its size over the baseline (a note's own evidence, else the record's)
+    sizes = pl.concat([
+        rows.select(pl.col("step").cast(pl.Int64).alias("pos"), (pl.col("value") / pl.col("base")).alias("ratio")),
+        pl.DataFrame({"pos": [f.peak_step for f in notes], "ratio": [grad_ratio(f) for f in notes]},
+                     schema={"pos": pl.Int64, "ratio": pl.Float64}),
+    ]).drop_nulls("pos").group_by("pos").agg(pl.col("ratio").max())
+    grouped = robust.flag_groups(sizes, hp.group_gap).group_by("group").agg(
+        pl.col("pos").min().alias("step"), pl.col("ratio").max()).sort("step")
+    events = grouped.get_column("step").to_list()  # each event's first step
     if len(events) < hp.recurring_count:
-        return []
-    for f in findings:
-        f.facts["run_spike_pattern"] = events
+        return findings
+    if long_run and _dense(run, params, events):
+        long_run = False  # spikes this frequent are the LR pattern, not a heavy tail: one warning as on a short run
     claimed = [f for f in findings if f.severity != "info" and not f.facts.get("early_rise")]
-    free = [s for s in events if not any(f.step_start - hp.group_gap <= s <= f.step_end + hp.group_gap for f in claimed)]
+    is_free = lambda s: not any(f.step_start - hp.group_gap <= s <= f.step_end + hp.group_gap for f in claimed)  # noqa: E731
+    free = [s for s in events if is_free(s)]
+    moved = _loss_answer(run, params, free)
+    answered = moved.filter(pl.col("moved")).get_column("step").to_list() if moved is not None else []
+    if long_run:  # the rules' "unstable run" pattern: events with an effect, not the quiet heavy tail
+        pattern = sorted(set(events) - set(free) | set(answered))
+        absorbed = {id(f) for f in notes if is_free(f.peak_step)} if free else set()
+        findings = [f for f in findings if id(f) not in absorbed]
+    else:
+        pattern = events
+    for f in findings:
+        if len(pattern) >= hp.recurring_count:
+            f.facts["run_spike_pattern"] = pattern
     if not free:
-        return []
+        return findings
     ev_rows = rows.filter(pl.col("step").is_in(free)).sort("step")
     ev = [Evidence(signal="grad_norm", step=r["step"], value=r["value"], baseline=r["base"],
                    ratio=round(r["value"] / r["base"], 4) if r["base"] else None,
                    note=f"one of the recurring grad-norm spikes (robust z {r['z']:.1f})")
           for r in ev_rows.iter_rows(named=True)]
     top = ev_rows.sort("z", descending=True).row(0, named=True) if ev_rows.height else {"step": free[0]}
+    size = grouped.filter(pl.col("step").is_in(free)).get_column("ratio")
+    rises = moved.get_column("rise") if moved is not None else pl.Series([], dtype=pl.Float64)
+    blip_pattern = {
+        "count": len(free), "first_step": free[0], "last_step": free[-1], "steps": free[:bp.steps_listed],
+        "median_ratio": round(float(size.median()), 2), "max_ratio": round(float(size.max()), 2),
+        "loss_moved": len(answered) if moved is not None else None, "loss_reach_records": bp.reach,
+        "loss_rise_median": round(float(rises.median()), 4) if rises.len() else None,
+        "loss_rise_max": round(float(rises.max()), 4) if rises.len() else None,
+    }
     severity, facts = "warning", {}
     if long_run:  # a pattern of blips on a long run: one grouped note (a warning when the loss answers), never run-long
-        severity = "warning" if _loss_moved(run, params, free) else "info"
-        facts = {"scope": "run", "blips": free}
-    return [Finding(kind="hard_spike", step_start=min(free), step_end=max(free), peak_step=int(top["step"]),
-                    severity=severity, score=float(len(events)), evidence=ev[:10],
-                    summary=(f"{len(events)} grad-norm spikes of {hp.recurring_ratio:g}x or more between steps "
-                             f"{events[0]} and {events[-1]}: " + ("recurring blips" if severity == "info" else "recurring, not a one-off (LR too high?)")
-                             + (f"; at steps {', '.join(map(str, events[:12]))}" + (" ..." if len(events) > 12 else "")
-                                + ("; the loss did not answer them" if severity == "info" else "") if long_run else "")),
-                    facts={"recurring_spikes": events, "run_spike_pattern": events, "onset_step": min(free), **facts})]
+        loud = len(answered) >= hp.recurring_count and len(answered) >= bp.pattern_loss_share * len(free)
+        severity = "warning" if loud else "info"
+        facts = {"scope": "run", "blips": free[:bp.steps_listed]}
+    if moved is None:
+        effect = "no loss series to judge their effect by"
+    elif answered:
+        effect = f"the loss rose after {len(answered)} of them (within {bp.reach} records)"
+    else:
+        effect = (f"the loss did not move after any of them (within {bp.reach} records: median "
+                  f"{blip_pattern['loss_rise_median']:.2f}x, max {blip_pattern['loss_rise_max']:.2f}x its prior level)")
+    quiet = long_run and severity == "info"
+    what = "isolated grad-norm blips" if quiet else f"grad-norm spikes of {hp.recurring_ratio:g}x or more"
+    told = free if quiet else events  # a warning tells the whole pattern (its other spikes are incidents or notes)
+    listed = ", ".join(map(str, told[:12])) + (" ..." if len(told) > 12 else "")
+    told_size = grouped.filter(pl.col("step").is_in(told)).get_column("ratio")
+    summary = (f"{len(told)} {what} between steps {told[0]} and {told[-1]} (median {float(told_size.median()):.1f}x, "
+               f"max {float(told_size.max()):.1f}x their level; at steps {listed})"
+               + ("" if quiet else ": recurring, not a one-off (LR too high?)") + f"; {effect}"
+               + ("; the grad norm's heavy tail (note)" if quiet else ""))
+    return findings + [Finding(kind="hard_spike", step_start=min(free), step_end=max(free), peak_step=int(top["step"]),
+                               severity=severity, score=float(len(events)), evidence=ev[:10], summary=summary,
+                               facts={"recurring_spikes": events, "run_spike_pattern": pattern if long_run else events,
+                                      "onset_step": min(free), "blip_pattern": blip_pattern, **facts})]
+
+
+def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
+    """On a run too short for `_quiet_blip`: when `blips.short_run_min_blips` or more grad-norm-only spikes of at most
+    `blips.max_width` records come and go without the loss moving, they are the run's blips, not separate
+    events, unless they come often (`_dense`): each becomes a note (fact `blip`) for `_recurring` to group,
+    and True is returned. Fewer keep their severity: a one-off 50x grad norm on a short run is worth a look."""
+    hp, width = params.hard_spike, params.blips.max_width * _run_interval(run)
+    cands = [f for f in findings if not f.facts.get("early_rise") and not f.facts.get("blip")
+             and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"} and f.step_end - f.step_start + 1 <= width]
+    if len(cands) < hp.recurring_count:
+        return False
+    answer = _loss_answer(run, params, sorted({s for f in cands for s in range(f.step_start, f.step_end + 1)}))
+    if answer is None:
+        return False  # no loss to judge by: the spikes keep their severity
+    moved = set(answer.filter(pl.col("moved")).get_column("step").to_list())
+    seen = set(answer.get_column("step").to_list())
+    quiet = [f for f in cands if not moved & set(range(f.step_start, f.step_end + 1))
+             and seen & set(range(f.step_start, f.step_end + 1))]
+    if len(quiet) < max(hp.recurring_count, params.blips.short_run_min_blips) or _dense(run, params, [f.peak_step for f in quiet]):
+        return False
+    for f in quiet:
+        if f.severity != "info":
+            f.summary += "; the loss did not move: one of the run's recurring grad-norm blips (note)"
+        f.severity = "info"
+        f.facts["blip"] = True
+    return True
+
+
+def _dense(run: RunData, params, steps: list[int]) -> bool:
+    """Do these spikes recur at `blips.lr_pattern_rate` or more per record over their span?"""
+    frame, _ = signals.raw(run, "grad_norm")
+    t = frame.filter(pl.col("step").is_in(steps)).get_column("t")
+    if t.len() < 2:
+        return False
+    return (len(set(steps)) - 1) / max(1, int(t.max()) - int(t.min())) >= params.blips.lr_pattern_rate
+
+
+def _run_interval(run: RunData) -> int:
+    """`_interval`, once per run (asked once per blip)."""
+    if "sf-interval" not in run._cache:
+        run._cache["sf-interval"] = max(1, _interval(run))
+    return run._cache["sf-interval"]
+
+
+def _loss_answer(run: RunData, params, steps: list[int]) -> pl.DataFrame | None:
+    """Per step of `steps`: `rise`, the loss's highest ratio over its pre-step median within `blips.reach` records
+    after it, and `moved`: `blips.loss_effect_records` or more of those records are >= loss_effect_ratio or
+    loss_effect_z above it (one record alone is as likely noise). None without a loss series."""
+    bp = params.blips
+    loss, _ = signals.with_baseline(run, "loss", params)
+    key = ("sf-loss-answer", id(loss))  # asked once per blip: the judged rows are prepared once
+    if key not in run._cache:
+        run._cache[key] = loss.filter(pl.col("left").is_not_null()).select(
+            "step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left")
+    rows = run._cache[key]
+    if rows.height == 0 or not steps:
+        return None
+    at = rows.filter(pl.col("step").is_in(steps)).select(pl.col("step").alias("at"), pl.col("t").alias("t0")).unique("at")
+    if at.height == 0:
+        return None
+    near = pl.concat([at.with_columns((pl.col("t0") + d).alias("t")) for d in range(bp.reach + 1)])
+    hit = near.join(rows, on="t").with_columns(
+        ((pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z)).alias("moved"))
+    return hit.group_by("at").agg(pl.col("rise").max().exp(), pl.col("moved").sum() >= bp.loss_effect_records).rename(
+        {"at": "step"}).sort("step")
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:
@@ -244,7 +390,7 @@ def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: R
     peak = peak_src.sort("z", descending=True).row(0, named=True)
     severity = _severity(group, hp)
     evidence = []
-    for (signal, per_rank), rows in main.group_by("signal", "per_rank", maintain_order=True):
+    for (signal, _per_rank), rows in main.group_by("signal", "per_rank", maintain_order=True):
         top = rows.sort("ratio_left", descending=True).row(0, named=True)
         evidence.append(Evidence(
             signal=signal, step=top["step"], value=top["value"], baseline=math.exp(top["left"]),

@@ -9,6 +9,13 @@ Sustained: a layer whose level (median of the next `shift_window` records vs the
 ones) rises >= 10x while the global norm rises at least `shift_excess` times less: the
 layer carries the change. A warning when the layer comes to dominate the squared global
 norm (and with it the clipping) or rose >= 100x; a note otherwise.
+
+Updates (per-layer `update_norm`, as `spikeforensics.capture` records it): a layer whose optimizer
+update per element (update norm / sqrt(numel); update / parameter norm without `numel`) is >=
+`update_ratio` x the median of all layers at the same step, for `update_min_records` records in
+a row. Under Adam every layer's update per element is about the learning rate, so a layer far
+above its peers has a learning rate of its own that is too high (a param group, a multiplier);
+its gradient norm often shows nothing (its weights grow, its gradient shrinks).
 """
 
 from __future__ import annotations
@@ -23,7 +30,76 @@ from spikeforensics.rundata import RunData
 
 
 def detect(run: RunData, params) -> list[Finding]:
-    return _spikes(run, params) + _sustained(run, params)
+    return _spikes(run, params) + _sustained(run, params) + _updates(run, params)
+
+
+def _updates(run: RunData, params) -> list[Finding]:
+    lp = params.layer_outlier
+    layers = signals.layer_frame(run)
+    if layers.height == 0 or "update_norm" not in layers.columns:
+        return []
+    u = layers.filter(pl.col("update_norm").is_finite() & (pl.col("update_norm") > 0))
+    if u.height == 0:
+        return []
+    per_element = "numel" in u.columns and u.get_column("numel").null_count() == 0 and bool((u.get_column("numel") > 0).all())
+    if per_element:
+        size, what = pl.col("update_norm") / pl.col("numel").cast(pl.Float64).sqrt(), "update per element"
+    elif "param_norm" in u.columns:
+        u = u.filter(pl.col("param_norm").is_finite() & (pl.col("param_norm") > 0))
+        size, what = pl.col("update_norm") / pl.col("param_norm"), "update / weight norm"
+    else:
+        return []
+    at = ["step", "rank"]
+    u = u.with_columns(size.log().alias("y")).with_columns(
+        pl.col("y").median().over(at, nulls_last=True).alias("peer"), pl.len().over(at).alias("n_layers"))
+    u = u.filter(pl.col("n_layers") >= lp.update_min_layers).with_columns((pl.col("y") - pl.col("peer")).alias("r"))
+    if u.height == 0:
+        return []
+    hot = pl.col("r") >= math.log(lp.update_ratio)
+    u = u.sort("layer", "rank", "step", nulls_last=True).with_columns(hot.alias("hot"))
+    u = u.with_columns((pl.col("hot") != pl.col("hot").shift(1)).fill_null(True).cum_sum().over("layer", "rank").alias("_run"))
+    runs = u.filter(pl.col("hot")).group_by("layer", "rank", "_run").agg(
+        pl.len().alias("n"), pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi"),
+        pl.col("r").median().alias("r_med"), pl.col("step").sort_by("r").last().alias("peak"),
+        pl.col("r").max().alias("r_max"), pl.col("update_norm").sort_by("r").last().alias("value"),
+        (size.log() - pl.col("r")).sort_by("r").last().exp().alias("peer_size"),
+        size.sort_by("r").last().alias("size"),
+    ).filter(pl.col("n") >= lp.update_min_records)
+    if runs.height == 0:
+        return []
+    # runs that overlap in steps (the same layer on every rank, layers hit together) are one finding
+    runs = runs.sort("lo", "r_med", descending=[False, True])
+    findings, group, end = [], [], None
+    for r in runs.iter_rows(named=True):
+        if group and r["lo"] > end:
+            findings.append(_update_finding(group, what))
+            group = []
+        group.append(r)
+        end = r["hi"] if end is None or not group[:-1] else max(end, r["hi"])
+    findings.append(_update_finding(group, what))
+    return findings
+
+
+def _update_finding(group: list[dict], what: str) -> Finding:
+    group = sorted(group, key=lambda r: -r["r_med"])
+    top = group[0]
+    layers_hit = list(dict.fromkeys(r["layer"] for r in group))
+    ranks = sorted({r["rank"] for r in group if r["rank"] is not None})
+    ratio = math.exp(top["r_med"])
+    ev = [Evidence(signal="layer_update_norm", step=r["peak"], value=r["size"], baseline=r["peer_size"],
+                   ratio=round(math.exp(r["r_max"]), 4), rank=r["rank"], layer=r["layer"],
+                   note=f"{what} vs the median of all layers at that step; {r['n']} records in a row "
+                        f"(median {math.exp(r['r_med']):.1f}x), update norm {r['value']:.4g}")
+          for r in group[:5]]
+    return Finding(
+        kind="layer_outlier", step_start=min(r["lo"] for r in group), step_end=max(r["hi"] for r in group),
+        peak_step=int(top["peak"]), severity="warning", score=round(ratio, 3),
+        rank=top["rank"] if len(ranks) <= 1 else None, layer=top["layer"], evidence=ev,
+        summary=(f"layer {top['layer']}: its optimizer updates are {ratio:.0f}x the other layers' ({what}) "
+                 f"from step {top['lo']}: a learning rate too high for that layer (its own param group or "
+                 f"multiplier), or its parameters at the wrong scale"),
+        facts={"onset_step": int(top["lo"]), "layers": layers_hit[:10], "sustained": True, "update_ratio": ratio,
+               **({"ranks_flagged": ranks} if ranks else {})})
 
 
 def _level_rise(frame: pl.DataFrame, by: str, w: int, early: int) -> pl.DataFrame:

@@ -55,8 +55,9 @@ def _skip_counts(run: RunData) -> pl.DataFrame:
     if s.height == 0:
         return pl.DataFrame(schema={"pos": pl.Int64, "step": pl.Int64, "attempt": pl.Int32, "count": pl.Int64})
     s = s.sort("t").with_columns(pl.col("value").diff().alias("inc")).filter(pl.col("inc") > 0)
+    # a counter that jumps by inf or past Int64 (a garbled number) is no count of skipped steps
     return s.select(robust.position(pl.col("attempt"), pl.col("step")).alias("pos"), "step", "attempt",
-                    pl.col("inc").cast(pl.Int64).alias("count"))
+                    pl.col("inc").cast(pl.Int64, strict=False).alias("count")).drop_nulls("count")
 
 
 def detect(run: RunData, params) -> list[Finding]:

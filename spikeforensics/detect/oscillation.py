@@ -55,7 +55,8 @@ def detect(run: RunData, params) -> list[Finding]:
             kind="loss_oscillation", step_start=lo, step_end=hi, peak_step=int(peak["step"]), severity="warning",
             score=round(float(ratio or 0.0), 3), rank=peak["rank"], attempt=int(peak["attempt"] or 0), evidence=ev,
             summary=(f"loss oscillating about {math.expm1(peak['vol']):.0%} per step "
-                     f"({ratio:.1f}x its usual noise) without improving, steps {lo}-{hi}"),
+                     + (f"({ratio:.1f}x its usual noise) " if ratio is not None else "(its usual noise is nil) ")
+                     + f"without improving, steps {lo}-{hi}"),
             facts={"onset_step": lo},
         ))
     return findings

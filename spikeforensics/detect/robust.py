@@ -7,7 +7,8 @@
 - `flag_groups` turns flagged rows into contiguous groups (a spike of several steps).
 - `binned` / `mann_kendall` / `theil_sen` are the super-linear tools; they only ever see a
   binned series.
-- `strided_rolling_median` and `settled_step` are helpers for slowly moving scales and for
+- `rolling_scale` is the residual scale (exact on short series, sampled on long ones);
+  `strided_rolling_median` and `settled_step` are helpers for slowly moving scales and for
   the end of the early phase.
 """
 
@@ -21,7 +22,12 @@ from scipy import stats
 
 MAD_SCALE = 1.4826  # MAD -> sigma for normal data
 ATTEMPT_SPAN = 10**12
-MIN_SCALE_POINTS = 10  # a robust scale from fewer points is dominated by the event itself  # position key: attempt * ATTEMPT_SPAN + step orders resumed runs
+MIN_SCALE_POINTS = 10  # a robust scale from fewer points is dominated by the event itself
+# why: the residual scale is an exact rolling median of every residual (each sigma is the median of the
+# same number of them) on series up to this many records (~0.1 s); longer series sample every k-th
+# residual (SCALE_SAMPLES per window) to stay linear-time on a million records
+EXACT_SCALE_RECORDS = 20_000
+SCALE_SAMPLES = 50  # why: on a long series every sigma is the median of 50 residuals spread over its window (as many for every record: consistent); the noise scale of a long run moves slowly
 
 
 def prepare(series: pl.DataFrame) -> pl.DataFrame:
@@ -75,7 +81,7 @@ def add_baseline(
         (y - pl.mean_horizontal("left", "right")).abs().alias("_absdev"),
         pl.int_range(pl.len(), dtype=pl.Int64).over(by).alias("_i"),
     )
-    mad = strided_rolling_median(data, "_absdev", by, mad_window).with_columns((pl.col("_med") * MAD_SCALE).alias("sigma"))
+    mad = rolling_scale(data, "_absdev", by, mad_window).with_columns((pl.col("_med") * MAD_SCALE).alias("sigma"))
     data = data.join(mad.drop("_med"), on=[by, "_i"], how="left", nulls_equal=True)
     enough = pl.len().over(by) >= MIN_SCALE_POINTS  # fewer points than this: no scale estimate, the floor
     data = data.with_columns(
@@ -89,6 +95,37 @@ def add_baseline(
         ((y - pl.col("right")) / pl.col("sigma")).alias("z_right"),
         ((y - pl.col("base")) / pl.col("sigma")).alias("z"),
     )
+
+
+def rolling_scale(data: pl.DataFrame, col: str, by: str, window: int) -> pl.DataFrame:
+    """Centred rolling median of `col` over `window` records, full windows only, per `by` group: every
+    value is the median of the same number of residuals, whichever record it belongs to. A group shorter
+    than the window gets null (the caller takes the median of all its residuals, so a short run has one
+    scale from every residual, not from a sample of them); records within half a window of a group's
+    ends get null (the caller fills them from the nearest full window). Exact up to
+    EXACT_SCALE_RECORDS records per group, else on every k-th record with >= SCALE_SAMPLES per window.
+    Needs `_i` (0.. per group); returns (by, _i, _med) to join back."""
+    window = max(1, window)
+    data = data.select(by, "_i", col)
+    lengths = data.group_by(by).len().get_column("len")
+    if lengths.max() <= EXACT_SCALE_RECORDS:
+        short, long = data, data.head(0)
+    elif lengths.min() > EXACT_SCALE_RECORDS:
+        short, long = data.head(0), data
+    else:
+        n = pl.len().over(by)
+        short, long = data.filter(n <= EXACT_SCALE_RECORDS), data.filter(n > EXACT_SCALE_RECORDS)
+    parts = []
+    if short.height:
+        parts.append(short.with_columns(
+            pl.col(col).rolling_median(window, min_samples=window, center=True).over(by).alias("_med")))
+    if long.height:
+        stride = max(1, window // SCALE_SAMPLES)
+        win = max(1, window // stride)
+        parts.append(long.filter(pl.col("_i") % stride == 0).with_columns(
+            pl.col(col).rolling_median(win, min_samples=win, center=True).over(by).alias("_med")))
+    parts = [p.select(by, "_i", "_med") for p in parts] or [data.select(by, "_i", pl.lit(None, pl.Float64).alias("_med"))]
+    return pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
 
 
 def strided_rolling_median(data: pl.DataFrame, col: str, by: str, window: int) -> pl.DataFrame:

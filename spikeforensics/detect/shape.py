@@ -28,7 +28,7 @@ class Track:
     sigma: np.ndarray
 
     @classmethod
-    def from_frame(cls, frame: pl.DataFrame, signal: str, rank: int | None = None) -> "Track":
+    def from_frame(cls, frame: pl.DataFrame, signal: str, rank: int | None = None) -> Track:
         frame = frame.sort("pos")
         left = frame.get_column("left").fill_null(strategy="forward").fill_null(strategy="backward")
         return cls(

@@ -3,7 +3,8 @@
 - loss: the rolling-median log loss rises > 5% over `loss_span` steps (DOMAIN rule), or
   sits >= 10% above its lowest level of the previous `long_span` records (a slow climb),
   for at least a few consecutive records, and by more than `loss_noise_c` sigma of the
-  smoothed series (a small-batch loss wanders 5% by noise alone);
+  smoothed series (a small-batch loss wanders 5% by noise alone), and the rise lasts: over
+  the next `loss_span` steps the smoothed loss stays, in its median, above half the rise;
 - grad norm: a level shift up, the median of the next `level_window` records >= 2x the
   median of the previous ones and >= c times the noise of that difference (ADTK
   LevelShiftAD idea, two-sided windows).
@@ -44,11 +45,23 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
         (pl.col("smooth") - pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("smooth"))
          .rolling_min(dp.long_span, min_samples=1).over("_k")).alias("_long"),
     ).with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
+    # a drift lasts (DOMAIN: over 50 consecutive steps): the smoothed loss over the next span stays, in its
+    # median, above the midpoint of the rise. A rolling median wobbling 3 sigma for a few records and back
+    # (a 20,000-record run tests hundreds of windows) is noise. A rise in the last half span of the log
+    # cannot show that it lasts (a climb to the end is the divergence detector's)
+    # and it stands above the level before it (the median of the 2 spans before the rise window), not only
+    # above a dip: a wobble that dips and comes back is no drift
+    ahead = pl.col("smooth").reverse().shift(1).rolling_median(span, min_samples=max(1, span // 2)).reverse().over("_k")
+    level = pl.col("y").shift(span).rolling_median(2 * span, min_samples=1).over("_k")
+    data = data.with_columns(ahead.alias("_ahead"), level.alias("_level"))
+    lasts = ((pl.col("_ahead") >= pl.col("smooth") - pl.col("rise") / 2)
+             & ~(pl.col("_ahead") < pl.col("_level") + pl.col("rise") / 2))
     flagged = data.filter(
-        ((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise))
-         & (pl.col("_short") >= pl.col("_noise")))
-        | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise))
-           & (pl.col("_long") >= pl.col("_noise")))
+        (((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise))
+          & (pl.col("_short") >= pl.col("_noise")))
+         | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise))
+            & (pl.col("_long") >= pl.col("_noise"))))
+        & lasts
     )
     return flagged.with_columns(pl.lit("loss").alias("signal"),
                                 (pl.col("smooth") - pl.col("rise")).alias("before"))

@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
 import json
+import os
 import pkgutil
 import re
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import polars as pl
 
 from spikeforensics import schema
+from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
 from spikeforensics.ingest.base import (
     LONE_CR_MIN,
     MAX_STEP,
@@ -41,12 +42,11 @@ from spikeforensics.ingest.base import (
     ParseResult,
     SniffSample,
     SourceFile,
+    lines_from_bytes,
     nan_events,
     split_segments,
     strip_prefixes,
-    lines_from_bytes,
 )
-from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
 from spikeforensics.store import SourceRecord, Staging, Store, StoreError, validate_run_id
 
 PROGRESS_MIN_BYTES = 64 << 20  # files at least this big report progress per parsed chunk

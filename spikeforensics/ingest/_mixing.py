@@ -32,6 +32,7 @@ from spikeforensics.ingest.base import (
     attach_steps,
     prepared_lines,
     step_records,
+    to_float,
 )
 
 # Formats whose file is one structure (a table, a JSON document, a binary), or whose only
@@ -46,6 +47,10 @@ MIN_SECONDARY_CONFIDENCE = 0.3
 # record prints), at most this many (sniffers look at a few hundred lines at most).
 SNIFF_REST_LINES = 2000
 RECORD_HINT = r"(?i)loss|iter|step|epoch|update|\blr\b|norm"
+# A continuation line of a multi-line record: indented, no grammar read it, and it prints
+# `name: number` pairs (faster-rcnn's `\t\t\trpn_cls: 0.6902, rpn_box: nan, ...` under its
+# `[session 1][epoch 1][iter 100/2892] loss: nan` line). Names are one or two words.
+CONTINUATION_PAIR = r"([A-Za-z][\w./-]*(?: [A-Za-z][\w./-]*)?)\s*:\s*([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[Nn]a[Nn]|-?[Ii]nf))(?:[\s,;|]|$)"
 
 
 def is_line_grammar(name: str | None) -> bool:
@@ -111,11 +116,56 @@ def mix(primary_name: str, src: SourceFile, primary: ParseResult, grammars: dict
         parts.append((name, sub))
         rest = rest.join(keep, on="line", how="anti")
     if not parts:
-        return primary, [primary_name]
+        return attach_continuations(primary, lines), [primary_name]
     merged = _merge(primary, parts)
     kept = merged.tables["metrics"].get_column("line").drop_nulls().cast(pl.Int64).unique().implode()
     names = [n for n, sub in parts if _record_lines(sub).is_in(kept).any()]
-    return merged, [primary_name] + names
+    return attach_continuations(merged, lines), [primary_name] + names
+
+
+def attach_continuations(result: ParseResult, lines: pl.DataFrame) -> ParseResult:
+    """Values printed on indented lines right under a train record (and under each other) belong to
+    that record: they take its step, record, attempt and rank. A name the record already holds is
+    not taken twice. The lines read this way leave the unparsed count."""
+    metrics = result.tables.get("metrics")
+    if metrics is None or metrics.height == 0 or lines.height == 0 or "record" not in metrics.columns:
+        return result
+    read = metrics.get_column("line").drop_nulls().cast(pl.Int64).unique().implode()
+    owners = (metrics.filter(pl.col("record").is_not_null()).group_by("line")
+              .agg(pl.col("record").first().alias("_owner")).with_columns(pl.col("line").cast(pl.Int64)))
+    text = pl.col("text")
+    cont = text.str.contains(r"^\s+\S") & text.str.contains(CONTINUATION_PAIR) & ~pl.col("line").is_in(read)
+    marked = (lines.select(pl.col("line").cast(pl.Int64), "text").sort("line")
+              .join(owners, on="line", how="left")
+              .with_columns(cont.alias("_cont"))
+              .with_columns(pl.when(pl.col("_owner").is_not_null()).then(pl.col("_owner"))
+                            .when(pl.col("_cont")).then(None).otherwise(-1).forward_fill().alias("_owner")))
+    taken = marked.filter(pl.col("_cont") & (pl.col("_owner") >= 0))
+    if taken.height == 0:
+        return result
+    pairs = (taken.with_columns(text.str.extract_all(CONTINUATION_PAIR).alias("_p")).explode("_p")
+             .with_columns(pl.col("_p").str.extract(CONTINUATION_PAIR, 1).alias("name"),
+                           to_float(pl.col("_p").str.extract(CONTINUATION_PAIR, 2)).alias("value"))
+             .filter(pl.col("value").is_not_null()))
+    heads = (metrics.filter(pl.col("record").is_not_null())
+             .group_by("record").agg(pl.all().exclude("name", "value", "line").first()))
+    held = metrics.filter(pl.col("record").is_not_null()).select("record", "name").unique()
+    rows = (pairs.select(pl.col("_owner").alias("record"), "line", "name", "value")
+            .unique(["record", "name"], keep="first", maintain_order=True)
+            .join(held, on=["record", "name"], how="anti")
+            .join(heads, on="record", how="inner"))
+    if rows.height == 0:
+        return result
+    line_type = metrics.schema["line"]
+    rows = rows.with_columns(pl.col("line").cast(line_type)).select([c for c in metrics.columns if c in rows.columns])
+    result.tables["metrics"] = pl.concat([metrics, rows], how="diagonal_relaxed").sort("line", maintain_order=True)
+    if result.unparsed_lines is not None:
+        left = result.unparsed_lines.filter(~result.unparsed_lines.is_in(rows.get_column("line").cast(pl.Int64).implode()))
+        result.unparsed = left.len()
+        result.unparsed_lines = left
+        keep = set(left.to_list())
+        result.unparsed_examples = [e for e in result.unparsed_examples if e[0] in keep]
+    return result
 
 
 def _merge(primary: ParseResult, parts: list[tuple[str, ParseResult]]) -> ParseResult:

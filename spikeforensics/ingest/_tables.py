@@ -28,6 +28,11 @@ from spikeforensics.ingest.base import (
 # exports with per-layer series) have a few thousand; more is not a log but a fuzzed or
 # broken file, refused with one line instead of building a frame that wide.
 MAX_KEYS = 4096
+# A JSON record nested deeper than this is an unparsed line: real records nest 2-3 levels, and
+# polars' schema inference is superlinear in depth (512 levels: 32 s and 1.8 GB for one line).
+MAX_JSON_DEPTH = 64
+_JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET_RE = re.compile(r"[\[\]{}]")
 
 # Decompression caps for binary side files (Parquet manifests/dumps, NPZ dumps): what they
 # claim to expand to is checked before anything is decompressed. Absolute: 2 GiB of
@@ -117,6 +122,15 @@ def safe_json(expr: pl.Expr) -> pl.Expr:
     return json_safe(expr).str.replace_all(_EXTRA_NONFINITE_RE, '$1"$2"$3')
 
 
+def json_depth(text: str) -> int:
+    """How deep the brackets of one JSON text nest (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for m in _BRACKET_RE.finditer(_JSON_STRING_RE.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Decode the JSON object on each line of `lines` (line, text[, keep...]).
 
@@ -126,20 +140,43 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     garbled). Text before the first `{` (a logger prefix) is ignored.
     """
     cand = lines.filter(pl.col("text").str.contains("{", literal=True)).with_columns(
-        safe_json(pl.col("text").str.extract(r"(\{.*\})\s*$", 1)).alias("_json")
+        pl.col("text").str.extract(r"(\{.*\})\s*$", 1).alias("_json")
     )
+    # bare NaN/Infinity tokens quoted only on the few lines that may hold one
+    nonfinite = pl.col("_json").str.contains_any(["nan", "inf"], ascii_case_insensitive=True).fill_null(False)
+    cand = cand.with_columns(nonfinite.alias("_nf"))
+    flagged = cand.filter(pl.col("_nf"))
+    if flagged.height:
+        fixed = flagged.with_columns(safe_json(pl.col("_json")).alias("_json"))
+        cand = pl.concat([cand.filter(~pl.col("_nf")), fixed]).sort("line", maintain_order=True)
+    cand = cand.drop("_nf")
     keys = cand.select(pl.col("_json").str.count_matches(r'"\s*:').max()).item() if cand.height else 0
     if keys and keys > MAX_KEYS:
         raise ingest_error(f"a JSON record with {keys:,} keys; at most {MAX_KEYS:,} are read per record "
                            "(a metrics, gradient or manifest record has far fewer)")
-    valid = cand.get_column("_json").str.json_path_match("$").is_not_null()
-    bad = cand.filter(~valid).select("line", "text")
-    good = cand.filter(valid)
     cols = ["line", *keep]
+    obj = None
+    unclosed = cand.filter(pl.col("_json").is_null()).select("line", "text")  # a `{` but no `{...}` ending the line
+    cand = cand.filter(pl.col("_json").is_not_null())
+    many = cand.filter(pl.col("_json").str.count_matches(r"[\[{]") > MAX_JSON_DEPTH)  # only these can be too deep
+    if many.height:
+        deep = [line for line, text in many.select("line", "_json").iter_rows() if json_depth(text) > MAX_JSON_DEPTH]
+        if deep:
+            unclosed = pl.concat([unclosed, cand.filter(pl.col("line").is_in(deep)).select("line", "text")]).sort("line")
+            cand = cand.filter(~pl.col("line").is_in(deep))
+    try:  # no NaN-like token (typed columns): when all candidates decode, no validation pass is needed
+        if flagged.height or not cand.height:
+            raise pl.exceptions.ComputeError("validate first")
+        obj = cand.get_column("_json").str.json_decode()  # schema inferred from the first rows
+        good, bad = cand, unclosed
+    except pl.exceptions.PolarsError:
+        valid = cand.get_column("_json").str.json_path_match("$").is_not_null()
+        bad = pl.concat([unclosed, cand.filter(~valid).select("line", "text")]).sort("line")
+        good = cand.filter(valid)
     if good.height == 0:
         return good.select(cols), bad
     try:
-        obj = good.get_column("_json").str.json_decode().alias("_obj")  # schema inferred from all rows
+        obj = (obj if obj is not None else good.get_column("_json").str.json_decode()).alias("_obj")
         decoded = good.select(cols).with_columns(obj)
         if not isinstance(decoded.schema["_obj"], pl.Struct) or not decoded.schema["_obj"].fields:
             return good.select(cols), bad

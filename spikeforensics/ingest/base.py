@@ -15,9 +15,9 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import polars as pl
 
@@ -317,6 +317,13 @@ TIME_ISO_RE = r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
 TIME_US_RE = r"(\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2})"
 
 
+def iso_time(expr: pl.Expr) -> pl.Expr:
+    """`extract_time` of a string that is already one `TIME_ISO_RE` capture (the line is
+    not searched again): the same value, parsed once."""
+    iso = expr.str.replace(",", ".", literal=True).str.replace("T", " ", literal=True)
+    return iso.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us").cast(schema.TIME)
+
+
 def extract_time(expr: pl.Expr) -> pl.Expr:
     """The first wall-clock time with a year found in a line (null if none)."""
     iso = expr.str.extract(TIME_ISO_RE, 1).str.replace(",", ".").str.replace("T", " ")
@@ -454,12 +461,18 @@ def metrics_from_long(
     source: str,
     state: RecordState | None = None,
     multi_rank: bool | None = None,
+    wide: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The `metrics` table from one row per record (`line`, `step`, `prefix_rank`, `time`,
     `record_kind`) and its values in long form (`line`, `name`, `value`; a name twice in
     one record keeps the first). `multi_rank` None decides from these records (keep the
     prefix rank only when several ranks print records); streaming parsers pass True and
-    null the rank afterwards if the whole file turns out single-rank."""
+    null the rank afterwards if the whole file turns out single-rank.
+
+    `wide` (optional) holds more values one row per record: `line` plus one Float64 column
+    per canonical metric name, in the order the record prints them (null: no value). Its
+    records must not also have values in `values`. It goes to long form after the join
+    with the (few) records, so the many value rows are never joined or deduplicated."""
     if records.height == 0:
         return schema.empty("metrics")
     kept = number_records(records, state)
@@ -473,12 +486,24 @@ def metrics_from_long(
     # a name twice in one record keeps the first: dedupe on an integer key (names are few)
     codes = {n: i for i, n in enumerate(vals.get_column("name").unique().to_list())}
     key = pl.col("line") * max(len(codes), 1) + pl.col("name").replace_strict(codes, return_dtype=pl.Int64)
-    vals = vals.with_columns(key.alias("_key"))
-    if vals.get_column("_key").n_unique() < vals.height:  # rare; the filter is the slow part
-        vals = vals.filter(pl.col("_key").is_first_distinct())
-    vals = vals.drop("_key")
-    long = kept.join(vals, on="line", how="inner", maintain_order="right").with_columns(pl.lit(source).alias("source"))
-    return schema.conform("metrics", long)
+    if vals.height:
+        vals = vals.with_columns(key.alias("_key"))
+        if vals.get_column("_key").n_unique() < vals.height:  # rare; the filter is the slow part
+            vals = vals.filter(pl.col("_key").is_first_distinct())
+        vals = vals.drop("_key")
+    long = kept.join(vals, on="line", how="inner", maintain_order="right")
+    if wide is not None and wide.height and wide.width > 1:
+        names = [c for c in wide.columns if c != "line"]
+        # unpivot (column by column, cheap) then a stable sort by line: record by record,
+        # fields in the record's order, as the long values come
+        from_wide = (
+            kept.join(wide.cast({n: pl.Float64 for n in names}), on="line", how="inner", maintain_order="left")
+            .unpivot(index=kept.columns, on=names, variable_name="name", value_name="value")
+            .filter(pl.col("value").is_not_null())
+            .sort("line", maintain_order=True)
+        )
+        long = pl.concat([long, from_wide]).sort("line", maintain_order=True) if long.height else from_wide
+    return schema.conform("metrics", long.with_columns(pl.lit(source).alias("source")))
 
 
 def records_to_metrics(

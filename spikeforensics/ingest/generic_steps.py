@@ -24,7 +24,6 @@ import polars as pl
 
 from spikeforensics.ingest.base import (
     MAX_STEP,
-    step_int,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
@@ -34,6 +33,7 @@ from spikeforensics.ingest.base import (
     named_values,
     prepared_lines,
     sniff_share,
+    step_int,
     text_result,
 )
 

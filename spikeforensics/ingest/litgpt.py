@@ -17,7 +17,15 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest._grammar_helpers import grammar_records
-from spikeforensics.ingest.base import NUM_TOKEN, ParseResult, SniffSample, SourceFile, prepared_lines, sniff_tiers, text_result
+from spikeforensics.ingest.base import (
+    NUM_TOKEN,
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    prepared_lines,
+    sniff_tiers,
+    text_result,
+)
 
 NAME = "litgpt"
 N = rf"(?:{NUM_TOKEN})"

@@ -15,11 +15,11 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
-    captured_values,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
     SourceFile,
+    captured_values,
     prepared_lines,
     sniff_tiers,
     step_int,

@@ -13,6 +13,12 @@ mode "done"). A NaN interval loss is omitted by Megatron, so such a record has n
 Lines a terminal wrapped mid-field are joined back (up to two continuation lines); a
 record line that still does not parse, or lost its tail, is counted as unparsed.
 
+Fields: a log prints the same fields in the same order on every train record, so each
+chunk's records are read by layout (`_layout_values`: cut once at the pipes into one
+column per field, values cast as columns, names aliased once per layout) and go to long
+form after numbering; records of no common layout (eval blocks, colon-less 2019 fields,
+odd values such as `634K`) are split field by field as before. Both read the same values.
+
 The file is read in chunks (`SourceFile.iter_line_chunks`, the next chunk read in a
 background thread), so memory does not grow with the log: `parse_chunks` yields one set
 of tables per chunk, numbering carried over, and the ingest driver writes each chunk as
@@ -22,15 +28,14 @@ looked for in the lines that are not step records (a record line is never an eve
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
 
 import polars as pl
 
 from spikeforensics.ingest.base import (
-    step_int,
-    STEP_OUT_OF_RANGE,
     NUM_TOKEN,
+    STEP_OUT_OF_RANGE,
     TIME_ISO_RE,
     ParseResult,
     RecordState,
@@ -39,11 +44,13 @@ from spikeforensics.ingest.base import (
     attach_steps,
     detail_expr,
     extract_time,
+    iso_time,
     metrics_from_long,
     named_values,
     split_colon_fields,
     split_fields,
     split_segments,
+    step_int,
     step_records,
     strip_prefixes,
 )
@@ -108,9 +115,11 @@ def _join_wrapped(seg: pl.DataFrame) -> pl.DataFrame:
     return seg.with_columns(joined.alias("text"), cont.alias("_cont")).drop("_start", "_open", "_j1", "_j2")
 
 
-def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(records, long values, unparsed lines, other lines) of one chunk of prepared
-    segments; `other` (not a record, not a continuation) is where events are looked for."""
+def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(records, long values, wide values, unparsed lines, other lines) of one chunk of
+    prepared segments (wide: `line` + one Float64 column per metric, for the records read
+    by layout, see `_layout_values`); `other` (not a record, not a continuation) is where
+    events are looked for."""
     text = pl.col("text")
     cand = seg.filter(text.str.contains("iteration", literal=True) & ~pl.col("_cont"))
     it = text.str.extract_groups(ITER_RE)
@@ -137,12 +146,20 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     body = pl.when(pl.col("_cut")).then(body.str.replace(r"[^|]*$", "")).otherwise(body)
     rec = rec.with_columns(body.alias("_body"),
                            (text.str.contains(LEGACY_FIELD) | pl.col("_kv_style").fill_null(False)).alias("_legacy"))
-    bodies = rec.select("line", pl.col("_body").alias("text"), pl.col("_it").is_null().alias("_eval"), "_legacy")
-    fast = split_colon_fields(bodies.filter(~pl.col("_legacy")).drop("_legacy"), "|")
-    slow = split_fields(bodies.filter(pl.col("_legacy")).drop("_legacy"), "|", FIELD_RE)
+    bodies = rec.select("line", pl.col("_body").alias("text"), pl.col("_it").is_null().alias("_eval"), "_legacy",
+                        (pl.col("_it").is_not_null() & ~pl.col("_legacy") & ~pl.col("_cut")).alias("_plain"))
+    # the usual records (train, `name: value |` fields, whole): typed captures of their field
+    # layout; the others (and records of a layout seen too rarely) split field by field
+    wide, rest = _layout_values(bodies.filter(pl.col("_plain")).select("line", "text"))
+    bodies = bodies.filter(~pl.col("_plain") | pl.col("line").is_in(rest.get_column("line").implode()))
+    fast = split_colon_fields(bodies.filter(~pl.col("_legacy")).drop("_legacy", "_plain"), "|")
+    slow = split_fields(bodies.filter(pl.col("_legacy")).drop("_legacy", "_plain"), "|", FIELD_RE)
     fields = pl.concat([fast, slow]) if slow.height else fast
     values = named_values(fields, eval_rows=pl.col("_eval")).select("line", "name", "value")
-    has_values = values.select("line").unique()
+    has_values = pl.concat([
+        values.select("line").unique(),
+        wide.filter(pl.any_horizontal(pl.exclude("line").is_not_null())).select("line") if wide.width > 1 else wide.clear(),
+    ])
     out_of_range = (pl.col("step") == STEP_OUT_OF_RANGE).fill_null(False)
     records = _with_time(rec).select("line", "step", "prefix_rank", "record_kind", "time").join(
         has_values, on="line", how="semi"
@@ -154,7 +171,7 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
         rec.filter(pl.col("_cut")).join(has_values, on="line", how="semi").select("line", "text"),
         other.filter(text.str.contains(LOOKS_LIKE)).select("line", "text"),
     ]).unique("line").sort("line")
-    return records, values, bad, other
+    return records, values, wide, bad, other
 
 
 def _with_time(rec: pl.DataFrame) -> pl.DataFrame:
@@ -163,20 +180,102 @@ def _with_time(rec: pl.DataFrame) -> pl.DataFrame:
     the line is not searched again for other time formats."""
     rec = rec.with_columns(pl.col("text").str.extract(TIME_ISO_RE, 1).alias("_iso"))
     found = rec.get_column("_iso").null_count() == 0
-    return rec.with_columns(extract_time(pl.col("_iso" if found else "text")).alias("time")).drop("_iso")
+    return rec.with_columns((iso_time(pl.col("_iso")) if found else extract_time(pl.col("text"))).alias("time")).drop("_iso")
 
 
-def _scale_events(records: pl.DataFrame, values: pl.DataFrame, carry: dict) -> pl.DataFrame:
+# Field layouts tried per chunk: a log prints one or two (train records with and without
+# `grad norm`, ...); a layout that is not tried leaves its records to the field splitter.
+MAX_LAYOUTS = 6
+# A layout that reads fewer records than this is not worth another pass over the rest.
+MIN_LAYOUT_RECORDS = 64
+# Records looked at for a layout when the first ones have pieces that are not `name: value`.
+MAX_LAYOUT_TRIES = 16
+
+
+def _layout(body: str) -> list[str] | None:
+    """The raw field names of one record body (`name: value |` fields, in order), or None
+    when a piece is not such a field (the splitter handles that record)."""
+    pieces = body.split("|")
+    if len(pieces) < 2 or pieces[-1].strip():
+        return None
+    keys = []
+    for piece in pieces[:-1]:
+        key, colon, value = piece.partition(":")
+        value = value.strip()
+        if not colon or not value or " " in value or ":" in value:
+            return None
+        keys.append(key)
+    return keys
+
+
+def _layout_values(bodies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(wide, rest) of train record bodies (`line`, `text`): `wide` has `line` and one
+    Float64 column per canonical metric for the bodies of one of the chunk's layouts
+    (the same field names, verbatim, in the same order); `rest` is the others.
+
+    A body of a layout is cut once at its pipes into a fixed number of columns (no row
+    per field); it matches when every piece starts with its field name and a colon, no
+    piece has a second colon, every value is a plain number (`parse_numbers`' fast cast)
+    and nothing follows the last pipe: then it reads exactly as `split_colon_fields` and
+    `named_values` read it. Fields whose names land on the same metric coalesce (the first
+    wins, as the splitter's dedupe does)."""
+    from spikeforensics.ingest.aliases import canonical_metric
+
+    parts: list[pl.DataFrame] = []
+    rest = bodies
+    for _ in range(MAX_LAYOUTS):
+        if rest.height == 0:
+            break
+        keys = next(filter(None, map(_layout, rest.get_column("text").head(MAX_LAYOUT_TRIES))), None)
+        if keys is None:
+            break
+        n = len(keys)
+        cut = rest.select("line", pl.col("text").str.count_matches(":", literal=True).alias("_colons"),
+                          pl.col("text").str.splitn("|", n + 2).struct.rename_fields(
+                              [f"p{i}" for i in range(n + 2)]).alias("_p")).unnest("_p")
+        raw = [pl.col(f"p{i}").str.strip_prefix(key + ":").str.strip_chars() for i, key in enumerate(keys)]
+        fits = [pl.col(f"p{i}").str.starts_with(key + ":") for i, key in enumerate(keys)]
+        fits += [pl.col(f"f{i}").is_not_null() for i in range(n)]  # a plain number (else `to_float`'s cases: the splitter)
+        fits += [pl.col(f"p{n}").str.strip_chars() == "", pl.col(f"p{n + 1}").is_null(), pl.col("_colons") == n]
+        cut = cut.with_columns(*[r.cast(pl.Float64, strict=False).alias(f"f{i}") for i, r in enumerate(raw)])
+        matched = cut.filter(pl.all_horizontal(fits).fill_null(False))
+        if matched.height == 0:
+            break
+        groups: dict[str, list[str]] = {}
+        for i, key in enumerate(keys):
+            name = canonical_metric(key.strip())
+            if name:
+                groups.setdefault(name, []).append(f"f{i}")
+        parts.append(matched.select("line", *[pl.coalesce(cols).alias(name) for name, cols in groups.items()]))
+        rest = rest.join(matched.select("line"), on="line", how="anti", maintain_order="left")
+        if matched.height < MIN_LAYOUT_RECORDS:
+            break
+    if not parts:
+        return bodies.select("line").clear(), rest
+    wide = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed").sort("line")
+    return wide, rest
+
+
+SCALE_COLUMNS = ["loss_scale", "skipped_iters", "nan_iters"]
+
+
+def _scale_events(records: pl.DataFrame, values: pl.DataFrame, by_layout: pl.DataFrame, carry: dict) -> pl.DataFrame:
     """`overflow` events inferred from loss-scale drops between train records, `hysteresis`
     events from skipped iterations while the (fp16) scale held, and `nan` events from
-    `number of nan iterations` > 0. `carry` holds the last loss scale seen."""
-    wanted = values.filter(pl.col("name").is_in(["loss_scale", "skipped_iters", "nan_iters"]))
-    if wanted.height == 0:
+    `number of nan iterations` > 0. `carry` holds the last loss scale seen. `values` (long)
+    and `by_layout` (wide) hold the values of different records."""
+    wanted = values.filter(pl.col("name").is_in(SCALE_COLUMNS))
+    parts = [wanted.pivot(on="name", index="line", values="value", aggregate_function="first")] if wanted.height else []
+    cols = [c for c in SCALE_COLUMNS if c in by_layout.columns]
+    if cols:
+        parts.append(by_layout.select("line", *cols).filter(pl.any_horizontal(pl.col(cols).is_not_null())))
+    if not parts or not sum(p.height for p in parts):
         return pl.DataFrame()
+    found = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
     wide = (
         records.filter(pl.col("record_kind") == "train")
         .select("line", "step", "prefix_rank", "time")
-        .join(wanted.pivot(on="name", index="line", values="value", aggregate_function="first"), on="line")
+        .join(found, on="line")
     )
     for col in ("loss_scale", "skipped_iters", "nan_iters"):
         if col not in wide.columns:
@@ -210,7 +309,7 @@ def _scale_events(records: pl.DataFrame, values: pl.DataFrame, carry: dict) -> p
         "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("hysteresis").alias("kind"),
         detail_expr(
             floats={"old_scale": pl.col("loss_scale"), "new_scale": pl.col("loss_scale")},
-            ints={"count": skipped.cast(pl.Int64)},
+            ints={"count": skipped},  # detail_expr casts leniently: a garbled count past Int64 is null, not a lost file
             strings={"inferred_from": pl.lit("skipped_iters")},
         ).alias("detail"),
     )
@@ -227,9 +326,9 @@ def parse_chunks(src: SourceFile, chunk_bytes: int = 32 << 20) -> Iterator[Parse
         seg = _join_wrapped(strip_prefixes(split_segments(lines)))
         owned = pl.col("line") >= own_from
         seg = seg.filter(owned if own_to is None else owned & (pl.col("line") <= own_to))
-        records, values, bad, other = _records(seg)
+        records, values, wide, bad, other = _records(seg)
         out = ParseResult()
-        metrics = metrics_from_long(records, values, src.name, state, multi_rank=True)
+        metrics = metrics_from_long(records, values, src.name, state, multi_rank=True, wide=wide)
         out.add("metrics", metrics)
         out.records = records.height
         out.unparsed = bad.height
@@ -241,7 +340,7 @@ def parse_chunks(src: SourceFile, chunk_bytes: int = 32 << 20) -> Iterator[Parse
         events = extract_events(other.select("line", "text", "prefix_rank"))
         if events.height:
             out.add("events", attach_steps(events, recs, mode="done"))
-        inferred = _scale_events(records, values, carry)
+        inferred = _scale_events(records, values, wide, carry)
         if inferred.height:
             attempts = recs.select("line", "attempt")
             out.add("events", inferred.join(attempts, on="line", how="left"))

@@ -24,7 +24,15 @@ import polars as pl
 
 from spikeforensics.ingest._grammar_helpers import scale_metric
 from spikeforensics.ingest.base import (
-    NUM_TOKEN, ParseResult, SniffSample, SourceFile, find_pairs, named_values, prepared_lines, sniff_tiers, text_result,
+    NUM_TOKEN,
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    find_pairs,
+    named_values,
+    prepared_lines,
+    sniff_tiers,
+    text_result,
 )
 
 NAME = "metriclogger"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
-    captured_values,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
     SourceFile,
+    captured_values,
     extract_time,
     prepared_lines,
     sniff_tiers,

@@ -1,6 +1,6 @@
 """TensorBoard event files (`events.out.tfevents.*`) -> metrics. Optional extra.
 
-Read with tensorboard's streaming `EventFileLoader` (one pass, constant memory), never
+Read with tensorboard's streaming event loader (one pass, constant memory), never
 the reservoir-sampling `EventAccumulator` (it silently drops points - exactly the
 spikes we look for). tensorboard is imported only when such a file is parsed; without
 it the file fails with a one-line message naming `pip install 'spikeforensics[tensorboard]'`.
@@ -35,12 +35,15 @@ def sniff(sample: SniffSample) -> float:
 
 
 def _loader(path):
+    """The events of the file as stored (`LegacyEventFileLoader`): a `simple_value` scalar is
+    read as it is; `EventFileLoader` would first turn every one into a tensor proto (and
+    each back through `make_ndarray`), several times the cost."""
     try:
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
         from tensorboard.util import tensor_util
     except ImportError:
         raise T.ingest_error(f"{path}: reading TensorBoard event files needs tensorboard: {INSTALL_HINT}") from None
-    return EventFileLoader(str(path)), tensor_util
+    return LegacyEventFileLoader(str(path)), tensor_util
 
 
 def read_scalars(path) -> pl.DataFrame:

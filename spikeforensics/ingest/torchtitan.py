@@ -14,7 +14,6 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
-    step_int,
     NUM_TOKEN,
     ParseResult,
     SniffSample,
@@ -24,6 +23,7 @@ from spikeforensics.ingest.base import (
     named_values,
     prepared_lines,
     sniff_share,
+    step_int,
     text_result,
 )
 

@@ -12,7 +12,10 @@ when printed; else, for bars labelled `Epoch E` / `[Epoch E / ...]`, E * M + N f
 script counts epochs from 0 or 1); else N. Redraws on one physical line (`\r`) are one
 record per line (the last redraw); consecutive redraws with the same step are one record
 (first line's values, the contract's rule). Postfix names go through the alias table
-(`lr` -> `lr`, `loss` -> `loss`). Confidence stays below the framework parsers'.
+(`lr` -> `lr`, `loss` -> `loss`). A user print glued after the bar on the same line
+(`...train_loss=10.90]lr=[0.0] mean=...`, the bar redrawn without a newline) gives the record
+the optimizer values it names (`TAIL_KEYS`), a list such as `lr=[0.0]` (one value per param
+group) read as its first group's value. Confidence stays below the framework parsers'.
 """
 
 from __future__ import annotations
@@ -21,11 +24,19 @@ import polars as pl
 
 from spikeforensics.ingest.base import (
     MAX_STEP,
+    NUM_TOKEN,
     STEP_OUT_OF_RANGE,
+    ParseResult,
+    SniffSample,
+    SourceFile,
     bounded_int,
+    extract_time,
+    find_pairs,
+    named_values,
+    prepared_lines,
+    sniff_tiers,
     step_int,
-    NUM_TOKEN, ParseResult, SniffSample, SourceFile, extract_time, find_pairs, named_values, prepared_lines,
-    sniff_tiers, text_result,
+    text_result,
 )
 
 NAME = "tqdm_postfix"
@@ -33,6 +44,10 @@ BAR = r"(?P<n>\d+)/(?P<m>\d+) \[[\d:]+<[\d:?]+,\s*[^,\]]*,\s*(?P<post>[^\]]*loss
 EPOCH = r"(?:^|\[)\s*Epoch (\d+)\b"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*)=(?P<v>{NUM_TOKEN})(?:,|\s|$)"
 CONFIDENCE = 0.6
+# what a glued print after the bar may give the record: optimizer state, not the user's other statistics
+TAIL_KEYS = r"^(?:lr|learning_rate|grad_norm|gnorm|loss_scale)$"
+BAR_THROUGH = r"^.*?\d+/\d+ \[[^\]]*\]"
+LIST_VALUE = rf"=\[\s*({NUM_TOKEN})[^\]]*\]"
 
 
 def sniff(sample: SniffSample) -> float:
@@ -57,5 +72,9 @@ def parse(src: SourceFile) -> ParseResult:
     step = pl.when(~parts_bad & (step <= MAX_STEP) & (step >= -MAX_STEP)).then(step).otherwise(pl.lit(STEP_OUT_OF_RANGE, dtype=pl.Int64))
     records = g.select("line", step.alias("step"), "prefix_rank", pl.lit("train").alias("record_kind"),
                        extract_time(text).alias("time")).sort("line")
+    tail = g.select("line", text.str.replace(BAR_THROUGH, "").str.replace_all(LIST_VALUE, "=$1").alias("text"))
+    tail_pairs = find_pairs(tail, PAIR).filter(pl.col("k").str.contains(TAIL_KEYS))
+    tail_pairs = tail_pairs.join(pairs.select("line", "k"), on=["line", "k"], how="anti").unique(["line", "k"], keep="first")
+    pairs = pl.concat([pairs, tail_pairs.select(pairs.columns)])
     values = named_values(pairs.filter(~pl.col("k").is_in(["global_step", "step", "v_num"]))).select("line", "name", "value")
     return text_result(src.name, lines, records, values, None, mode="done")

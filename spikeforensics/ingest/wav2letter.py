@@ -17,8 +17,15 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    ParseResult,
+    SniffSample,
+    SourceFile,
+    named_values,
+    prepared_lines,
+    sniff_tiers,
+    split_colon_fields,
     step_int,
-    ParseResult, SniffSample, SourceFile, named_values, prepared_lines, sniff_tiers, split_colon_fields, text_result,
+    text_result,
 )
 
 NAME = "wav2letter"

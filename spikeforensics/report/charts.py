@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis
 from spikeforensics.report import downsample as ds
 from spikeforensics.report.text import as_float, fmt_num
 
@@ -127,20 +128,20 @@ def marker_trace(xs: list, ys: list, name: str, colour: str, yaxis: str, symbol:
 # ---------------------------------------------------------------------------- inputs
 
 
-def clip_threshold(diagnosis: dict) -> float | None:
-    cal = diagnosis.get("calibration") or {}
+def clip_threshold(diagnosis: Diagnosis) -> float | None:
+    cal = diagnosis.calibration or {}
     value = as_float(cal.get("current_clip_norm"))
     return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
-def recommended_clip(diagnosis: dict) -> float | None:
-    cal = diagnosis.get("calibration") or {}
+def recommended_clip(diagnosis: Diagnosis) -> float | None:
+    cal = diagnosis.calibration or {}
     value = as_float(cal.get("recommended_clip_norm"))
     return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
-def incident_window(inc: dict) -> tuple[int, int]:
-    a, b = int(inc["step_start"]), int(inc["step_end"])
+def incident_window(inc: DiagnosedIncident) -> tuple[int, int]:
+    a, b = int(inc.step_start), int(inc.step_end)
     pad = max(WINDOW_PAD_MIN, int((b - a + 1) * WINDOW_PAD_FACTOR))
     return a - pad, b + pad
 
@@ -189,9 +190,36 @@ def _downsampled_traces(frame: pl.DataFrame, name: str, colour: str, yaxis: str,
     return traces, SeriesInfo(name, n_in, n_out, down, nonfinite), frame.get_column("y")
 
 
-def overview(run, diagnosis: dict, max_points: int) -> tuple[Figure | None, list[SeriesInfo]]:
+def _event_strip(run, infos: list[SeriesInfo]) -> list[tuple[str, pl.Series]]:
+    """The overview's event strip: non-finite steps and logged events, one (name, steps) row each."""
+    strip = [(f"NaN/Inf {info.signal}", info.nonfinite.get_column("x")) for info in infos if info.nonfinite.height]
+    for kind in STRIP_EVENTS:
+        steps = event_steps(run, kind)
+        if steps.len():
+            strip.append((kind, steps))
+    return strip
+
+
+def _draw_strip(strip: list[tuple[str, pl.Series]], n_panels: int, max_points: int, data: list, layout: dict,
+                notes: list[str]) -> None:
+    """Add the strip's rows to the overview (the bottom panel): traces to `data`, its axis to `layout`."""
+    strip_axis = f"y{n_panels}" if n_panels > 1 else "y"
+    names = []
+    for idx, (name, steps) in enumerate(strip):
+        marks = thin_steps(steps.cast(pl.Int64), max_points)
+        if len(marks) < steps.unique().len():
+            notes.append(f"{name}: {steps.len():,} events drawn as {len(marks):,} marks.")
+        colour = "#d62728" if name.startswith("NaN") else PALETTE[(idx + 2) % len(PALETTE)]
+        data.append(marker_trace(marks, [name] * len(marks), name, colour, strip_axis,
+                                 symbol="x" if name.startswith("NaN") else "line-ns-open"))
+        names.append(name)
+    layout[f"yaxis{n_panels}" if n_panels > 1 else "yaxis"].update(
+        {"type": "category", "categoryorder": "array", "categoryarray": names[::-1], "showgrid": False})
+
+
+def overview(run, diagnosis: Diagnosis, max_points: int) -> tuple[Figure | None, list[SeriesInfo]]:
     """Loss and grad norm on one step axis, incidents shaded, events on a strip below."""
-    incidents = diagnosis.get("incidents") or []
+    incidents = diagnosis.incidents
     windows = [incident_window(i) for i in incidents]
     loss_s = run.series("loss")
     grad_s, derived = run.grad_norm_series()
@@ -225,33 +253,14 @@ def overview(run, diagnosis: dict, max_points: int) -> tuple[Figure | None, list
             notes.append(f"{info.signal}: {info.n_in:,} finite points drawn as {info.n_out:,} "
                          f"(min and max per bucket; incident windows at full resolution).")
 
-    # event strip: non-finite steps and logged events, one row each
-    strip = []
-    for info in infos:
-        if info.nonfinite.height:
-            strip.append((f"NaN/Inf {info.signal}", info.nonfinite.get_column("x")))
-    for kind in STRIP_EVENTS:
-        steps = event_steps(run, kind)
-        if steps.len():
-            strip.append((kind, steps))
+    strip = _event_strip(run, infos)
     n_panels = len(panels) + (1 if strip else 0)
     layout = _stacked_layout(n_panels, [p[1] for p in panels] + (["events"] if strip else []), xlabel)
     for axis, _, values in panels:
         if wants_log(values):
             layout[axis]["type"] = "log"
     if strip:
-        strip_axis = f"y{n_panels}" if n_panels > 1 else "y"
-        names = []
-        for idx, (name, steps) in enumerate(strip):
-            marks = thin_steps(steps.cast(pl.Int64), max_points)
-            if len(marks) < steps.unique().len():
-                notes.append(f"{name}: {steps.len():,} events drawn as {len(marks):,} marks.")
-            colour = "#d62728" if name.startswith("NaN") else PALETTE[(idx + 2) % len(PALETTE)]
-            data.append(marker_trace(marks, [name] * len(marks), name, colour, strip_axis,
-                                     symbol="x" if name.startswith("NaN") else "line-ns-open"))
-            names.append(name)
-        layout[f"yaxis{n_panels}" if n_panels > 1 else "yaxis"].update(
-            {"type": "category", "categoryorder": "array", "categoryarray": names[::-1], "showgrid": False})
+        _draw_strip(strip, n_panels, max_points, data, layout, notes)
     layout["shapes"], layout["annotations"] = _incident_shades(incidents)
     xs = pl.concat([loss_s.get_column("step"), grad_s.get_column("step")]).drop_nulls()
     if xs.len() and xs.max() - xs.min() < 10:
@@ -282,16 +291,16 @@ def _stacked_layout(n: int, titles: list[str], xlabel: str) -> dict:
     return layout
 
 
-def _incident_shades(incidents: list[dict]) -> tuple[list, list]:
+def _incident_shades(incidents: list[DiagnosedIncident]) -> tuple[list, list]:
     shapes, notes = [], []
     for n, inc in enumerate(incidents):
-        colour = SEVERITY_COLOURS.get(inc.get("severity"), "#999999")
-        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": int(inc["step_start"]) - 0.5,
-                       "x1": int(inc["step_end"]) + 0.5, "y0": 0, "y1": 1, "fillcolor": colour, "opacity": 0.18,
+        colour = SEVERITY_COLOURS.get(inc.severity, "#999999")
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": int(inc.step_start) - 0.5,
+                       "x1": int(inc.step_end) + 0.5, "y0": 0, "y1": 1, "fillcolor": colour, "opacity": 0.18,
                        "line": {"width": 1, "color": colour}, "layer": "below"})
         if n < MAX_SHADE_LABELS:
-            notes.append({"x": int(inc["peak_step"]), "y": 1, "xref": "x", "yref": "paper", "yanchor": "top",
-                          "text": esc(f"{inc.get('id', '')} {inc.get('severity', '')}"), "showarrow": False,
+            notes.append({"x": int(inc.peak_step), "y": 1, "xref": "x", "yref": "paper", "yanchor": "top",
+                          "text": esc(f"{inc.id} {inc.severity}"), "showarrow": False,
                           "yshift": -12 * (n % 2), "font": {"size": 10, "color": colour}})
     return shapes, notes
 
@@ -305,7 +314,14 @@ def _resume_lines(run, limit: int = 50) -> list:
 # ---------------------------------------------------------------------------- incident windows
 
 
-def incident_windows(run, diagnosis: dict) -> dict[str, Figure]:
+def _attempt_parts(series: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
+    """A series' timeline, one frame per attempt (attempt order)."""
+    frame, _ = timeline(series)
+    return [(attempt, frame.filter(pl.col("attempt").fill_null(0) == attempt))
+            for attempt in sorted(frame.get_column("attempt").fill_null(0).unique().to_list())]
+
+
+def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
     """Full-resolution loss and grad norm around each incident (first MAX_WINDOW_CHARTS)."""
     out = {}
     loss_s = run.series("loss")
@@ -315,18 +331,18 @@ def incident_windows(run, diagnosis: dict) -> dict[str, Figure]:
     clip = clip_threshold(diagnosis)
     gl_used = 0
     first, last, _ = run.step_range()
-    for inc in (diagnosis.get("incidents") or [])[:MAX_WINDOW_CHARTS]:
+    # each series' timeline split by attempt once, not once per incident
+    signals = [(_attempt_parts(series), name, colour, axis)
+               for series, name, colour, axis in ((loss_s, "loss", PALETTE[0], "y"),
+                                                  (grad_s, "grad norm (derived)" if derived else "grad norm", PALETTE[1], "y2"))
+               if series.height]
+    for inc in diagnosis.incidents[:MAX_WINDOW_CHARTS]:
         lo, hi = incident_window(inc)
         if first is not None:  # the title names steps the run has, not the padding
             lo, hi = max(lo, first), min(hi, last)
         data, notes, has_loss, grad_log = [], [], False, False
-        for series, name, colour, axis in ((loss_s, "loss", PALETTE[0], "y"),
-                                           (grad_s, "grad norm (derived)" if derived else "grad norm", PALETTE[1], "y2")):
-            if series.height == 0:
-                continue
-            frame, _ = timeline(series)
-            for attempt in sorted(frame.get_column("attempt").fill_null(0).unique().to_list()):
-                part = frame.filter(pl.col("attempt").fill_null(0) == attempt)
+        for parts, name, colour, axis in signals:
+            for attempt, part in parts:
                 w = ds.window_series(part, "x", "y", lo, hi)
                 if w.n_out == 0 and w.nonfinite.height == 0:
                     continue
@@ -364,17 +380,17 @@ def incident_windows(run, diagnosis: dict) -> dict[str, Figure]:
             "margin": {"t": 40, "r": 70, "b": 50, "l": 70},
             "hovermode": "x unified",
             "shapes": [
-                {"type": "rect", "xref": "x", "yref": "paper", "x0": int(inc["step_start"]) - 0.5,
-                 "x1": int(inc["step_end"]) + 0.5, "y0": 0, "y1": 1, "opacity": 0.15, "layer": "below",
-                 "fillcolor": SEVERITY_COLOURS.get(inc.get("severity"), "#999999"), "line": {"width": 0}},
-                {"type": "line", "xref": "x", "yref": "paper", "x0": int(inc["peak_step"]), "x1": int(inc["peak_step"]),
+                {"type": "rect", "xref": "x", "yref": "paper", "x0": int(inc.step_start) - 0.5,
+                 "x1": int(inc.step_end) + 0.5, "y0": 0, "y1": 1, "opacity": 0.15, "layer": "below",
+                 "fillcolor": SEVERITY_COLOURS.get(inc.severity, "#999999"), "line": {"width": 0}},
+                {"type": "line", "xref": "x", "yref": "paper", "x0": int(inc.peak_step), "x1": int(inc.peak_step),
                  "y0": 0, "y1": 1, "line": {"color": "#d62728", "width": 1, "dash": "dot"}},
             ],
-            "annotations": [{"x": int(inc["peak_step"]), "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
-                             "text": f"peak {int(inc['peak_step'])}", "showarrow": False, "font": {"size": 10}}],
+            "annotations": [{"x": int(inc.peak_step), "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
+                             "text": f"peak {int(inc.peak_step)}", "showarrow": False, "font": {"size": 10}}],
         }
         if not has_loss:
             layout["yaxis2"].pop("overlaying")
         fig_id = f"window-{len(out) + 1}"
-        out[str(inc.get("id"))] = Figure(fig_id, f"{inc.get('id')}: steps {lo}-{hi}", data, layout, height=340, notes=notes)
+        out[str(inc.id)] = Figure(fig_id, f"{inc.id}: steps {lo}-{hi}", data, layout, height=340, notes=notes)
     return out

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
-from itertools import islice
-from pathlib import Path
 
 import polars as pl
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -26,10 +24,21 @@ from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
 
 from spikeforensics import resources
+from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, as_diagnosis
+from spikeforensics.attribute.raw_lines import peak_lines_from_series, read_windows
 from spikeforensics.report import charts, panels
 from spikeforensics.report.downsample import format_ranges, step_ranges
 from spikeforensics.report.text import (
-    STATUSES, as_float, cause_name, counted_incidents, coverage_sentence, fmt_num, fmt_pct, fmt_rate, main_incident, step_span, verdict_sentence,
+    STATUSES,
+    as_float,
+    cause_name,
+    coverage_sentence,
+    fmt_num,
+    fmt_pct,
+    fmt_rate,
+    main_incident,
+    step_span,
+    verdict_sentence,
 )
 
 EVIDENCE_COLUMNS = ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note")
@@ -121,10 +130,10 @@ SAMPLE_COLUMNS = {
 }
 
 
-def _samples(inc: dict, run) -> dict:
+def _samples(inc: DiagnosedIncident, run) -> dict:
     """Implicated samples: the diagnosis' `samples` rows, else looked up in the batch manifest."""
-    ids = [str(s) for s in inc.get("sample_ids") or []]
-    rows = inc.get("samples")
+    ids = [str(s) for s in inc.sample_ids or []]
+    rows = inc.samples
     if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
         present = {k for r in rows for k in r} - {"sample_id"}
         keys = ["sample_id"] + [k for k in SAMPLE_COLUMNS if k in present] + sorted(present - set(SAMPLE_COLUMNS))
@@ -141,80 +150,55 @@ def _samples(inc: dict, run) -> dict:
         keys, table = ["sample_id"], [[i] for i in ids]
     return {"ids": ids, "top": ids[:TOP_SAMPLES], "rest": ids[TOP_SAMPLES:], "columns": [SAMPLE_COLUMNS.get(k, k.replace("_", " ")) for k in keys],
             "rows": table[:TOP_SAMPLES], "more_rows": table[TOP_SAMPLES:],
-            "note": str(inc.get("sample_ranking_note") or "")}
+            "note": str(inc.sample_ranking_note or "")}
 
 
-def _read_lines(path: str, first: int, last: int) -> list[tuple[int, str]]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return [(first + i, line.rstrip("\n")) for i, line in enumerate(islice(fh, first - 1, last))]
-    except OSError:
-        return []
-
-
-def _peak_line(run, inc: dict) -> tuple[str, int] | None:
-    """(source, line) of the loss (else grad norm) record at the incident's peak step."""
-    for name in ("loss", "grad_norm"):
-        s = run.series(name)
-        hit = s.filter(pl.col("step") == int(inc["peak_step"]))
-        if hit.height and hit.get_column("line")[0] is not None:
-            return hit.get_column("source")[0], int(hit.get_column("line")[0])
-    hit = run.events.filter((pl.col("step") == int(inc["peak_step"])) & pl.col("line").is_not_null())
-    if hit.height:
-        return hit.get_column("source")[0], int(hit.get_column("line")[0])
-    return None
-
-
-def _log_lines(inc: dict, run) -> list[dict]:
-    """Raw log lines around the peak: the diagnosis' `log_lines`, else read from the ingested file."""
-    given = inc.get("log_lines")
-    peak = _peak_line(run, inc)
-    if isinstance(given, list) and given:
+def _log_lines_all(incidents: list[DiagnosedIncident], run) -> list[list[dict]]:
+    """Raw log lines around each incident's peak: the diagnosis' `log_lines`, else read from the ingested
+    file (only when its hash still matches: raw_lines.py), all incidents located and read at once."""
+    peaks = peak_lines_from_series(run, [int(inc.peak_step) for inc in incidents])
+    given = [[g for g in inc.log_lines if isinstance(g, dict)] if isinstance(inc.log_lines, list) else []
+             for inc in incidents]
+    read = read_windows(run, [None if g else p for g, p in zip(given, peaks)], LOG_CONTEXT)
+    out = []
+    for items, fallback, peak in zip(given, read, peaks):
         lines = [{"line": g.get("line"), "text": str(g.get("text", "")), "source": str(g.get("source", "")),
-                  "given_peak": g.get("peak")} for g in given if isinstance(g, dict)]
-    elif peak is not None:
-        source, line = peak
-        paths = run.sources.filter(pl.col("source") == source).get_column("path").to_list()
-        path = next((p for p in paths if p and Path(p).is_file()), None)
-        if path is None:
-            return []
-        lines = [{"line": n, "text": t, "source": source}
-                 for n, t in _read_lines(path, max(1, line - LOG_CONTEXT), line + LOG_CONTEXT)]
-    else:
-        return []
-    for item in lines:
-        flag = item.pop("given_peak", None)
-        item["peak"] = bool(flag) if isinstance(flag, bool) else (peak is not None and (item["source"], item["line"]) == peak)
-        if len(item["text"]) > LOG_LINE_CHARS:
-            item["text"] = item["text"][:LOG_LINE_CHARS] + " [...]"
-    return lines
+                  "peak": g.get("peak")} for g in (items or fallback)]
+        for item in lines:
+            flag = item["peak"]
+            item["peak"] = bool(flag) if isinstance(flag, bool) else (peak is not None and (item["source"], item["line"]) == peak)
+            if item["line"] is None:
+                item["line"] = ""  # a note about the file, not a line of it
+            if len(item["text"]) > LOG_LINE_CHARS:
+                item["text"] = item["text"][:LOG_LINE_CHARS] + " [...]"
+        out.append(lines)
+    return out
 
 
-def _incident(inc: dict, run, window: charts.Figure | None, index: int) -> dict:
+def _incident(inc: DiagnosedIncident, run, window: charts.Figure | None, index: int, log_lines: list[dict]) -> dict:
     alternatives = [{"cause": cause_name(a.get("root_cause")), "label": str(a.get("root_cause")),
                      "confidence": fmt_pct(a.get("confidence"))}
-                    for a in inc.get("alternatives") or [] if isinstance(a, dict)]
-    severity = inc.get("severity", "info")
+                    for a in inc.alternatives or [] if isinstance(a, dict)]
     return {
-        "id": str(inc.get("id", "")),
-        "kind": str(inc.get("kind", "")),
-        "kinds": [str(k) for k in inc.get("kinds") or [inc.get("kind", "")]],
-        "severity": severity if severity in ("info", "warning", "critical") else "info",
-        "span": step_span(inc),
-        "step_start": inc.get("step_start"), "step_end": inc.get("step_end"), "peak_step": inc.get("peak_step"),
-        "ranks": [str(r) for r in inc.get("ranks") or []],
-        "layers": [str(l) for l in inc.get("layers") or []],
-        "root_cause": str(inc.get("root_cause") or "unknown"),
-        "cause": cause_name(inc.get("root_cause")),
-        "root_cause_detail": str(inc.get("root_cause_detail") or ""),
-        "confidence": fmt_pct(inc.get("confidence")),
-        "confidence_value": max(0.0, min(1.0, as_float(inc.get("confidence")) or 0.0)),
+        "id": str(inc.id),
+        "kind": str(inc.kind),
+        "kinds": [str(k) for k in inc.kinds or [inc.kind]],
+        "severity": inc.severity if inc.severity in ("info", "warning", "critical") else "info",
+        "span": step_span({"step_start": inc.step_start, "step_end": inc.step_end}),
+        "step_start": inc.step_start, "step_end": inc.step_end, "peak_step": inc.peak_step,
+        "ranks": [str(r) for r in inc.ranks or []],
+        "layers": [str(name) for name in inc.layers or []],
+        "root_cause": str(inc.root_cause or "unknown"),
+        "cause": cause_name(inc.root_cause),
+        "root_cause_detail": str(inc.root_cause_detail or ""),
+        "confidence": fmt_pct(inc.confidence),
+        "confidence_value": max(0.0, min(1.0, as_float(inc.confidence) or 0.0)),
         "alternatives": alternatives,
-        "explanation": str(inc.get("explanation") or inc.get("summary") or ""),
-        "evidence": _evidence_table([e for e in inc.get("evidence") or [] if isinstance(e, dict)]),
+        "explanation": str(inc.explanation or inc.other.get("summary") or ""),
+        "evidence": _evidence_table([e for e in inc.evidence or [] if isinstance(e, dict)]),
         "samples": _samples(inc, run),
-        "log_lines": _log_lines(inc, run),
-        "actions": [str(a) for a in inc.get("actions") or []],
+        "log_lines": log_lines,
+        "actions": [str(a) for a in inc.actions or []],
         "figure": _figure_ctx(window),
         "open_logs": index < OPEN_LOGS,
     }
@@ -252,8 +236,8 @@ def _nf_row(signal: str, steps: pl.Series, xlabel: str, unknown: int = 0) -> dic
             "ranges": format_ranges(ranges, MAX_NONFINITE_RANGES), "unknown": unknown}
 
 
-def _calibration(diagnosis: dict, run) -> dict | None:
-    cal = diagnosis.get("calibration")
+def _calibration(diagnosis: Diagnosis, run) -> dict | None:
+    cal = diagnosis.calibration
     if not isinstance(cal, dict) or not cal:
         return None
     rec = as_float(cal.get("recommended_clip_norm"))
@@ -287,9 +271,9 @@ def _inputs(run) -> dict:
     return {"files": files, "tables": tables}
 
 
-def _notes(diagnosis: dict) -> list[dict]:
+def _notes(diagnosis: Diagnosis) -> list[dict]:
     out = []
-    for n in diagnosis.get("notes") or []:
+    for n in diagnosis.notes or []:
         if isinstance(n, dict):
             out.append({"severity": str(n.get("severity", "info")), "text": str(n.get("text") or n.get("summary") or "")})
         else:
@@ -297,29 +281,28 @@ def _notes(diagnosis: dict) -> list[dict]:
     return out
 
 
-def _todo(diagnosis: dict) -> dict | None:
+def _todo(diagnosis: Diagnosis, main: DiagnosedIncident | None) -> dict | None:
     """The first screen's "What to do": the headline incident's actions, the skip list in one line,
     and a pointer to the other incidents."""
-    main = main_incident(diagnosis)
     if main is None:
         return None
-    actions = [str(a) for a in main.get("actions") or []][:3]
-    sk = diagnosis.get("skiplist") if isinstance(diagnosis.get("skiplist"), dict) else {}
+    actions = [str(a) for a in main.actions or []][:3]
+    sk = diagnosis.skiplist if isinstance(diagnosis.skiplist, dict) else {}
     n_ids, n_steps = len(sk.get("sample_ids") or []), len(sk.get("steps") or [])
     skip = ""
     if n_ids or n_steps:
         skip = ("On resume, skip " + " and ".join(x for x in (
             f"{n_ids} sample{'s' if n_ids != 1 else ''}" if n_ids else "",
             f"{n_steps} step{'s' if n_steps != 1 else ''}" if n_steps else "") if x))
-    others = [i for i in counted_incidents(diagnosis) if i is not main]
+    others = [i for i in diagnosis.counted_incidents if i is not main]
     more = f"{len(others)} more incident{'s' if len(others) != 1 else ''} below, each with its own actions" if others else ""
     if not actions and not skip:
         return None
     return {"actions": actions, "skip": skip, "more": more}
 
 
-def _skiplist(diagnosis: dict) -> dict | None:
-    sk = diagnosis.get("skiplist")
+def _skiplist(diagnosis: Diagnosis) -> dict | None:
+    sk = diagnosis.skiplist
     if not isinstance(sk, dict) or not (sk.get("steps") or sk.get("sample_ids")):
         return None
     steps = [int(s) for s in sk.get("steps") or [] if isinstance(s, (int, float))]
@@ -329,57 +312,61 @@ def _skiplist(diagnosis: dict) -> dict | None:
 # ---------------------------------------------------------------------------- context and render
 
 
-def build_context(diagnosis: dict, run, max_points: int = 2000) -> dict:
+def build_context(diagnosis: dict | Diagnosis, run, max_points: int = 2000) -> dict:
+    if isinstance(diagnosis, Diagnosis):
+        diagnosis = diagnosis.to_dict()
     incidents = [i for i in diagnosis.get("incidents") or [] if isinstance(i, dict)]
     diagnosis = {**diagnosis, "incidents": incidents}
-    overview, infos = charts.overview(run, diagnosis, max_points)
-    windows = charts.incident_windows(run, diagnosis)
+    typed = as_diagnosis(diagnosis)  # the report reads attributes: a renamed field fails loudly
+    overview, infos = charts.overview(run, typed, max_points)
+    windows = charts.incident_windows(run, typed)
     overview_notes = overview.notes if overview else []  # printed once, under "Downsampled for display"
     if overview:
         overview.notes = []
     extra = {
-        "layers": panels.layer_heatmap(run, diagnosis),
-        "ranks": panels.rank_comparison(run, diagnosis, max_points),
-        "clip_rate": panels.clip_rate(run, diagnosis),
+        "layers": panels.layer_heatmap(run, typed),
+        "ranks": panels.rank_comparison(run, typed, max_points),
+        "clip_rate": panels.clip_rate(run, typed),
         "loss_scale": panels.loss_scale(run, max_points),
         "telemetry": panels.telemetry(run, max_points),
-        "calibration": panels.calibration_hist(run, diagnosis),
+        "calibration": panels.calibration_hist(run, typed),
     }
     figures = [f for f in [overview, *windows.values(), *extra.values()] if f is not None]
-    verdict = diagnosis.get("verdict") or {}
-    status = str(verdict.get("status") or "healthy")
-    main = main_incident(diagnosis)
-    steps = diagnosis.get("steps") or {}
-    counted = counted_incidents(diagnosis)
-    generated = diagnosis.get("generated_at") or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    verdict = typed.verdict
+    status = str(verdict.status or "healthy")
+    main_dict = main_incident(diagnosis)
+    main = None if main_dict is None else typed.incidents[next(k for k, i in enumerate(incidents) if i is main_dict)]
+    steps = typed.steps
+    generated = typed.other.get("generated_at") or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return {
-        "run_id": str(diagnosis.get("run_id") or run.run_id),
-        "tool_version": str(diagnosis.get("tool_version", "")),
-        "schema_version": str(diagnosis.get("schema_version", "")),
+        "run_id": str(typed.run_id or run.run_id),
+        "tool_version": str(typed.tool_version),
+        "schema_version": str(typed.schema_version),
         "generated": str(generated),
         "plotly_version": plotly_version(),
         "verdict": {
             "status": status if status in STATUSES else "inconclusive",
             "coverage": coverage_sentence(diagnosis),
             "sentence": verdict_sentence(diagnosis),
-            "summary": str(verdict.get("summary") or ""),
-            "root_cause": cause_name(verdict.get("root_cause")) if verdict.get("root_cause") else "",
-            "confidence": fmt_pct(main.get("confidence")) if main else "",
+            "summary": str(verdict.summary or ""),
+            "root_cause": cause_name(verdict.root_cause) if verdict.root_cause else "",
+            "confidence": fmt_pct(main.confidence) if main else "",
         },
-        "steps": {"first": fmt_num(steps.get("first")), "last": fmt_num(steps.get("last")), "count": fmt_num(steps.get("count"))},
-        "counts": {s: sum(1 for i in incidents if i.get("severity") == s) for s in ("critical", "warning", "info")},
-        "n_incidents": len(counted),
-        "incidents": [_incident(i, run, windows.get(str(i.get("id"))), n) for n, i in enumerate(incidents)],
-        "notes": _notes(diagnosis),
+        "steps": {"first": fmt_num(steps.first), "last": fmt_num(steps.last), "count": fmt_num(steps.count)},
+        "counts": {s: sum(1 for i in typed.incidents if i.severity == s) for s in ("critical", "warning", "info")},
+        "n_incidents": len(typed.counted_incidents),
+        "incidents": [_incident(i, run, windows.get(str(i.id)), n, lines)
+                      for n, (i, lines) in enumerate(zip(typed.incidents, _log_lines_all(typed.incidents, run)))],
+        "notes": _notes(typed),
         "overview": _figure_ctx(overview),
         "downsampled": overview_notes,
         "nonfinite": _nonfinite(run, infos),
         "panels": {k: _figure_ctx(v) for k, v in extra.items()},
         "ranks": [str(r) for r in run.ranks()],
         "n_layers": len(run.layer_names()),
-        "calibration": _calibration(diagnosis, run),
-        "skiplist": _skiplist(diagnosis),
-        "todo": _todo(diagnosis),
+        "calibration": _calibration(typed, run),
+        "skiplist": _skiplist(typed),
+        "todo": _todo(typed, main),
         "inputs": _inputs(run),
         "chart_count": len(figures),
         "data_json": embed_json({"figures": {f.id: f.spec() for f in figures}}),
@@ -389,7 +376,7 @@ def build_context(diagnosis: dict, run, max_points: int = 2000) -> dict:
     }
 
 
-def render_html(diagnosis: dict, run, max_points: int = 2000) -> str:
+def render_html(diagnosis: dict | Diagnosis, run, max_points: int = 2000) -> str:
     """The complete, self-contained report page."""
     context = build_context(diagnosis, run, max_points)
     return environment().get_template("report.html").render(**context)

@@ -7,8 +7,15 @@ shows it as text; table cells escape `|`.
 
 from __future__ import annotations
 
+from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, as_diagnosis
 from spikeforensics.report.text import (
-    cause_name, counted_incidents, coverage_sentence, fmt_num, fmt_pct, fmt_rate, step_span, verdict_sentence,
+    cause_name,
+    coverage_sentence,
+    fmt_num,
+    fmt_pct,
+    fmt_rate,
+    step_span,
+    verdict_sentence,
 )
 
 TOP_SAMPLES = 10
@@ -34,75 +41,101 @@ def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def render_markdown(diagnosis: dict) -> str:
-    run_id = diagnosis.get("run_id", "")
-    steps = diagnosis.get("steps") or {}
-    verdict = diagnosis.get("verdict") or {}
-    sentence = verdict_sentence(diagnosis)
-    lines = [f"## Training postmortem: {code(run_id)}", "", f"**{cell(sentence)}**", ""]
-    if verdict.get("summary") and verdict["summary"] != sentence:
-        lines += [cell(verdict["summary"]), ""]
-    if coverage_sentence(diagnosis):
-        lines += [cell(coverage_sentence(diagnosis)), ""]
-    lines += [f"Steps {fmt_num(steps.get('first'))}-{fmt_num(steps.get('last'))} ({fmt_num(steps.get('count'))} logged); "
-              f"spikeforensics {cell(diagnosis.get('tool_version', ''))}.", ""]
-    incidents = [i for i in diagnosis.get("incidents") or [] if isinstance(i, dict)]
-    if incidents:
+def render_markdown(diagnosis: dict | Diagnosis) -> str:
+    raw = diagnosis.to_dict() if isinstance(diagnosis, Diagnosis) else diagnosis
+    typed = as_diagnosis(raw)  # attributes, so a renamed field fails loudly
+    sentence = verdict_sentence(raw)
+    lines = [f"## Training postmortem: {code(typed.run_id)}", "", f"**{cell(sentence)}**", ""]
+    if typed.verdict.summary and typed.verdict.summary != sentence:
+        lines += [cell(typed.verdict.summary), ""]
+    if coverage_sentence(raw):
+        lines += [cell(coverage_sentence(raw)), ""]
+    steps = typed.steps
+    lines += [f"Steps {fmt_num(steps.first)}-{fmt_num(steps.last)} ({fmt_num(steps.count)} logged); "
+              f"spikeforensics {cell(typed.tool_version)}.", ""]
+    if typed.incidents:
         lines += _table(
             ["id", "severity", "kind", "steps", "peak", "root cause", "confidence", "top samples"],
-            [[cell(i.get("id")), cell(str(i.get("severity", "")).upper()), cell(i.get("kind")), cell(step_span(i)),
-              cell(i.get("peak_step")), cell(i.get("root_cause")), fmt_pct(i.get("confidence")),
-              ", ".join(code(s) for s in (i.get("sample_ids") or [])[:3]) or "-"] for i in incidents],
+            [[cell(i.id), cell(str(i.severity).upper()), cell(i.kind), cell(_span(i)),
+              cell(i.peak_step), cell(i.root_cause), fmt_pct(i.confidence),
+              ", ".join(code(s) for s in (i.sample_ids or [])[:3]) or "-"] for i in typed.incidents],
         )
         lines.append("")
-    elif not counted_incidents(diagnosis):
+    elif not typed.counted_incidents:
         lines += ["No incident at warning level or above.", ""]
-    for inc in incidents:
+    for inc in typed.incidents:
         lines += _incident(inc)
-    cal = diagnosis.get("calibration")
-    if isinstance(cal, dict) and cal:
-        lines += ["### Calibration", "",
-                  f"- Recommended clip threshold: **{fmt_num(cal.get('recommended_clip_norm'))}**"
-                  + (f" (expected clip rate {fmt_rate(cal['expected_clip_rate'])})" if cal.get("expected_clip_rate") is not None else ""),
-                  f"- Current clip threshold: {fmt_num(cal.get('current_clip_norm')) or 'not found'}, clip rate {fmt_rate(cal.get('clip_rate'))}",
-                  f"- Basis: {cell(cal.get('basis', ''))}", ""]
-    for note in diagnosis.get("notes") or []:
-        text = note.get("text", "") if isinstance(note, dict) else note
+    lines += _calibration(typed.calibration)
+    for note in typed.notes or []:
+        text = (note.get("summary") or note.get("text") or "") if isinstance(note, dict) else note
         lines.append(f"- Note: {cell(text)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _incident(inc: dict) -> list[str]:
-    sev = str(inc.get("severity", "")).upper()
-    out = [f"### {cell(inc.get('id'))} [{sev}] {cell(inc.get('kind', '')).replace('_', ' ')}, {step_span(inc)} (peak {inc.get('peak_step')})", ""]
-    alts = "; ".join(f"{cause_name(a.get('root_cause'))} ({fmt_pct(a.get('confidence'))})"
-                     for a in inc.get("alternatives") or [] if isinstance(a, dict))
-    out.append(f"**Root cause:** {cause_name(inc.get('root_cause'))} ({code(inc.get('root_cause'))}), "
-               f"{fmt_pct(inc.get('confidence'))} confidence" + (f"; runner-up: {alts}" if alts else "") + ".")
-    if inc.get("explanation"):
-        out += ["", cell(inc["explanation"])]
-    if inc.get("ranks"):
-        out += ["", "Ranks: " + ", ".join(cell(r) for r in inc["ranks"])]
-    if inc.get("layers"):
-        out += ["", "Layers: " + ", ".join(code(l) for l in inc["layers"])]
-    evidence = [e for e in inc.get("evidence") or [] if isinstance(e, dict)]
-    if evidence:
-        cols = [c for c in ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note") if any(c in e for e in evidence)]
-        out += ["", "**Evidence**", ""]
-        out += _table(cols, [[cell(fmt_num(e.get(c))) for c in cols] for e in evidence])
-    ids = inc.get("sample_ids") or []
-    if ids:
-        more = f" and {len(ids) - TOP_SAMPLES} more" if len(ids) > TOP_SAMPLES else ""
-        out += ["", "**Implicated samples:** " + ", ".join(code(s) for s in ids[:TOP_SAMPLES]) + more]
-        if inc.get("sample_ranking_note"):
-            out += ["", "Note: " + str(inc["sample_ranking_note"]) + "."]
-    log_lines = [l for l in inc.get("log_lines") or [] if isinstance(l, dict)]
-    if log_lines:
-        body = "\n".join(f"{l.get('line', '')}: {l.get('text', '')}" for l in log_lines)
-        fence = "```"
-        while fence in body:
-            fence += "`"
-        out += ["", "<details><summary>Log lines around the peak</summary>", "", fence + "text", body, fence, "", "</details>"]
-    if inc.get("actions"):
-        out += ["", "**Recommended actions**", ""] + [f"{n}. {cell(a)}" for n, a in enumerate(inc["actions"], 1)]
+def _span(inc: DiagnosedIncident) -> str:
+    return step_span({"step_start": inc.step_start, "step_end": inc.step_end})
+
+
+def _calibration(cal) -> list[str]:
+    if not isinstance(cal, dict) or not cal:
+        return []
+    expected = cal.get("expected_clip_rate")
+    return ["### Calibration", "",
+            f"- Recommended clip threshold: **{fmt_num(cal.get('recommended_clip_norm'))}**"
+            + (f" (expected clip rate {fmt_rate(expected)})" if expected is not None else ""),
+            f"- Current clip threshold: {fmt_num(cal.get('current_clip_norm')) or 'not found'}, "
+            f"clip rate {fmt_rate(cal.get('clip_rate'))}",
+            f"- Basis: {cell(cal.get('basis', ''))}", ""]
+
+
+def _incident(inc: DiagnosedIncident) -> list[str]:
+    """One incident's section: heading, cause, where, evidence, samples, log lines, actions."""
+    out = [f"### {cell(inc.id)} [{str(inc.severity).upper()}] {cell(inc.kind).replace('_', ' ')}, {_span(inc)} "
+           f"(peak {inc.peak_step})", "", _cause_line(inc)]
+    if inc.explanation:
+        out += ["", cell(inc.explanation)]
+    if inc.ranks:
+        out += ["", "Ranks: " + ", ".join(cell(r) for r in inc.ranks)]
+    if inc.layers:
+        out += ["", "Layers: " + ", ".join(code(name) for name in inc.layers)]
+    out += _evidence(inc) + _samples(inc) + _log_lines(inc)
+    if inc.actions:
+        out += ["", "**Recommended actions**", ""] + [f"{n}. {cell(a)}" for n, a in enumerate(inc.actions, 1)]
     return out + [""]
+
+
+def _cause_line(inc: DiagnosedIncident) -> str:
+    alts = "; ".join(f"{cause_name(a.get('root_cause'))} ({fmt_pct(a.get('confidence'))})"
+                     for a in inc.alternatives or [] if isinstance(a, dict))
+    return (f"**Root cause:** {cause_name(inc.root_cause)} ({code(inc.root_cause)}), "
+            f"{fmt_pct(inc.confidence)} confidence" + (f"; runner-up: {alts}" if alts else "") + ".")
+
+
+def _evidence(inc: DiagnosedIncident) -> list[str]:
+    rows = [e for e in inc.evidence or [] if isinstance(e, dict)]
+    if not rows:
+        return []
+    cols = [c for c in ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note") if any(c in e for e in rows)]
+    return ["", "**Evidence**", ""] + _table(cols, [[cell(fmt_num(e.get(c))) for c in cols] for e in rows])
+
+
+def _samples(inc: DiagnosedIncident) -> list[str]:
+    ids = inc.sample_ids or []
+    if not ids:
+        return []
+    more = f" and {len(ids) - TOP_SAMPLES} more" if len(ids) > TOP_SAMPLES else ""
+    out = ["", "**Implicated samples:** " + ", ".join(code(s) for s in ids[:TOP_SAMPLES]) + more]
+    if inc.sample_ranking_note:
+        out += ["", "Note: " + str(inc.sample_ranking_note) + "."]
+    return out
+
+
+def _log_lines(inc: DiagnosedIncident) -> list[str]:
+    items = [item for item in inc.log_lines or [] if isinstance(item, dict)]
+    if not items:
+        return []
+    body = "\n".join(f"{item.get('line', '')}: {item.get('text', '')}" for item in items)
+    fence = "```"
+    while fence in body:
+        fence += "`"
+    return ["", "<details><summary>Log lines around the peak</summary>", "", fence + "text", body, fence, "", "</details>"]

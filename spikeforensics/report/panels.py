@@ -12,10 +12,21 @@ import math
 
 import polars as pl
 
+from spikeforensics.attribute.model import Diagnosis
 from spikeforensics.report import downsample as ds
 from spikeforensics.report.charts import (
-    PALETTE, SEVERITY_COLOURS, Figure, clip_threshold, esc, event_steps, line_trace, marker_trace,
-    recommended_clip, thin_steps, timeline, wants_log,
+    PALETTE,
+    SEVERITY_COLOURS,
+    Figure,
+    clip_threshold,
+    esc,
+    event_steps,
+    line_trace,
+    marker_trace,
+    recommended_clip,
+    thin_steps,
+    timeline,
+    wants_log,
 )
 from spikeforensics.report.text import fmt_num, fmt_rate
 
@@ -39,18 +50,18 @@ def _bins(steps: pl.Expr, lo: int, hi: int, n: int) -> pl.Expr:
     return ((steps - lo) * n // span).clip(0, n - 1).cast(pl.Int64)
 
 
-def _offending_layers(diagnosis: dict) -> dict[str, list[str]]:
+def _offending_layers(diagnosis: Diagnosis) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for inc in diagnosis.get("incidents") or []:
-        for layer in inc.get("layers") or []:
-            out.setdefault(str(layer), []).append(str(inc.get("id", "")))
+    for inc in diagnosis.incidents:
+        for layer in inc.layers or []:
+            out.setdefault(str(layer), []).append(str(inc.id))
     return out
 
 
 # ---------------------------------------------------------------------------- layer heatmap
 
 
-def layer_heatmap(run, diagnosis: dict) -> Figure | None:
+def layer_heatmap(run, diagnosis: Diagnosis) -> Figure | None:
     """Layer x step (binned) of log10 max grad norm; offending layers boxed and labelled."""
     layers = run.layers.filter(pl.col("step").is_not_null() & pl.col("grad_norm").is_not_null())
     if layers.height == 0:
@@ -107,9 +118,9 @@ def layer_heatmap(run, diagnosis: dict) -> Figure | None:
             ticktext.append(f"<b>▶ {labels[i]}</b>")
         else:
             ticktext.append(labels[i])
-    for inc in diagnosis.get("incidents") or []:
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": int(inc["peak_step"]), "x1": int(inc["peak_step"]),
-                       "y0": 0, "y1": 1, "line": {"color": SEVERITY_COLOURS.get(inc.get("severity"), "#999"), "width": 1, "dash": "dot"}})
+    for inc in diagnosis.incidents:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": int(inc.peak_step), "x1": int(inc.peak_step),
+                       "y0": 0, "y1": 1, "line": {"color": SEVERITY_COLOURS.get(inc.severity, "#999"), "width": 1, "dash": "dot"}})
     layout = {"xaxis": {"title": {"text": "step"}, "automargin": True},
               "yaxis": {"autorange": "reversed", "tickmode": "array", "tickvals": labels, "ticktext": ticktext,
                         "automargin": True, "title": {"text": "layer"}},
@@ -136,13 +147,13 @@ def _per_rank(run, name: str) -> pl.DataFrame:
     return pl.DataFrame(schema={"x": pl.Float64, "y": pl.Float64, "rank": pl.Int32})
 
 
-def rank_comparison(run, diagnosis: dict, max_points: int) -> Figure | None:
+def rank_comparison(run, diagnosis: Diagnosis, max_points: int) -> Figure | None:
     """Grad norm (and loss) per rank on the step axis; implicated ranks drawn thick."""
     panels = [(n, _per_rank(run, n)) for n in ("grad_norm", "loss")]
     panels = [(n, f) for n, f in panels if f.height and f.get_column("rank").n_unique() > 1]
     if not panels:
         return None
-    implicated = {int(r) for inc in diagnosis.get("incidents") or [] for r in inc.get("ranks") or []}
+    implicated = {int(r) for inc in diagnosis.incidents for r in inc.ranks or []}
     data, notes, layout = [], [], {"legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
                                    "margin": {"t": 40, "r": 20, "b": 50, "l": 70}, "hovermode": "closest",
                                    "xaxis": {"title": {"text": "step"}, "anchor": f"y{len(panels)}" if len(panels) > 1 else "y"}}
@@ -179,7 +190,7 @@ def rank_comparison(run, diagnosis: dict, max_points: int) -> Figure | None:
 # ---------------------------------------------------------------------------- clip rate and loss scale
 
 
-def clip_rate(run, diagnosis: dict) -> Figure | None:
+def clip_rate(run, diagnosis: Diagnosis) -> Figure | None:
     """Fraction of steps whose pre-clip grad norm exceeds the current (and recommended) threshold."""
     grad, _ = run.grad_norm_series()
     current, recommended = clip_threshold(diagnosis), recommended_clip(diagnosis)
@@ -305,7 +316,7 @@ def telemetry(run, max_points: int) -> Figure | None:
 # ---------------------------------------------------------------------------- calibration
 
 
-def calibration_hist(run, diagnosis: dict) -> Figure | None:
+def calibration_hist(run, diagnosis: Diagnosis) -> Figure | None:
     """Histogram of pre-clip grad norm (log10 bins) with the current and recommended thresholds."""
     grad, _ = run.grad_norm_series()
     g = grad.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")

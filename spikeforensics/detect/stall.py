@@ -1,0 +1,58 @@
+"""A run that cannot learn: the learning rate is exactly 0 and the loss does not fall.
+
+An LR printed as 0.0 on `stall.lr_zero_records` or more consecutive training records (a
+warmup that starts at 0 prints it once, on its first step) while the loss over those records
+does not fall (the median of their last third >= `stall.loss_fall_ratio` x the median of
+their first third) means the optimizer is not moving the weights: a scheduler that never
+leaves 0, a warmup longer than the run, an LR of 0 in the config. One `no_progress` finding
+(warning: nothing explodes, but nothing is learned), fact `cause` = `lr_zero`.
+
+Pure: `detect(run, params)` reads the `lr` and loss series only.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+
+def _median(values: pl.Series) -> float | None:
+    values = values.drop_nulls().filter(values.drop_nulls().is_finite())
+    return float(values.median()) if values.len() else None
+
+
+def detect(run: RunData, params) -> list[Finding]:
+    sp = params.stall
+    lr = run.series("lr")
+    if lr.height < sp.lr_zero_records:
+        return []
+    runs = (lr.sort("t").with_columns((pl.col("value") == 0).fill_null(False).alias("_zero"))
+            .with_columns(pl.col("_zero").rle_id().alias("_run"))
+            .filter(pl.col("_zero")))
+    if runs.height == 0:
+        return []
+    sizes = runs.group_by("_run").agg(pl.len().alias("n"), pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi"),
+                                      pl.col("t").min().alias("t0"), pl.col("t").max().alias("t1"))
+    longest = sizes.sort(["n", "t0"], descending=[True, False]).row(0, named=True)
+    if longest["n"] < sp.lr_zero_records:
+        return []
+    if longest["lo"] is None:  # a log without step counters: records are numbered by position
+        longest["lo"], longest["hi"] = longest["t0"], longest["t1"]
+    loss = run.series("loss").filter(pl.col("t").is_between(longest["t0"], longest["t1"])).sort("t")
+    third = max(1, loss.height // 3)
+    first = _median(loss.get_column("value").head(third)) if loss.height else None
+    last = _median(loss.get_column("value").tail(third)) if loss.height else None
+    if first is not None and last is not None and last < sp.loss_fall_ratio * first:
+        return []  # the loss falls: the printed 0 is a rounded small LR, not a frozen run
+    loss_note = f"; the loss stays at {last:.4g}" if last is not None else ""
+    return [Finding(
+        kind="no_progress", step_start=longest["lo"], step_end=longest["hi"], peak_step=longest["lo"], severity="warning",
+        score=float(longest["n"]),
+        summary=f"the learning rate is exactly 0 on {longest['n']} consecutive records (steps {longest['lo']}-{longest['hi']})"
+                f"{loss_note}: the weights are not being updated",
+        evidence=[Evidence(signal="lr", step=longest["lo"], value=0.0, baseline=None,
+                           note=f"lr = 0 on {longest['n']} records")],
+        facts={"cause": "lr_zero", "lr_zero_records": int(longest["n"]), "scope": "run"},
+    )]

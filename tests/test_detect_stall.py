@@ -1,0 +1,33 @@
+"""The LR-is-zero stall (detect/stall.py) on hand-made runs and the real Lightning log it comes from."""
+
+from __future__ import annotations
+
+import numpy as np
+from _detect_synth import curves, run_from
+
+from spikeforensics.detect import stall
+from spikeforensics.params import Params
+
+
+def test_lr_stuck_at_zero_with_a_flat_loss_is_no_progress():
+    c = curves(40)
+    c["lr"] = np.zeros(40)
+    c["loss"] = np.full(40, 10.9)
+    found = stall.detect(run_from(c), Params())
+    assert [(f.kind, f.severity, f.facts["cause"], f.facts["lr_zero_records"]) for f in found] == [
+        ("no_progress", "warning", "lr_zero", 40)]
+
+
+def test_a_warmup_from_zero_and_a_rounded_small_lr_are_not_a_stall():
+    c = curves(300)
+    c["lr"][:1] = 0.0  # a warmup that starts at 0 prints 0 once
+    assert stall.detect(run_from(c), Params()) == []
+    c["lr"] = np.zeros(300)  # printed as 0 (rounded), but the loss keeps falling: the weights move
+    assert stall.detect(run_from(c), Params()) == []
+
+
+def test_two_zero_records_are_not_enough():
+    c = curves(40)
+    c["lr"][5:7] = 0.0
+    c["loss"] = np.full(40, 3.0)
+    assert stall.detect(run_from(c), Params()) == []
