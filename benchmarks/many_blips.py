@@ -27,17 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# the Megatron-LM iteration line (as benchmarks/ingest_speed.py writes it in session 4)
-LINE = (
-    "[2024-05-01 12:{mm:02d}:{ss:02d}.{us:06d}] iteration {it:8d}/{total:8d} | consumed samples: {cs:12d} | "
-    "elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | "
-    "learning rate: {lr:.6E} | global batch size:  1024 | lm loss: {loss:.6E} | loss scale: {scale:.1f} | "
-    "grad norm: {gn:.3f} | num zeros: {nz:.1f} | params norm: {pn:.3f} | "
-    "number of skipped iterations: {sk:3d} | number of nan iterations: {nn:3d} |\n"
-)
-TIMER = "times across ranks (ms):\n    forward-backward ...............................: (1234.56, 1240.12)\n"
-WARN = ("/usr/lib/python3/dist-packages/torch/utils/checkpoint.py:31: UserWarning: None of the inputs have "
-        "requires_grad=True. Gradients will be None\n")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest_speed import MEGATRON_LINE as LINE  # noqa: E402  the same Megatron-LM lines as the speed benchmark
+from ingest_speed import TIMER, WARN  # noqa: E402
 
 BLIP_SIZE = 50.0  # the blips: 50x the grad norm's level
 MIN_GAP = 500  # steps between two blips: isolated events
