@@ -19,8 +19,8 @@ from spikeforensics.rundata import RunData
 
 
 def _median(values: pl.Series) -> float | None:
-    values = values.drop_nulls().filter(values.drop_nulls().is_finite())
-    return float(values.median()) if values.len() else None
+    finite = values.filter(values.is_finite())  # a null is not finite: dropped too
+    return float(finite.median()) if finite.len() else None
 
 
 def detect(run: RunData, params) -> list[Finding]:
