@@ -136,24 +136,6 @@ def _long_run(run: RunData, params) -> bool:
     return grad.height >= params.blips.long_run_records
 
 
-def _loss_moved(run: RunData, params, steps: list[int]) -> bool | None:
-    """Did the loss rise (>= loss_effect_ratio or loss_effect_z over its pre-blip median) within `reach` records
-    after any of `steps`? None without a loss series to judge by."""
-    bp = params.blips
-    loss, _ = signals.with_baseline(run, "loss", params)
-    loss = loss.filter(pl.col("left").is_not_null())
-    if loss.height == 0:
-        return None
-    rows = loss.select("step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left")
-    at = rows.filter(pl.col("step").is_in(steps)).select(pl.col("t").alias("t0"))
-    if at.height == 0:
-        return None
-    near = pl.concat([at.with_columns((pl.col("t0") + d).alias("t")) for d in range(bp.reach + 1)])
-    hit = rows.join(near, on="t", how="semi").filter(
-        (pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z))
-    return hit.height > 0
-
-
 def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
     """On a long run, a grad-norm-only spike of at most `blips.max_width` records that the loss does not
     answer is the norm's heavy tail: a note, whatever its size."""
