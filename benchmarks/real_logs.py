@@ -1,6 +1,6 @@
 """Real-log benchmark: what spikeforensics reads and concludes on real public training logs.
 
-    python benchmarks/real_logs.py [--set dev|sealed|all] [--corpus sample_logs/real]
+    python benchmarks/real_logs.py [--set dev|sealed|fresh|all] [--corpus sample_logs/real]
                                    [--json OUT] [--write-readme] [--case ID ...] [-v]
 
 Every case folder of the corpus (`sample_logs/real/<set>/<case>/`, see its README) holds the
@@ -83,7 +83,7 @@ class CaseScore:
 
 
 def load_cases(corpus: Path, split: str, only: list[str] | None) -> list[tuple[Path, dict, str]]:
-    splits = ("dev", "sealed") if split == "all" else (split,)
+    splits = ("dev", "sealed") if split == "all" else (split,)  # `fresh`: new cases, scored apart
     out = []
     for sp in splits:
         for facts_file in sorted((corpus / sp).glob("*/FACTS.toml")):
@@ -162,9 +162,12 @@ def score_case(folder: Path, facts: dict, split: str, store_root: Path) -> CaseS
 
 
 def readable(facts: dict) -> bool:
-    """A log whose facts give it a loss or grad-norm series to judge: >= 2 step records, and not
-    marked `series_printed = false` (only a loss scale, throughput, events ...)."""
-    return facts.get("series_printed", True) is not False and (facts.get("step_records") or 0) >= 2
+    """A log whose facts give it a loss or grad-norm series to judge: >= 2 step records that print
+    one (`series_records` when the facts give it, as when overflow-skipped records print only a
+    loss scale; else `step_records`), and not marked `series_printed = false` (only a loss scale,
+    throughput, events ...)."""
+    with_series = facts.get("series_records", facts.get("step_records")) or 0
+    return facts.get("series_printed", True) is not False and with_series >= 2
 
 
 def verdict_right(status: str, healthy: bool, can_read: bool) -> bool:
@@ -251,7 +254,7 @@ def render(label: str, cases: list[CaseScore]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", default="dev", choices=("dev", "sealed", "all"))
+    ap.add_argument("--set", default="dev", choices=("dev", "sealed", "fresh", "all"))
     ap.add_argument("--corpus", default=str(ROOT / "sample_logs" / "real"))
     ap.add_argument("--case", nargs="*", help="only these case ids")
     ap.add_argument("--json", help="write the per-case scores and totals here")

@@ -86,3 +86,19 @@ def test_real_intermittent_nan_log(tmp_path):
     api.ingest([DEV / "hf-trainer-gemma-pytorch-24-loss-nan"], run_id="g", store=tmp_path)
     f = log_facts(api.load_run("g", tmp_path), P)
     assert f["nonfinite_recovers"] and f["nonfinite_episodes"] >= 5 and f["loss_explodes"]
+
+
+def test_a_nan_out_of_a_flat_loss_has_no_build_up():
+    nan = float("nan")
+    # litgpt#291's shape: noisy but level micro-batch losses, then NaN on the record after the first update
+    flat = log_facts(run_of(loss=[0.53, 1.55, 2.33, 1.14, 1.30, 3.67, 1.13, 1.12, nan, nan]), P)
+    assert flat["nan_without_rise"] is True
+    # an LR-driven divergence climbs first: the last finite loss is far above its median before
+    climb = log_facts(run_of(loss=[2.0, 1.9, 1.8, 1.9, 3.5, 9.0, 40.0, nan]), P)
+    assert climb["nan_without_rise"] is False
+    # a grad norm that climbs while the loss stays level is a build-up too
+    both = log_facts(run_of(loss=[2.0, 1.9, 1.8, 1.9, 1.9, nan], grad=[1.0, 1.1, 0.9, 1.0, 30.0, nan]), P)
+    assert both["nan_without_rise"] is False
+    # too few finite records before the NaN to call anything absent; no NaN at all
+    assert log_facts(run_of(loss=[2.0, 1.9, nan]), P)["nan_without_rise"] is False
+    assert log_facts(run_of(loss=[2.0, 1.9, 1.8, 1.7]), P)["nan_without_rise"] is False

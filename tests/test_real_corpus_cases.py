@@ -268,3 +268,26 @@ def test_lr_printed_as_a_list_after_a_lightning_bar_and_stuck_at_zero(tmp_path):
     assert d["verdict"]["status"] != "healthy" and facts["healthy"] is False
     assert d["incidents"][0]["kind"] == "no_progress" and d["incidents"][0]["root_cause"] == "lr_schedule"
 
+
+
+def test_a_nan_without_build_up_is_not_blamed_on_the_learning_rate(tmp_path):
+    # litgpt#291: loss level over iters 0-7, NaN from iter 8 (right after the first optimizer step);
+    # the log never names its precision, the maintainer points at pure fp16 (`16-true`)
+    run, d, facts = run_case(tmp_path, "litgpt-291-falcon7b-16-true-nan-after-first-step")
+    inc = d["incidents"][0]
+    assert inc["features"]["nan_without_rise"] is True
+    assert inc["root_cause"] == facts["stated_label"] == "fp16_overflow"
+    assert "nan-without-build-up" in [r["rule"] for r in inc["matched_rules"]]
+    # lion#9: the loss explodes before it goes NaN, so the learning rate stays the first suspect
+    run, d, _ = run_case(tmp_path / "b", "lion-9-custom-loguru-loss-explode-nan")
+    inc = d["incidents"][0]
+    assert inc["features"]["nan_without_rise"] is False and inc["root_cause"] == "lr_too_high"
+
+
+def test_a_grad_norm_that_leads_a_sharp_spike_points_at_the_data(tmp_path):
+    # BLOOM tr8-104B: grad norm 12952 -> 262623 at 11447 with the loss still level, the loss 7.71 one
+    # step later; the chronicles chase the data of that sample range
+    run, d, facts = run_case(tmp_path, "megatron-deepspeed-tr8-104b-exp11-spike-11447")
+    inc = d["incidents"][0]
+    assert inc["features"]["lead_signal"] == "grad_norm" and inc["features"]["lead_steps"] == 1
+    assert inc["root_cause"] == facts["stated_label"] == "data_outlier"

@@ -44,6 +44,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "peak_grad_norm": (N, "largest finite grad norm inside the incident"),
     "recovery": (S, "detector's recovery class: fast / slow / never / unknown"),
     "lead_signal": (S, "which signal moved first (detector fact), or unknown"),
+    "lead_steps": (N, "records by which the lead signal moved first (detector fact), or None"),
     "detector_cause": (S, "a cause a detector already recognised (finding fact `cause`, e.g. clip_before_unscale), or empty"),
     "scale_floor_event": (B, "an events-detector finding: overflow at the loss-scale floor, a 'scale already at minimum' message, or every logged step overflowing"),
     "fatal_collective_timeout": (B, "an events-detector finding: an NCCL watchdog timeout with no training record after it (the job died on a hung collective)"),
@@ -174,6 +175,7 @@ def shape_features(inc: Incident, incidents: list[Incident], ctx: RunContext, ap
         "duration_steps": inc.step_end - inc.step_start + 1,
         "recovery": str(inc.facts.get("recovery", "unknown")),
         "lead_signal": str(inc.facts.get("lead_signal", "unknown")),
+        "lead_steps": inc.facts.get("lead_steps"),
         "detector_cause": next((str(f.facts["cause"]) for f in inc.findings if f.facts.get("cause")), ""),
     }
     causes = {str(f.facts.get("cause")) for f in inc.findings if f.facts.get("decisive_event")}
@@ -491,7 +493,8 @@ def layer_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribution
     if layers.height == 0:
         return out
     pad = ap.pad_steps
-    layers = layers.group_by("step", "layer").agg(pl.col("grad_norm", "zero_frac", "pos_frac").mean())
+    # in dump order: the shares below are sums over layers, and a float sum depends on its order
+    layers = layers.group_by("step", "layer", maintain_order=True).agg(pl.col("grad_norm", "zero_frac", "pos_frac").mean())
     window = layers.filter(pl.col("step").is_between(inc.step_start - pad, inc.step_end + pad))
     if window.height == 0:
         nearest = layers.select((pl.col("step") - inc.peak_step).abs().min()).item()

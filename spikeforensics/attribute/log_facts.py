@@ -31,6 +31,10 @@ FACTS: dict[str, tuple[str, str]] = {
     "nan_at_start": (B, "the first non-finite loss or grad norm is within the first attribution.start_records records "
                         "of a log that starts at the start of training"),
     "first_nonfinite_step": (N, "step of the first non-finite loss or grad norm, or None"),
+    "nan_without_rise": (B, "the first non-finite loss or grad norm comes without a build-up: >= "
+                            "attribution.nan_rise_min_records finite records before it, and the last finite loss and "
+                            "grad norm are within attribution.nan_rise_ratio x their median before it (an LR-driven "
+                            "divergence climbs first)"),
     "nonfinite_episodes": (N, "separate runs of non-finite loss / grad-norm records"),
     "nonfinite_recovers": (B, "the run goes on with finite values after >= 2 non-finite episodes: the bad updates were "
                               "skipped (what fp16 dynamic loss scaling does on overflow), not applied"),
@@ -93,6 +97,22 @@ def _floor_reached(run: RunData, floor: float, floor_formats: str) -> bool:
 
 def _finite(series: pl.DataFrame) -> pl.Series:
     return series.filter(pl.col("value").is_finite()).get_column("value")
+
+
+def _nan_without_rise(loss: pl.DataFrame, grad: pl.DataFrame, first_bad_t, ap) -> bool:
+    """The first non-finite value comes without a build-up in the finite loss and grad norm before it."""
+    if first_bad_t is None:
+        return False
+    judged = False
+    for s in (loss, grad):
+        before = s.filter((pl.col("t") < first_bad_t) & pl.col("value").is_finite()).sort("t").get_column("value")
+        if before.len() < ap.nan_rise_min_records:
+            continue
+        base = float(before.head(before.len() - 1).median())
+        if base <= 0 or float(before[-1]) > ap.nan_rise_ratio * base:
+            return False
+        judged = True
+    return judged
 
 
 def _nonfinite_episodes(loss: pl.DataFrame, grad: pl.DataFrame) -> tuple[int, int]:
@@ -202,6 +222,7 @@ def log_facts(run: RunData, params) -> dict:
         "overflow_share": overflows / records if records else (1.0 if overflows else 0.0),
         "nan_at_start": bool(nan_at_start),
         "first_nonfinite_step": first_bad,
+        "nan_without_rise": _nan_without_rise(loss, grad, first_bad_t, ap),
         "nonfinite_episodes": episodes,
         "nonfinite_recovers": episodes >= 2 and recovered >= episodes - 1,
         "loss_explodes": bool(ratio is not None and ratio >= ap.loss_explode_ratio),

@@ -47,6 +47,8 @@ JSON_SUMMARY = r'\|\s*train\s*\|\s*\{"epoch"'
 PAIR_EQ = rf"(?P<k>[A-Za-z_][\w]*)=(?P<v>{N})"
 PAIR_JSON = rf'"(?P<k>[A-Za-z_][\w]*)": "?(?P<v>{N})"?'
 FIELD_SP = rf"^\s*(?P<k>[A-Za-z_/][\w/ ]*?)\s+(?P<v>{N})\s*$"
+# the epoch a line belongs to: `epoch 008 |`, `epoch 009:  99 / 367`, `{"epoch": 9, ...`
+EPOCH = r'\bepoch"?:?\s*0*(\d+)\b'
 NOT_METRICS = ["num_updates", "epoch", "update", "best"]
 
 
@@ -86,10 +88,19 @@ def parse(src: SourceFile) -> ParseResult:
     # a json line is eval when any of its keys is `valid_*` (its `epoch` key alone says nothing)
     rank = pl.col("_kind").replace_strict({"eval": 0, "summary": 1, "train": 2}, default=3, return_dtype=pl.Int8)
     kinds = pairs.group_by("line").agg(pl.col("_kind").sort_by(rank).first().alias("record_kind"))
-    if kinds.filter(pl.col("record_kind") == "train").height == 0:
-        # a log of epoch summaries only (inner lines off, or an excerpt of them): the summaries
-        # are its training records, one per logging interval (an epoch)
-        kinds = kinds.with_columns(pl.col("record_kind").replace("summary", "train"))
+    kinds = kinds.join(cand.select("line", text.str.extract(EPOCH, 1).cast(pl.Int64, strict=False).alias("_epoch")),
+                       on="line", how="left")
+    # an epoch summary is a training record, one per logging interval (an epoch), when no inner
+    # line of its epoch is in the file (inner lines off, or an excerpt that starts at the summary);
+    # an epoch summary with no epoch number follows the whole file
+    inner_epochs = kinds.filter(pl.col("record_kind") == "train").get_column("_epoch")
+    alone = pl.col("_epoch").is_not_null() & ~pl.col("_epoch").is_in(inner_epochs.drop_nulls().implode())
+    if inner_epochs.len() == 0:
+        alone = pl.lit(True)
+    kinds = kinds.with_columns(
+        pl.when((pl.col("record_kind") == "summary") & alone).then(pl.lit("train"))
+        .otherwise(pl.col("record_kind")).alias("record_kind")
+    ).drop("_epoch")
     values = named_values(
         pairs.filter(~pl.col("k").is_in(NOT_METRICS)), eval_rows=pl.col("_kind") == "eval"
     ).select("line", "name", "value")
