@@ -66,7 +66,7 @@ RANGES: dict[str, tuple[str, str]] = {
                  "sustained_ratio_alone", "global_ratio_max", "vol_ratio", "grad_rise", "settle_factor",
                  "unscale_factor", "band_ratio", "min_ratio", "critical_ratio", "loss_effect_ratio",
                  "rank_outlier_ratio", "replay_spike_ratio", "drift_ratio", "lr_rise_after_decay",
-                 "lr_rise_no_decay", "loss_explode_ratio", "sample_outlier_ratio", "nan_rise_ratio",
+                 "lr_rise_no_decay", "loss_explode_ratio", "sample_outlier_ratio", "nan_rise_ratio", "back_at_once_ratio",
                  "own_outlier_ratio", "margin", "min_halvings")},
     # floats: thresholds in noise units, and scales that divide
     **{k: (f"(0, {_MAXF}]", "a threshold in noise units (sigma) or a scale that divides: at 0 every record passes")
@@ -413,6 +413,7 @@ class AttributionParams:
     confined_min_records: int = 2  # why: a NaN in one loss term while its sibling terms stay finite, on >= 2 records (not one step before everything goes NaN): the shared weights are intact, so the NaN comes from that term's inputs (its targets), not from the update
     component_exclude_pattern: str = r"(?i)^(?:session|epoch|iter\w*|step\w*|\w*time\w*|data|eta|\w*mem\w*|lr|learning_rate|grad_norm|loss_scale|\w*tokens?\w*|\w*samples?\w*|\w*per_sec\w*|throughput\w*|batch\w*|[ge]pu\w*)$"  # why: the record's counters, timings, memory, throughput and optimizer state are no loss terms
     nan_rise_ratio: float = 1.5  # why: before an LR-driven NaN the loss and grad norm climb for a few records (the update grows each step); a last finite value within 1.5x of the median before it means the NaN came without a build-up, in one update (a value out of fp16 range, a bad element), not from growth
+    back_at_once_ratio: float = 1.5  # why: a loss within 1.5x of its level before the incident at the very next record came straight back: the spike was in that batch's loss, not carried by the weights (the optimisation did not leave its basin)
     nan_rise_min_records: int = 3  # why: the median of fewer than 3 finite records before the NaN is no baseline to call a build-up absent
     loss_explode_ratio: float = 100.0  # why: a loss 100x its first logged value is no spike of a healthy run (spikes are 1.5-10x; DOMAIN hard spike >= 2x): the optimisation left its basin
     sample_outlier_ratio: float = 3.0  # a sample >= 3x normal per-sample loss stands out (healthy batches peak near 2x: mixed sources/lengths)

@@ -102,3 +102,14 @@ def test_a_nan_out_of_a_flat_loss_has_no_build_up():
     # too few finite records before the NaN to call anything absent; no NaN at all
     assert log_facts(run_of(loss=[2.0, 1.9, nan]), P)["nan_without_rise"] is False
     assert log_facts(run_of(loss=[2.0, 1.9, 1.8, 1.7]), P)["nan_without_rise"] is False
+
+
+def test_a_nonfinite_grad_norm_beside_a_finite_loss_that_goes_on_is_a_skipped_update():
+    nan = float("nan")
+    # xtuner#187's shape: grad_norm nan on the last two records, the loss finite and falling
+    assert log_facts(run_of(loss=[2.75, 2.62, 2.67, 2.77, 2.51, 2.46], grad=[3.06, 2.76, 2.76, 2.51, nan, nan]), P)[
+        "grad_nonfinite_skipped"] is True
+    # the loss goes NaN too: an applied bad update, not a skip
+    assert log_facts(run_of(loss=[2.7, 2.6, nan, nan], grad=[3.0, 2.8, nan, nan]), P)["grad_nonfinite_skipped"] is False
+    # the NaN grad norm is the last thing the log prints: nothing shows the run went on
+    assert log_facts(run_of(loss=[2.7, 2.6, 2.5], grad=[3.0, 2.8, nan]), P)["grad_nonfinite_skipped"] is False

@@ -125,6 +125,8 @@ FEATURES: dict[str, tuple[str, str]] = {
     # dynamics
     "drift_before": (N, "median grad norm in the window before onset / the window before that"),
     "plateau_after": (N, "median loss after the incident / median loss before onset"),
+    "loss_next_ratio": (N, "the first finite loss after the incident / the last finite loss before its onset, "
+                           "records at any distance (a sparse log's next record): near 1, the loss came straight back"),
     "train_frac": (N, "position of the peak in the run, 0 = first step, 1 = last"),
     "onset_frac": (N, "position of the incident's onset in the run, 0 = first step, 1 = last"),
     "early": (B, "the peak lies in the first early_frac of training (false for a log that starts after hard_spike.start_max_step)"),
@@ -572,12 +574,22 @@ def _lr_schedule(lr: pl.DataFrame, attempt: int, ctx: RunContext, ap: Attributio
     return seq, decay_step, cut, warm_end
 
 
+def _next_ratio(loss: pl.DataFrame, attempt: int, onset: int, end: int) -> float | None:
+    """The first finite loss after `end` / the last finite loss before `onset` (same attempt)."""
+    same = loss.filter((pl.col("attempt") == attempt) & pl.col("value").is_finite())
+    before = same.filter(pl.col("step") < onset).get_column("value")
+    after = same.filter(pl.col("step") > end).get_column("value")
+    if before.len() == 0 or after.len() == 0 or before[-1] <= 0:
+        return None
+    return float(after[0]) / float(before[-1])
+
+
 def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams, start_max_step: int) -> dict:
     """Position in training, drift before, plateau after, and the LR schedule around the incident.
     "Early" and the warmup length are judged only for a log that begins at the start of training
     (first step <= `start_max_step`): an excerpt from step 7000 has no "start" of its own."""
     on, w = _onset(inc), ap.baseline_window
-    out = {"drift_before": None, "plateau_after": None, "train_frac": None, "onset_frac": None, "early": False, "lr_at_peak": None,
+    out = {"drift_before": None, "plateau_after": None, "loss_next_ratio": None, "train_frac": None, "onset_frac": None, "early": False, "lr_at_peak": None,
            "lr_trend_before": None, "in_warmup": False, "lr_still_rising": False, "warmup_steps": None, "lr_rising_late": False, "lr_late_rise": None,
            "lr_restart": False}
     recent = _median(_at(ctx.grad, inc.attempt, on - w, on - 1))
@@ -588,6 +600,7 @@ def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
     after = _median(_at(ctx.loss, inc.attempt, inc.step_end + 1, inc.step_end + ap.plateau_window))
     if before and after is not None:
         out["plateau_after"] = after / before
+    out["loss_next_ratio"] = _next_ratio(ctx.loss, inc.attempt, on, inc.step_end)
     if ctx.first_step is not None and ctx.last_step is not None and ctx.last_step > ctx.first_step:
         out["train_frac"] = (inc.peak_step - ctx.first_step) / (ctx.last_step - ctx.first_step)
         out["early"] = out["train_frac"] <= ap.early_frac and ctx.first_step <= start_max_step

@@ -38,6 +38,9 @@ FACTS: dict[str, tuple[str, str]] = {
     "nonfinite_episodes": (N, "separate runs of non-finite loss / grad-norm records"),
     "nonfinite_recovers": (B, "the run goes on with finite values after >= 2 non-finite episodes: the bad updates were "
                               "skipped (what fp16 dynamic loss scaling does on overflow), not applied"),
+    "grad_nonfinite_skipped": (B, "the grad norm is non-finite on records whose loss is finite, the loss is never "
+                                  "non-finite, and a later record has a finite loss or grad norm: the update was skipped (fp16 dynamic loss "
+                                  "scaling on overflow), not applied"),
     "loss_explodes": (B, "the largest finite loss is >= attribution.loss_explode_ratio x the first logged loss"),
     "loss_max_ratio": (N, "largest finite loss / first logged loss"),
     "loss_zero_collapse": (B, "the loss is printed as exactly 0 on >= 2 records after a positive loss or beside a "
@@ -113,6 +116,21 @@ def _nan_without_rise(loss: pl.DataFrame, grad: pl.DataFrame, first_bad_t, ap) -
             return False
         judged = True
     return judged
+
+
+def _grad_nonfinite_skipped(loss: pl.DataFrame, grad: pl.DataFrame) -> bool:
+    """A non-finite grad norm beside a finite loss, no non-finite loss anywhere, a finite grad norm after it."""
+    if grad.height == 0 or loss.height == 0 or not loss.get_column("value").is_finite().all():
+        return False
+    bad = grad.filter(~pl.col("value").is_finite())
+    if bad.height == 0:
+        return False
+    beside = bad.join(loss.select("t"), on="t", how="semi").height
+    # a later record with a finite grad norm or a finite loss: an applied NaN update would have
+    # left NaN weights, so every later loss non-finite
+    first = bad.get_column("t").min()
+    later = grad.filter((pl.col("t") > first) & pl.col("value").is_finite()).height + loss.filter(pl.col("t") > first).height
+    return beside > 0 and later > 0
 
 
 def _nonfinite_episodes(loss: pl.DataFrame, grad: pl.DataFrame) -> tuple[int, int]:
@@ -225,6 +243,7 @@ def log_facts(run: RunData, params) -> dict:
         "nan_without_rise": _nan_without_rise(loss, grad, first_bad_t, ap),
         "nonfinite_episodes": episodes,
         "nonfinite_recovers": episodes >= 2 and recovered >= episodes - 1,
+        "grad_nonfinite_skipped": _grad_nonfinite_skipped(loss, grad),
         "loss_explodes": bool(ratio is not None and ratio >= ap.loss_explode_ratio),
         "loss_max_ratio": ratio,
         "loss_zero_collapse": zero_after >= 2,

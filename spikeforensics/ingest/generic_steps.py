@@ -47,6 +47,7 @@ KEY = r"[A-Za-z_][\w./-]*"
 PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|$)"
 LOSSY = r"(?i)loss"
 COUNTER_KEYS = r"(?i)^(?:global[_ ]step|step|iteration|iter|it)$"
+EVAL_WORDS = r"(?i)\b(?:evaluation|evaluating|validation|validating|eval|valid|val|test|testing)\b"
 MAX_CONFIDENCE = 0.35
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
 CATCH_ALL = True
@@ -78,7 +79,10 @@ def parse(src: SourceFile) -> ParseResult:
     body = text.str.replace(STEP, " ").str.replace_all(r"[\[\]]", " ")
     pairs = find_pairs(cand.select("line", body.alias("text")), PAIR)
     pairs = pairs.filter(~pl.col("k").str.contains(COUNTER_KEYS))
-    values = named_values(pairs).select("line", "name", "value")
+    # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
+    # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record
+    eval_lines = cand.filter(text.str.extract(r"(?i)^(.*?)loss", 1).str.contains(EVAL_WORDS)).get_column("line")
+    values = named_values(pairs, eval_rows=pl.col("line").is_in(eval_lines.implode())).select("line", "name", "value")
     # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
     lossy = values.filter(pl.col("name").str.contains("loss") & ~pl.col("name").str.starts_with("loss_scale")).group_by("line").agg(
         (pl.col("name").str.starts_with("eval_") | pl.col("name").str.starts_with("val")).all().alias("_eval")

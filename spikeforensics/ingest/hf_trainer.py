@@ -103,14 +103,18 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
     Columns: line, seg, prefix_rank, dict, broken (text of a cut-short dict), counter (N of the last training-bar counter
     in the segment), step (the dict's step per CONTRACT.md)."""
     text = pl.col("text")
-    found = text.str.extract(f"({DICT_RE})", 1)
-    is_dict = found.is_not_null() & found.str.contains(HF_KEYS_RE)
-    # regexes run only on the few segments a cheap literal test keeps
+    # regexes run only on the few segments a cheap literal test keeps, each once (a captured
+    # column, not an expression repeated in every branch that uses it)
     cand = lines.filter(text.str.contains("{'", literal=True)).select(
+        "seg", "text", text.str.extract(f"({DICT_RE})", 1).alias("_found"))
+    cand = cand.with_columns(
+        (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE)).alias("_is_dict"))
+    is_dict = pl.col("_is_dict")
+    cand = cand.select(
         "seg",
-        pl.when(is_dict).then(found).alias("dict"),
+        pl.when(is_dict).then(pl.col("_found")).alias("dict"),
         # a dict cut short (truncated line, wrapped paste): reported as unparsed
-        pl.when(~is_dict.fill_null(False) & text.str.contains(r"\{" + HF_KEYS_RE)).then(text).alias("broken"),
+        pl.when(~is_dict & text.str.contains(r"\{" + HF_KEYS_RE)).then(text).alias("broken"),
         pl.when(is_dict).then(text.str.split("{'").list.first()).otherwise(text).alias("_pre_text"),
     )
     bars = lines.filter(text.str.contains(" [", literal=True) & text.str.contains("/", literal=True))
@@ -126,9 +130,8 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
         .sort("seg")
     )
     segs = segs.with_columns(
-        *[step_int(pl.col(f"_{w}").str.extract(TQDM_RE, i)).alias(f"_{w}{n}")
-          for w in ("pre", "all") for i, n in ((1, "n"), (2, "m"))]
-    )
+        *[pl.col(f"_{w}").str.extract(TQDM_RE, i).alias(f"_{w}{n}") for w in ("pre", "all") for i, n in ((1, "n"), (2, "m"))]
+    ).with_columns(*[step_int(pl.col(c)).alias(c) for c in ("_pren", "_prem", "_alln", "_allm")])
     # totals of the training bar: the bar total last seen before each loss-carrying dict
     segs = segs.with_columns(pl.coalesce(pl.col("_prem"), pl.col("_allm").shift(1).forward_fill()).alias("_before"))
     totals = segs.filter(pl.col("dict").fill_null("").str.contains("'loss':")).get_column("_before").drop_nulls()

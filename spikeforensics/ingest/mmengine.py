@@ -1,8 +1,9 @@
 """mmengine / xtuner / mmdet / mmcv logs:
 `10/30 22:18:02 - mmengine - INFO - Epoch(train) [1][240/735]  lr: 1.98e-04  eta: 2:44:49
 time: 2.8874  data_time: 0.0042  memory: 10762  loss: 2.5128  grad_norm: nan`,
-iteration-based `Iter(train) [ 100/1000]  ...` (mmcv 1.x: `Iter [50/40000]\tlr: ...`), and old mmcv
-`Epoch [7][5850/32025]\tlr: 7.146e-04, eta: ..., loss: 31.4201, grad_norm: 3637.0292`.
+iteration-based `Iter(train) [ 100/1000]  ...` (mmcv 1.x: `Iter [50/40000]\tlr: ...`), old mmcv
+`Epoch [7][5850/32025]\tlr: 7.146e-04, eta: ..., loss: 31.4201, grad_norm: 3637.0292`, and such a
+record pasted without its prefix (`lr: 1.819e-04, eta: 2 days, 12:35:35, time: 1.072, ...`: step null).
 
 Step: iteration-based loops print the global iteration; epoch-based loops print the
 iteration inside the epoch, stored as (epoch - 1) * iters_per_epoch + i (equal to i in
@@ -32,6 +33,10 @@ NAME = "mmengine"
 EPOCH = r"\bEpoch(?:\((?P<mode>train|val|test)\))?\s*\[(?P<epoch>\d+)\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
 # mmengine `Iter(train) [ 100/1000]`; mmcv 1.x iteration-based runners `Iter [50/40000]\tlr: ...`
 ITER = r"\bIter(?:\((?P<mode>train|val|test)\))?\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
+# an mmcv record pasted without its `... - INFO - Epoch [e][i/n]` prefix: the body alone,
+# `lr: 1.819e-04, eta: 2 days, 12:35:35, time: 1.072, data_time: 0.021, memory: 6349, loss: nan, ...`
+# (a record, step null: the counter was in the cut prefix)
+BODY_ONLY = r"^\W{0,3}lr: [-+\d.eE]+,?\s+eta: "
 PAIR = rf"(?P<k>[A-Za-z_][\w./]*):\s+(?P<v>{NUM_TOKEN})(?:,|\s|$)"
 
 
@@ -40,6 +45,8 @@ def sniff(sample: SniffSample) -> float:
         return 0.95 if " - mmengine - " in sample.text else 0.85
     if sniff_share(sample, r"\b(?:Epoch \[\d+\]\[\d+/\d+\]|Iter \[\d+/\d+\])\s+lr: "):
         return 0.8
+    if sniff_share(sample, BODY_ONLY + r".*\bloss\w*: "):
+        return 0.6
     return 0.0
 
 
@@ -56,7 +63,11 @@ def parse(src: SourceFile) -> ParseResult:
     rec = e.with_columns(
         step.alias("step"), epoch.alias("_epoch"),
         pl.when(mode == "train").then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
-    ).filter(pl.col("step").is_not_null()).drop("_e", "_i").sort("line")
+    ).filter(pl.col("step").is_not_null()).drop("_e", "_i")
+    bodies = lines.filter(text.str.contains(BODY_ONLY) & ~text.str.contains(r"Epoch|Iter\(|Iter \[")).select(
+        "line", "text", "prefix_rank", pl.lit(None, dtype=pl.Int64).alias("step"),
+        pl.lit(None, dtype=pl.Int64).alias("_epoch"), pl.lit("train").alias("record_kind"))
+    rec = pl.concat([rec.select(bodies.columns), bodies]).sort("line")
     # eval lines take the step of the train record before them
     train_step = pl.when(pl.col("record_kind") == "train").then(pl.col("step"))
     rec = rec.with_columns(
