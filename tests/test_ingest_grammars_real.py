@@ -149,7 +149,26 @@ def test_custom_loop_wordings(tmp_path):
     assert series(m, "lr") == [(12, 0.0003), (13, 0.0003)]
 
 
-# --- events ------------------------------------------------------------------------------------
+def test_fastprogress_bar_comment_is_the_loss(tmp_path):
+    # fastprogress prints `{pct}% [{n}/{total} {elapsed}<{remaining} {comment}]`; fastai's fit puts
+    # the smoothed training loss in the comment (console: after the bar's blocks, redrawn with CR)
+    path = tmp_path / "fit.log"
+    path.write_text(
+        "epoch     train_loss  valid_loss  accuracy  time\n"
+        "0         2.331       2.125       0.312     00:10\n"
+        " |████------| 40.00% [40/100 00:04<00:06 2.1034]\r |██████----| 60.00% [60/100 00:06<00:04 2.0519]\n"
+        "71.39% [6930/9707 3:56:27<1:34:45 nan]\n"
+        "45.00% [45/100 00:12<00:15]\n"  # no comment: a bar, not a record
+        " 45%|####5     | 45/100 [00:12<00:15,  3.61it/s]\n"  # tqdm without a loss: not claimed
+    )
+    store = Store(tmp_path / "store")
+    report = ingest_paths([path], "r", store)
+    assert report.ok and report.files[0].format == "column_table+tqdm_postfix"
+    m = api.export("r", "metrics", store=store)
+    loss = series(m, "loss")
+    assert loss[:2] == [(0, 2.331), (60, 2.0519)]  # the line's last redraw
+    assert loss[2][0] == 6930 and loss[2][1] != loss[2][1] and len(loss) == 3  # nan
+
 
 def test_fairseq_older_overflow_wordings():
     ev = events("fairseq/fairseq_515_warning_overflow_2019.log")

@@ -328,3 +328,12 @@ def test_an_evaluation_line_is_no_training_record_and_a_prefixless_mmcv_record_i
     vals = dict(run.metrics.filter(pl.col("name").is_in(["loss", "grad_norm", "lr"])).select("name", "value").iter_rows())
     assert math.isnan(vals["loss"]) and math.isnan(vals["grad_norm"]) and vals["lr"] == pytest.approx(1.819e-04)
     assert d["verdict"]["status"] == "unstable"
+
+
+def test_fastai_table_and_fastprogress_bar_are_both_records(tmp_path):
+    # fastai#941: the flattened results table (epoch 0: train and valid loss nan) and the bar of the
+    # running epoch whose comment is the smoothed loss (nan)
+    run, d, facts = run_case(tmp_path, "fastai-941-fp16-nan-train-valid-loss")
+    assert train_records(run) == facts["step_records"] == 2
+    assert run.metrics.filter(pl.col("name") == "loss").get_column("value").is_nan().all()
+    assert d["verdict"]["status"] == "unstable"

@@ -5,7 +5,14 @@ MuseTalk, diffusers/accelerate scripts, Lightning bars, custom loops):
     Epoch 0:  19%|██████▏   | 1610/8573 [11:25:45<50:22:32, 26.05s/it, loss=0.279, step=1609, global_step=1609]
     Steps:   2%|▍   | 92679/5900000 [19:15:43<1185:20:02,  1.36it/s, loss=nan, lr=4.99e-5, unet=0.0986]
 
-A record is a bar redraw whose postfix has a `*loss*=number` pair (redraws without a loss,
+fastai's fastprogress bar, whose comment is the smoothed training loss (fastai v1/v2 `fit` in a
+console, or a notebook's bar copied as text; fastprogress prints `{pct}% [{n}/{total} {elapsed}<{remaining} {comment}]`):
+
+    71.39% [6930/9707 3:56:27<1:34:45 nan]
+     |████████----| 45.00% [450/1000 00:12<00:15 2.3456]
+
+A record is a bar redraw whose postfix has a `*loss*=number` pair, or a fastprogress bar whose
+comment is one number (read as `loss`, step = its counter N, the batch within the epoch as printed) (redraws without a loss,
 such as HF Trainer bars, are not claimed). Step = the postfix's `global_step` (else `step`)
 when printed; else, for bars labelled `Epoch E` / `[Epoch E / ...]`, E * M + N from the
 `N/M` counter (a counter that grows across epochs; its origin depends on whether the
@@ -44,6 +51,12 @@ BAR = r"(?P<n>\d+)/(?P<m>\d+) \[[\d:]+<[\d:?]+,\s*[^,\]]*,\s*(?P<post>[^\]]*loss
 EPOCH = r"(?:^|\[)\s*Epoch (\d+)\b"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*)=(?P<v>{NUM_TOKEN})(?:,|\s|$)"
 CONFIDENCE = 0.6
+# fastprogress: the comment after the times is the smoothed loss (a bare number, `nan`, `inf`)
+FASTPROGRESS = (r"(?:^|[\s|])\d+(?:\.\d+)?% \[(?P<n>\d+)/(?P<m>\d+) [\d:]+<[\d:]+ "
+                r"(?P<loss>[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?i:nan|inf)))\]\s*$")
+# below the column table's 0.5: a fastai log's epoch table stays the primary grammar and the bar
+# lines join it through the mix
+FASTPROGRESS_CONFIDENCE = 0.45
 # what a glued print after the bar may give the record: optimizer state, not the user's other statistics
 TAIL_KEYS = r"^(?:lr|learning_rate|grad_norm|gnorm|loss_scale)$"
 BAR_THROUGH = r"^.*?\d+/\d+ \[[^\]]*\]"
@@ -51,7 +64,8 @@ LIST_VALUE = rf"=\[\s*({NUM_TOKEN})[^\]]*\]"
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [(r"\d+/\d+ \[[\d:]+<[\d:?]+,[^\]]*loss\w*=[-+\d.naNinf]", CONFIDENCE)])
+    return sniff_tiers(sample, [(r"\d+/\d+ \[[\d:]+<[\d:?]+,[^\]]*loss\w*=[-+\d.naNinf]", CONFIDENCE),
+                                (FASTPROGRESS, FASTPROGRESS_CONFIDENCE)])
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -71,10 +85,17 @@ def parse(src: SourceFile) -> ParseResult:
     parts_bad = pl.any_horizontal((pl.col("_ps") == STEP_OUT_OF_RANGE).fill_null(False), n == STEP_OUT_OF_RANGE, m == STEP_OUT_OF_RANGE)
     step = pl.when(~parts_bad & (step <= MAX_STEP) & (step >= -MAX_STEP)).then(step).otherwise(pl.lit(STEP_OUT_OF_RANGE, dtype=pl.Int64))
     records = g.select("line", step.alias("step"), "prefix_rank", pl.lit("train").alias("record_kind"),
-                       extract_time(text).alias("time")).sort("line")
+                       extract_time(text).alias("time"))
+    fp = lines.filter(text.str.contains("% [", literal=True)).with_columns(
+        text.str.extract_groups(FASTPROGRESS).alias("_f")).unnest("_f").filter(pl.col("loss").is_not_null())
+    fp = fp.join(records.select("line"), on="line", how="anti").unique("line", keep="last", maintain_order=True)
+    records = pl.concat([records, fp.select("line", step_int(pl.col("n")).alias("step"), "prefix_rank",
+                                           pl.lit("train").alias("record_kind"), extract_time(text).alias("time"))]).sort("line")
     tail = g.select("line", text.str.replace(BAR_THROUGH, "").str.replace_all(LIST_VALUE, "=$1").alias("text"))
     tail_pairs = find_pairs(tail, PAIR).filter(pl.col("k").str.contains(TAIL_KEYS))
     tail_pairs = tail_pairs.join(pairs.select("line", "k"), on=["line", "k"], how="anti").unique(["line", "k"], keep="first")
     pairs = pl.concat([pairs, tail_pairs.select(pairs.columns)])
+    fp_pairs = fp.select("line", pl.lit("loss").alias("k"), pl.col("loss").alias("v"))
+    pairs = pl.concat([pairs.select("line", "k", "v"), fp_pairs])
     values = named_values(pairs.filter(~pl.col("k").is_in(["global_step", "step", "v_num"]))).select("line", "name", "value")
     return text_result(src.name, lines, records, values, None, mode="done")
