@@ -8,6 +8,13 @@ whatever the separators:
     Step 12 | Loss: 2.31 | LR: 3e-4 | GradNorm: 0.64          # GradNorm -> grad_norm, LR -> lr
     Epoch 3 Step 120 loss 2.3                                # epoch kept as a metric
     E5 iter[ 14/ 15] | [Loss] 51566519.44 | ... | [step]    89   # a `step` counter wins over `iter`
+    [10] epoch 0, 10/186, g_loss nan d_fake_loss nan flat nan   # a bracketed counter at the line start
+
+The last shape (convmesh `train.py`: `print(f'[{total_it}] epoch {epoch}, {i}/{n}, g_loss ...')`)
+has no counter word: a `[N]` that opens the line, followed by a word, is the step. The launcher
+prefix stripper (`base.PREFIX_RE`) takes a `[NN] ` of two or more digits for a log viewer's line
+number and removes it, so for such lines the counter is read back from the raw file (only when
+this grammar reads the whole file and has loss lines without a counter word).
 
 A line is a record when it has a step counter (`step`, `iter`, `iteration`,
 `global_step`, `it`) and a key containing `loss` with a number. Keys may be two words
@@ -23,6 +30,7 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.ingest.base import (
+    ANSI_RE,
     MAX_STEP,
     NUM_TOKEN,
     ParseResult,
@@ -30,6 +38,7 @@ from spikeforensics.ingest.base import (
     SourceFile,
     extract_time,
     find_pairs,
+    lines_from_bytes,
     named_values,
     prepared_lines,
     sniff_share,
@@ -47,6 +56,14 @@ KEY = r"[A-Za-z_][\w./-]*"
 PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|$)"
 LOSSY = r"(?i)loss"
 COUNTER_KEYS = r"(?i)^(?:global[_ ]step|step|iteration|iter|it)$"
+# a bracketed counter opening the line (`[10] epoch 0, 10/186, g_loss nan ...`); RAW_BRACKET on the
+# raw line, where a paste's `> ` may still stand before it
+BRACKET = r"^\s*\[(\d+)\]\s+[A-Za-z]"
+RAW_BRACKET = r"^(?:(?:\+?> ?)+)?\s*\[(\d+)\]\s+[A-Za-z]"
+BRACKET_RECORD = RAW_BRACKET + r".*?(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]"
+# the raw file is read a second time for bracketed counters only up to this size (pastes and
+# small custom-loop logs; a big log with such lines keeps them as unparsed rather than doubling memory)
+RAW_REREAD_MAX_BYTES = 64 << 20
 EVAL_WORDS = r"(?i)\b(?:evaluation|evaluating|validation|validating|eval|valid|val|test|testing)\b"
 MAX_CONFIDENCE = 0.35
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
@@ -55,6 +72,9 @@ CATCH_ALL = True
 
 def sniff(sample: SniffSample) -> float:
     n = sniff_share(sample, STEP + r".*?" + r"(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]")
+    if n < 2:  # bracketed counters, on the raw lines (the prefix stripper may have taken them)
+        raw = sample.text.splitlines()[: len(sample.lines) + 1]
+        n += int(pl.Series(raw, dtype=pl.String).str.contains(BRACKET_RECORD).sum()) if raw else 0
     # one record line is enough in a paste of a few lines (`... iter: 5100  loss: nan (nan) ...`)
     return MAX_CONFIDENCE if n >= 2 or (n == 1 and len(sample.lines) <= 5) else (0.2 if n else 0.0)
 
@@ -70,11 +90,33 @@ def _step(token: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     return step_int(pl.when(token.is_not_null()).then(value)).alias("step"), token.str.contains("[KM]$").alias("step_approx")
 
 
+def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
+    """`_raw_bracket`: the `[N]` counter opening the raw line, for the lines in `wanted` (loss lines
+    without a counter word) whose counter the prefix stripper removed. The raw file is read again
+    (not through `read_bytes`: the driver's hash sees the file once) only when there are such lines."""
+    none = pl.lit(None, dtype=pl.String).alias("_raw_bracket")
+    if wanted.len() == 0 or src.only_lines is not None or src.path.stat().st_size > RAW_REREAD_MAX_BYTES:
+        return none
+    try:
+        raw = lines_from_bytes(src.path.read_bytes())
+    except OSError:
+        return none
+    found = raw.filter(pl.col("line").is_in(wanted.implode())).select(
+        "line", pl.col("text").str.replace_all(ANSI_RE, "").str.extract(RAW_BRACKET, 1).alias("_b")).drop_nulls()
+    if found.height == 0:
+        return none
+    mapping = dict(zip(found.get_column("line").to_list(), found.get_column("_b").to_list()))
+    return pl.col("line").replace_strict(mapping, default=None, return_dtype=pl.String).alias("_raw_bracket")
+
+
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    token = pl.coalesce(text.str.extract(STEP_FIRST, 1), text.str.extract(STEP, 1))
-    cand = lines.filter(text.str.contains(LOSSY)).with_columns(*_step(token)).filter(pl.col("step").is_not_null())
+    token = pl.coalesce(text.str.extract(STEP_FIRST, 1), text.str.extract(STEP, 1), text.str.extract(BRACKET, 1))
+    lossy_lines = lines.filter(text.str.contains(LOSSY))
+    lossy_lines = lossy_lines.with_columns(_raw_bracket(src, lossy_lines.filter(token.is_null()).get_column("line")))
+    token = pl.coalesce(token, pl.col("_raw_bracket"))
+    cand = lossy_lines.with_columns(*_step(token)).filter(pl.col("step").is_not_null()).drop("_raw_bracket")
     # brackets around names or values (`[Loss] 2.3`, `lr=[5e-05]`) do not hide the pair
     body = text.str.replace(STEP, " ").str.replace_all(r"[\[\]]", " ")
     pairs = find_pairs(cand.select("line", body.alias("text")), PAIR)

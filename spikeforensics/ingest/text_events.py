@@ -59,7 +59,7 @@ GRAD_OVERFLOW = r"Grad(?:ient)? overflow on iteration:?\s*(\d+)"
 SAVE = (
     r"(?i)(?:\bsaving (?:the |a full |sharded |unsharded |model |ema )?checkpoint\b|"
     r"\bCheckpoint \S+ is about to be saved|(?:^|\|)\s*saved checkpoint \S|\bWriting model to\b|\bsaving model to\b|"
-    r"\bSaved (?:adapter )?weights to\b)"
+    r"\bSaved (?:adapter )?weights to\b|\bSaving model and optimizer state at iteration\b)"
 )
 SAVE_STEP = (
     r"(?i)(?:at iteration\s+(\d+)|@ (\d+) updates|at (\d+) iterations|last step, step (\d+)|"
@@ -70,15 +70,17 @@ SAVE_PATH = r"(?i)\b(?:to|saved checkpoint|checkpoint:)\s+'?([^\s']+?)'?\.?(?:\s
 # Megatron ` loading checkpoint from DIR at iteration N` (not the `successfully loaded` echo),
 # OLMo `Loading checkpoint from '<dir>'...`, HF `Continuing training from checkpoint, ...`,
 # nanoGPT `Resuming training from out`, torchtitan `Loading the checkpoint from X.` / `... at step N.`,
-# fairseq `Loaded checkpoint F (epoch 5 @ 21896 updates)` (2019: `| loaded checkpoint`).
+# fairseq `Loaded checkpoint F (epoch 5 @ 21896 updates)` (2019: `| loaded checkpoint`), NVIDIA
+# Tacotron 2 / WaveGlow `Loaded checkpoint 'F' from iteration N` / `Loaded checkpoint 'F' (iteration N)`
+# (their save: `Saving model and optimizer state at iteration N to F`, in SAVE).
 RESUME = (
     r"(?:(?i:\bloading checkpoint from\b)|Continuing training from checkpoint|Resuming training from|"
-    r"Loading the checkpoint|\b[Ll]oaded checkpoint \S+ \(epoch)"
+    r"Loading the checkpoint|\b[Ll]oaded checkpoint \S+ \(epoch|\bLoaded checkpoint '[^']*' (?:from iteration|\(iteration))"
 )
-RESUME_STEP = r"(?:at iteration\s+(\d+)|@ (\d+) updates|at step (\d+))"
+RESUME_STEP = r"(?:at iteration\s+(\d+)|@ (\d+) updates|(?:at step|from iteration|\(iteration) (\d+))"
 RESUME_PATH = r"(?:\bfrom|[Ll]oaded checkpoint)\s+'?([^\s',]+?)'?(?:\.\.\.|\.)?(?:\s|$)"
 # --- crashes and hardware -----------------------------------------------------------
-OOM = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+OOM = r"CUDA out of memory|OutOfMemoryError|CUDA [Ee]rror: out of memory"
 NCCL_TIMEOUT = (
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+).*?"
     r"Timeout\(ms\)=(\d+)\)(?: ran for (\d+) milliseconds)?"
@@ -108,7 +110,7 @@ GUARD_LITERALS = [
     # run facts
     "fp16", "bf16", "FP16", "BF16", "float16", "Precision", "precision", "16bit", "16-bit",
     "Tesla", "NVIDIA", "GeForce", "Quadro", "TITAN", "Product Name", "get_device_name",
-    "CUDA error", "CUDAError",
+    "CUDA error", "CUDAError", "CUDA Error", "CUDA status Error",
     "norm is nan", "norm is inf", "norm is NaN", "norm is Inf", "is not correct", "are invalid", "got nan grad",
 ]
 # one regex alternation of escaped literals (faster than `str.contains_any` on long lines)
@@ -129,9 +131,11 @@ ECC_UNCORRECTABLE = r"(?i:uncorrectable ECC error)|ECCUncorrectable|ECC_UNCORREC
 # a CUDA runtime error that is neither OOM nor ECC (those have their own kinds), as Python or
 # C++ print it: `RuntimeError: CUDA error: an illegal memory access was encountered`,
 # `what():  CUDA error: unknown error` after `terminate called after throwing an instance of
-# 'c10::CUDAError'` (NCCL watchdog): an `error` event, reason `cuda_error`
-CUDA_ERROR = r"CUDA error: ([^\r\n]{1,300})"
-CUDA_NOT = r"CUDA error: out of memory"
+# 'c10::CUDAError'` (NCCL watchdog): an `error` event, reason `cuda_error`; darknet's
+# `check_error` (src/dark_cuda.c) prints ` CUDA Error: an illegal instruction was encountered`,
+# ` CUDA Error Prev: ...` and `CUDA status Error: file: ...dark_cuda.c : cuda_push_array() : line: 469 ...`
+CUDA_ERROR = r"CUDA (?:error|Error(?: Prev)?|status Error): ([^\r\n]{1,300})"
+CUDA_NOT = r"CUDA [Ee]rror: out of memory"
 # a trainer saying a step's gradient norm was non-finite (and that it skipped the update):
 # ESPnet `WARNING: The grad norm is nan. Skipping updating the model.`, `grad norm is nan. Do not
 # update model.`; the same wording from custom loops (`gradient norm is inf`)
@@ -542,7 +546,7 @@ SNIFF_RE = (
     r"CUDA out of memory|OutOfMemoryError|OVERFLOW! Rank \d+ Skipping step|"
     r"gradient overflow detected|ProcessGroupNCCL\.cpp|overflow detected, setting loss scale|"
     r"Gradient overflow\.\s+Skipping step|loss scale already at minimum|Loss is \S+, stopping training|"
-    r"Loss became infinite or NaN|(?i:uncorrectable ECC error)|CUDA error: |"
+    r"Loss became infinite or NaN|(?i:uncorrectable ECC error)|CUDA (?:[Ee]rror|status Error): |"
     r"(?i:grad(?:ient)?s?[ _-]?norm is (?:nan|inf))|\bloss \(=[^)]*\) is not correct|(?i:gradients at all steps are invalid|got nan grad)|"
     # run facts alone (a pasted nvidia-smi, a command line, an AMP banner) are still evidence
     r"Product Name\s*:|\bGPU \d+: (?:Tesla|NVIDIA)|Using (?:16[ -]?bit|bfloat16) |cast_model_type\s*:|"
