@@ -11,9 +11,16 @@ import pytest
 from attribute_synth import bad_sample_id, events, incident, make_run, rule_toml, step_time
 
 from spikeforensics.attribute import diagnose_run
-from spikeforensics.attribute.diagnosis import build_diagnosis, dumps, fail_on_exit_code, json_safe, write_outputs
+from spikeforensics.attribute.diagnosis import (
+    build_diagnosis,
+    dumps,
+    fail_on_exit_code,
+    json_safe,
+    ordered_evidence,
+    write_outputs,
+)
 from spikeforensics.attribute.rules import LABELS
-from spikeforensics.detect.base import Finding
+from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
@@ -158,3 +165,17 @@ def test_tied_suspects_are_said_to_tie():
         pl.lit(None, pl.Float64).alias("sample_loss"), pl.lit(100).alias("tokens")))
     inc = build_diagnosis(blind, [incident(150)], [], Params())["incidents"][0]
     assert "4 samples tie" in inc["sample_ranking_note"]
+
+
+def test_evidence_order_is_the_runs_series_then_derived_rows_per_rank_after_global():
+    # the order a detector may hand over when its rows come from polars groups in no fixed order
+    given = [Evidence("layer_grad_norm", 9, 5.0, layer="h.1"), Evidence("grad_norm", 9, 4.0, rank=3),
+             Evidence("clip_rate", 9, 0.5), Evidence("grad_norm", 9, 3.0, rank=1), Evidence("loss", 9, 2.0),
+             Evidence("layer_grad_norm", 9, 4.5, layer="h.0"), Evidence("grad_norm", 9, 3.5)]
+    f = Finding("hard_spike", 9, 9, 9, "critical", 3.0, "spike", evidence=given)
+    got = [(e.signal, e.rank, e.layer) for e in ordered_evidence(f)]
+    assert got == [("loss", None, None), ("grad_norm", None, None), ("grad_norm", 1, None), ("grad_norm", 3, None),
+                   # derived rows keep the detector's order (strongest layer first)
+                   ("layer_grad_norm", None, "h.1"), ("clip_rate", None, None), ("layer_grad_norm", None, "h.0")]
+    shuffled = Finding("hard_spike", 9, 9, 9, "critical", 3.0, "spike", evidence=[given[i] for i in (4, 6, 3, 1, 0, 2, 5)])
+    assert [(e.signal, e.rank) for e in ordered_evidence(shuffled)][:4] == [(s, r) for s, r, _ in got[:4]]

@@ -77,7 +77,7 @@ def layer_thresholds(run: RunData, ctx: RunContext, cp: CalibrationParams) -> di
     layers = run.layers.filter(pl.col("step").is_not_null() & pl.col("grad_norm").is_finite())
     if layers.height == 0:
         return {}
-    healthy = ctx.healthy(layers.group_by("step", "layer").agg(pl.col("grad_norm").max()))
+    healthy = ctx.healthy(layers.group_by("step", "layer", maintain_order=True).agg(pl.col("grad_norm").max()))  # dump order
     per = healthy.group_by("layer", maintain_order=True).agg(
         pl.len().alias("n"), pl.col("grad_norm").quantile(cp.quantile, "linear").alias("q")
     ).filter(pl.col("n") >= cp.layer_min_steps)

@@ -22,7 +22,19 @@ from spikeforensics import __version__
 from spikeforensics.attribute.calibration import calibrate
 from spikeforensics.attribute.context import build_context
 from spikeforensics.attribute.features import incident_features, rank_features
-from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, StepRange, Verdict, dumps, json_safe
+from spikeforensics.attribute.model import (
+    Alternative,
+    Calibration,
+    DiagnosedIncident,
+    Diagnosis,
+    EvidenceRow,
+    SampleRow,
+    SkipList,
+    StepRange,
+    Verdict,
+    dumps,
+    json_safe,
+)
 from spikeforensics.attribute.raw_lines import peak_lines_from_metrics, read_windows
 from spikeforensics.attribute.rules import load_rules
 from spikeforensics.attribute.scoring import attribute
@@ -34,9 +46,10 @@ from spikeforensics.attribute.tracing import (
     rank_samples,
     skip_candidates,
 )
-from spikeforensics.detect.base import SEVERITIES, Finding, Incident, severity_rank
+from spikeforensics.detect.base import SEVERITIES, Evidence, Finding, Incident, severity_rank
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
+from spikeforensics.schema import CANONICAL_METRICS
 
 SCHEMA_VERSION = 1
 DATA_LABELS = ("data_outlier", "data_drift")
@@ -65,7 +78,7 @@ def _finding_note(f: Finding) -> dict:
                 "detector": f.facts["detector_failed"], "traceback": f.facts.get("traceback", ""), "evidence": []}
     return {"kind": f.kind, "severity": f.severity, "step_start": f.step_start, "step_end": f.step_end,
             "peak_step": f.peak_step, "summary": f.summary, "rank": f.rank, "layer": f.layer,
-            "evidence": [e.as_dict() for e in f.evidence],
+            "evidence": [e.as_dict() for e in ordered_evidence(f)],
             **({"pattern": f.facts["blip_pattern"]} if f.facts.get("blip_pattern") else {})}
 
 
@@ -82,19 +95,35 @@ def _alignment_notes(run: RunData, params: Params) -> list[dict]:
                            "baseline": found.corr_as_written, "note": "correlation of step-to-step loss changes"}]}]
 
 
-def _evidence(inc: Incident) -> list[dict]:
+def evidence_order(e: Evidence) -> tuple:
+    """Sort key of one finding's evidence rows: the run's own series first, in the contract's metric order
+    (`loss`, `grad_norm`, `lr`, ...), then the detector's derived measurements in the order it gave them
+    (strongest layer first, ...); a per-rank row after the global one, by rank. Detectors build some rows
+    from polars groups whose order is not fixed; this key makes diagnosis.json the same on every run."""
+    canonical = CANONICAL_METRICS.index(e.signal) if e.signal in CANONICAL_METRICS else len(CANONICAL_METRICS)
+    return canonical, e.rank is not None, e.rank if e.rank is not None else -1
+
+
+def ordered_evidence(f: Finding) -> list[Evidence]:
+    """A finding's evidence in `evidence_order` (stable: equal keys keep the detector's order)."""
+    return sorted(f.evidence, key=evidence_order)
+
+
+def _evidence(inc: Incident) -> list[EvidenceRow]:
+    """The incident's evidence rows: finding by finding (strongest first), each in `evidence_order`,
+    an identical row given twice kept once."""
     seen, out = set(), []
-    for e in inc.evidence:
+    for e in (e for f in inc.findings for e in ordered_evidence(f)):
         d = e.as_dict()
         key = json.dumps(json_safe(d), sort_keys=True)
         if key not in seen:
             seen.add(key)
-            out.append(d)
+            out.append(EvidenceRow.from_dict(d))
     return out
 
 
-def _samples_json(samples: pl.DataFrame, limit: int) -> list[dict]:
-    return [{k: v for k, v in row.items() if v is not None} for row in samples.head(limit).iter_rows(named=True)]
+def _sample_rows(samples: pl.DataFrame, limit: int) -> list[SampleRow]:
+    return [SampleRow.from_dict(row) for row in samples.head(limit).iter_rows(named=True)]
 
 
 def sample_ranking_note(samples: pl.DataFrame, has_sample_losses: bool, tie_tol: float, in_skiplist: bool = False) -> str | None:
@@ -175,7 +204,6 @@ def coverage(run: RunData, params: Params, detectors_run: list[str], detectors_f
              stages_failed: list[str] | None = None) -> dict:
     """What was read (CONTRACT.md `verdict.coverage`): signals with a series, records per source,
     unparsed lines, detectors run and failed; extras: `series_records`, `events`, `stages_failed`."""
-    from spikeforensics.schema import CANONICAL_METRICS
 
     metrics = run.metrics
     loss_name = run.resolve("loss")  # a training loss logged under its own name counts as the loss
@@ -287,21 +315,22 @@ def _incident_json(inc: Incident, run: RunData, ctx, tc, ruleset, params: Params
                            or feats["sample_recurrence"] or feats["replay_recurred"])
     implicated = att.root_cause in (*DATA_LABELS, "unknown") or (sample_evidence and att.root_cause != "hardware_fault")
     # a data incident lists every sample that stands out on its own loss (they all go to the skip list)
-    samples_list = _samples_json(samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS
+    samples_list = _sample_rows(samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS
                                  else params.tracing.max_samples)
     return DiagnosedIncident(
         **_incident_head(inc),
         ranks=[int(r) for r in ranks], layers=layers,
-        root_cause=att.root_cause, confidence=att.confidence, alternatives=att.alternatives,
+        root_cause=att.root_cause, confidence=att.confidence,
+        alternatives=[Alternative.from_dict(a) for a in att.alternatives],
         explanation=att.explanation,
-        sample_ids=[s["sample_id"] for s in samples_list] if implicated else [],
+        sample_ids=[s.sample_id for s in samples_list] if implicated else [],
         evidence=_evidence(inc), actions=att.actions,
         # extras
         root_cause_detail=att.detail, attempt=int(inc.attempt),
         first_nonfinite_step=inc.facts.get("first_nonfinite_step"),
         # onset..peak and the step before, plus later steps of the incident holding a sample that stands out
         implicated_steps=sorted(set(implicated_steps(inc, params.tracing, tc.interval)) | {
-            int(s["step"]) for s in samples_list if s.get("own_outlier")}),
+            int(s.step) for s in samples_list if s.own_outlier}),
         consumed_samples_range=consumed_samples_range(run, inc, params.tracing, tc.interval),
         samples=samples_list,
         sample_ranking_note=sample_ranking_note(
@@ -376,10 +405,10 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
     incident_dicts = [i.to_dict(safe=False) for i in out_incidents]
     return Diagnosis(
         schema_version=SCHEMA_VERSION, tool_version=__version__, run_id=run.run_id,
-        steps=StepRange(**steps), verdict=Verdict(**verdict(incident_dicts, steps, cov)), incidents=out_incidents,
-        calibration=calibration,
+        steps=StepRange(**steps), verdict=Verdict.from_dict(verdict(incident_dicts, steps, cov)), incidents=out_incidents,
+        calibration=Calibration.from_dict(calibration),
         notes=[_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings]
         + extra_notes + stages.notes,
         rules=ruleset.files,
-        skiplist=skiplist(run.run_id, incident_dicts, params),
+        skiplist=SkipList.from_dict(skiplist(run.run_id, incident_dicts, params)),
     ).to_dict()

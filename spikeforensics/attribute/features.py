@@ -232,7 +232,8 @@ def rank_features(inc: Incident, ctx: RunContext, ap: AttributionParams) -> dict
         )
         if rel.height == 0:
             continue
-        per_rank = rel.group_by("rank").agg(pl.col("rel").max()).sort("rel", descending=True)
+        # a tie (two ranks both non-finite: rel inf) goes to the lowest rank, not to the group order of the day
+        per_rank = rel.group_by("rank").agg(pl.col("rel").max()).sort(["rel", "rank"], descending=[True, False])
         top_rank, top = per_rank.row(0)
         others = per_rank.get_column("rel")[1:]
         other_med = float(others.median()) if others.len() else 1.0

@@ -260,7 +260,7 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
         ).alias("row_score")
     )
     out = (
-        rows.sort("row_score", descending=True)
+        rows.sort(["row_score", "step"], descending=[True, False], maintain_order=True)  # a sample's best row, earliest on a tie
         .group_by("sample_id", maintain_order=True)
         .agg(pl.all().first())
         .with_columns(

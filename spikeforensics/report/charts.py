@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis
+from spikeforensics.attribute.model import Calibration, DiagnosedIncident, Diagnosis
 from spikeforensics.report import downsample as ds
 from spikeforensics.report.text import as_float, fmt_num
 
@@ -129,14 +129,14 @@ def marker_trace(xs: list, ys: list, name: str, colour: str, yaxis: str, symbol:
 
 
 def clip_threshold(diagnosis: Diagnosis) -> float | None:
-    cal = diagnosis.calibration or {}
-    value = as_float(cal.get("current_clip_norm"))
+    cal = diagnosis.calibration
+    value = as_float(cal.current_clip_norm) if isinstance(cal, Calibration) else None
     return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
 def recommended_clip(diagnosis: Diagnosis) -> float | None:
-    cal = diagnosis.calibration or {}
-    value = as_float(cal.get("recommended_clip_norm"))
+    cal = diagnosis.calibration
+    value = as_float(cal.recommended_clip_norm) if isinstance(cal, Calibration) else None
     return value if value is not None and math.isfinite(value) and value > 0 else None
 
 

@@ -24,7 +24,15 @@ from jinja2.utils import htmlsafe_json_dumps
 from markupsafe import Markup
 
 from spikeforensics import resources
-from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, as_diagnosis
+from spikeforensics.attribute.model import (
+    Calibration,
+    DiagnosedIncident,
+    Diagnosis,
+    EvidenceRow,
+    SkipList,
+    as_diagnosis,
+    given,
+)
 from spikeforensics.attribute.raw_lines import peak_lines_from_series, read_windows
 from spikeforensics.report import charts, panels
 from spikeforensics.report.downsample import format_ranges, step_ranges
@@ -109,10 +117,14 @@ def plotly_version() -> str:
 # ---------------------------------------------------------------------------- pieces
 
 
-def _evidence_table(rows: list[dict]) -> dict:
-    keys = [k for k in EVIDENCE_COLUMNS if any(k in r for r in rows)]
-    keys += sorted({k for r in rows for k in r} - set(keys))
-    return {"columns": keys, "rows": [[_cell(r.get(k)) for k in keys] for r in rows]}
+def _evidence_table(rows: list[EvidenceRow]) -> dict:
+    """Columns: the evidence fields some row has a value for, in `EVIDENCE_COLUMNS` order, then any
+    extra field of an older or hand-made file, by name."""
+    cells = [dict(r.items()) for r in rows]  # a row's fields with a value, by name
+    present = {k for c in cells for k in c}
+    keys = [k for k in EVIDENCE_COLUMNS if k in present]
+    keys += sorted(present - set(keys))
+    return {"columns": keys, "rows": [[_cell(c[k] if k in c else None) for k in keys] for c in cells]}
 
 
 def _cell(value) -> str:
@@ -133,19 +145,21 @@ SAMPLE_COLUMNS = {
 def _samples(inc: DiagnosedIncident, run) -> dict:
     """Implicated samples: the diagnosis' `samples` rows, else looked up in the batch manifest."""
     ids = [str(s) for s in inc.sample_ids or []]
-    rows = inc.samples
-    if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
-        present = {k for r in rows for k in r} - {"sample_id"}
+    rows = given(inc.samples, [])
+    if rows:
+        cells = [dict(r.items()) for r in rows]  # a sample's fields with a value, by name
+        present = {k for c in cells for k in c} - {"sample_id"}
         keys = ["sample_id"] + [k for k in SAMPLE_COLUMNS if k in present] + sorted(present - set(SAMPLE_COLUMNS))
-        table = [[_cell(r.get(k)) for k in keys] for r in rows]
+        table = [[_cell(c[k] if k in c else None) for k in keys] for c in cells]
     elif ids and run.batches.height:
+        keys = ["sample_id", "step", "rank", "sample_loss", "sample_source"]
         found = (run.batches.filter(pl.col("sample_id").is_in(ids))
                  .group_by("sample_id").agg(pl.col("step").min(), pl.col("rank").min(), pl.col("sample_loss").max(),
                                             pl.col("sample_source").first()))
         by_id = {r["sample_id"]: r for r in found.iter_rows(named=True)}
-        keys = ["sample_id", "step", "rank", "sample_loss", "sample_source"]
-        keys = [k for k in keys if k == "sample_id" or any(by_id.get(i, {}).get(k) is not None for i in ids)]
-        table = [[_cell(by_id.get(i, {}).get(k, i if k == "sample_id" else None)) for k in keys] for i in ids]
+        listed = [by_id[i] if i in by_id else {**dict.fromkeys(keys), "sample_id": i} for i in ids]
+        keys = [k for k in keys if k == "sample_id" or any(r[k] is not None for r in listed)]
+        table = [[_cell(r[k]) for k in keys] for r in listed]
     else:
         keys, table = ["sample_id"], [[i] for i in ids]
     return {"ids": ids, "top": ids[:TOP_SAMPLES], "rest": ids[TOP_SAMPLES:], "columns": [SAMPLE_COLUMNS.get(k, k.replace("_", " ")) for k in keys],
@@ -176,15 +190,14 @@ def _log_lines_all(incidents: list[DiagnosedIncident], run) -> list[list[dict]]:
 
 
 def _incident(inc: DiagnosedIncident, run, window: charts.Figure | None, index: int, log_lines: list[dict]) -> dict:
-    alternatives = [{"cause": cause_name(a.get("root_cause")), "label": str(a.get("root_cause")),
-                     "confidence": fmt_pct(a.get("confidence"))}
-                    for a in inc.alternatives or [] if isinstance(a, dict)]
+    alternatives = [{"cause": cause_name(a.root_cause), "label": str(a.root_cause), "confidence": fmt_pct(a.confidence)}
+                    for a in inc.alternatives or []]
     return {
         "id": str(inc.id),
         "kind": str(inc.kind),
         "kinds": [str(k) for k in inc.kinds or [inc.kind]],
         "severity": inc.severity if inc.severity in ("info", "warning", "critical") else "info",
-        "span": step_span({"step_start": inc.step_start, "step_end": inc.step_end}),
+        "span": step_span(inc),
         "step_start": inc.step_start, "step_end": inc.step_end, "peak_step": inc.peak_step,
         "ranks": [str(r) for r in inc.ranks or []],
         "layers": [str(name) for name in inc.layers or []],
@@ -195,7 +208,7 @@ def _incident(inc: DiagnosedIncident, run, window: charts.Figure | None, index: 
         "confidence_value": max(0.0, min(1.0, as_float(inc.confidence) or 0.0)),
         "alternatives": alternatives,
         "explanation": str(inc.explanation or inc.other.get("summary") or ""),
-        "evidence": _evidence_table([e for e in inc.evidence or [] if isinstance(e, dict)]),
+        "evidence": _evidence_table(inc.evidence or []),
         "samples": _samples(inc, run),
         "log_lines": log_lines,
         "actions": [str(a) for a in inc.actions or []],
@@ -238,18 +251,18 @@ def _nf_row(signal: str, steps: pl.Series, xlabel: str, unknown: int = 0) -> dic
 
 def _calibration(diagnosis: Diagnosis, run) -> dict | None:
     cal = diagnosis.calibration
-    if not isinstance(cal, dict) or not cal:
+    if not isinstance(cal, Calibration) or not cal.items():
         return None
-    rec = as_float(cal.get("recommended_clip_norm"))
-    expected = cal.get("expected_clip_rate")
+    rec = as_float(cal.recommended_clip_norm)
+    expected = given(cal.expected_clip_rate)
     if expected is None:
         expected = panels.expected_clip_rate(run, rec if rec is not None and math.isfinite(rec) else None)
     rows = [
-        ("Recommended clip threshold (max grad norm)", fmt_num(cal.get("recommended_clip_norm")) or "no recommendation"),
+        ("Recommended clip threshold (max grad norm)", fmt_num(given(cal.recommended_clip_norm)) or "no recommendation"),
         ("Expected clip rate at the recommended threshold", fmt_rate(expected)),
-        ("Current clip threshold", fmt_num(cal.get("current_clip_norm")) or "not found in the logs"),
-        ("Clip rate at the current threshold", fmt_rate(cal.get("clip_rate"))),
-        ("How it was derived", str(cal.get("basis") or "")),
+        ("Current clip threshold", fmt_num(given(cal.current_clip_norm)) or "not found in the logs"),
+        ("Clip rate at the current threshold", fmt_rate(cal.clip_rate)),
+        ("How it was derived", str(given(cal.basis) or "")),
     ]
     known = {"recommended_clip_norm", "expected_clip_rate", "current_clip_norm", "clip_rate", "basis"}
     rows += [(k.replace("_", " "), _cell(v)) for k, v in cal.items() if k not in known and v not in (None, "", [], {})]
@@ -287,8 +300,8 @@ def _todo(diagnosis: Diagnosis, main: DiagnosedIncident | None) -> dict | None:
     if main is None:
         return None
     actions = [str(a) for a in main.actions or []][:3]
-    sk = diagnosis.skiplist if isinstance(diagnosis.skiplist, dict) else {}
-    n_ids, n_steps = len(sk.get("sample_ids") or []), len(sk.get("steps") or [])
+    sk = diagnosis.skiplist if isinstance(diagnosis.skiplist, SkipList) else SkipList()
+    n_ids, n_steps = len(sk.sample_ids or []), len(sk.steps or [])
     skip = ""
     if n_ids or n_steps:
         skip = ("On resume, skip " + " and ".join(x for x in (
@@ -303,21 +316,18 @@ def _todo(diagnosis: Diagnosis, main: DiagnosedIncident | None) -> dict | None:
 
 def _skiplist(diagnosis: Diagnosis) -> dict | None:
     sk = diagnosis.skiplist
-    if not isinstance(sk, dict) or not (sk.get("steps") or sk.get("sample_ids")):
+    if not isinstance(sk, SkipList) or not (sk.steps or sk.sample_ids):
         return None
-    steps = [int(s) for s in sk.get("steps") or [] if isinstance(s, (int, float))]
-    return {"steps": format_ranges(step_ranges(steps), 200), "sample_ids": [str(s) for s in sk.get("sample_ids") or []]}
+    steps = [int(s) for s in sk.steps or [] if isinstance(s, (int, float))]
+    return {"steps": format_ranges(step_ranges(steps), 200), "sample_ids": [str(s) for s in sk.sample_ids or []]}
 
 
 # ---------------------------------------------------------------------------- context and render
 
 
 def build_context(diagnosis: dict | Diagnosis, run, max_points: int = 2000) -> dict:
-    if isinstance(diagnosis, Diagnosis):
-        diagnosis = diagnosis.to_dict()
-    incidents = [i for i in diagnosis.get("incidents") or [] if isinstance(i, dict)]
-    diagnosis = {**diagnosis, "incidents": incidents}
-    typed = as_diagnosis(diagnosis)  # the report reads attributes: a renamed field fails loudly
+    # the report reads attributes: a renamed field fails loudly (values as the JSON holds them: NaN as "nan")
+    typed = as_diagnosis(diagnosis.to_dict() if isinstance(diagnosis, Diagnosis) else diagnosis)
     overview, infos = charts.overview(run, typed, max_points)
     windows = charts.incident_windows(run, typed)
     overview_notes = overview.notes if overview else []  # printed once, under "Downsampled for display"
@@ -334,8 +344,7 @@ def build_context(diagnosis: dict | Diagnosis, run, max_points: int = 2000) -> d
     figures = [f for f in [overview, *windows.values(), *extra.values()] if f is not None]
     verdict = typed.verdict
     status = str(verdict.status or "healthy")
-    main_dict = main_incident(diagnosis)
-    main = None if main_dict is None else typed.incidents[next(k for k, i in enumerate(incidents) if i is main_dict)]
+    main = main_incident(typed)
     steps = typed.steps
     generated = typed.other.get("generated_at") or datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return {
@@ -346,8 +355,8 @@ def build_context(diagnosis: dict | Diagnosis, run, max_points: int = 2000) -> d
         "plotly_version": plotly_version(),
         "verdict": {
             "status": status if status in STATUSES else "inconclusive",
-            "coverage": coverage_sentence(diagnosis),
-            "sentence": verdict_sentence(diagnosis),
+            "coverage": coverage_sentence(typed),
+            "sentence": verdict_sentence(typed),
             "summary": str(verdict.summary or ""),
             "root_cause": cause_name(verdict.root_cause) if verdict.root_cause else "",
             "confidence": fmt_pct(main.confidence) if main else "",

@@ -7,7 +7,7 @@ shows it as text; table cells escape `|`.
 
 from __future__ import annotations
 
-from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, as_diagnosis
+from spikeforensics.attribute.model import Calibration, DiagnosedIncident, Diagnosis, as_diagnosis, given
 from spikeforensics.report.text import (
     cause_name,
     coverage_sentence,
@@ -42,14 +42,14 @@ def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_markdown(diagnosis: dict | Diagnosis) -> str:
-    raw = diagnosis.to_dict() if isinstance(diagnosis, Diagnosis) else diagnosis
-    typed = as_diagnosis(raw)  # attributes, so a renamed field fails loudly
-    sentence = verdict_sentence(raw)
+    # attributes, so a renamed field fails loudly (values as the JSON holds them: NaN as "nan")
+    typed = as_diagnosis(diagnosis.to_dict() if isinstance(diagnosis, Diagnosis) else diagnosis)
+    sentence = verdict_sentence(typed)
     lines = [f"## Training postmortem: {code(typed.run_id)}", "", f"**{cell(sentence)}**", ""]
     if typed.verdict.summary and typed.verdict.summary != sentence:
         lines += [cell(typed.verdict.summary), ""]
-    if coverage_sentence(raw):
-        lines += [cell(coverage_sentence(raw)), ""]
+    if coverage_sentence(typed):
+        lines += [cell(coverage_sentence(typed)), ""]
     steps = typed.steps
     lines += [f"Steps {fmt_num(steps.first)}-{fmt_num(steps.last)} ({fmt_num(steps.count)} logged); "
               f"spikeforensics {cell(typed.tool_version)}.", ""]
@@ -73,19 +73,19 @@ def render_markdown(diagnosis: dict | Diagnosis) -> str:
 
 
 def _span(inc: DiagnosedIncident) -> str:
-    return step_span({"step_start": inc.step_start, "step_end": inc.step_end})
+    return step_span(inc)
 
 
-def _calibration(cal) -> list[str]:
-    if not isinstance(cal, dict) or not cal:
+def _calibration(cal: Calibration | None) -> list[str]:
+    if not isinstance(cal, Calibration) or not cal.items():
         return []
-    expected = cal.get("expected_clip_rate")
+    expected = given(cal.expected_clip_rate)
     return ["### Calibration", "",
-            f"- Recommended clip threshold: **{fmt_num(cal.get('recommended_clip_norm'))}**"
+            f"- Recommended clip threshold: **{fmt_num(given(cal.recommended_clip_norm))}**"
             + (f" (expected clip rate {fmt_rate(expected)})" if expected is not None else ""),
-            f"- Current clip threshold: {fmt_num(cal.get('current_clip_norm')) or 'not found'}, "
-            f"clip rate {fmt_rate(cal.get('clip_rate'))}",
-            f"- Basis: {cell(cal.get('basis', ''))}", ""]
+            f"- Current clip threshold: {fmt_num(given(cal.current_clip_norm)) or 'not found'}, "
+            f"clip rate {fmt_rate(cal.clip_rate)}",
+            f"- Basis: {cell(given(cal.basis, ''))}", ""]
 
 
 def _incident(inc: DiagnosedIncident) -> list[str]:
@@ -105,18 +105,17 @@ def _incident(inc: DiagnosedIncident) -> list[str]:
 
 
 def _cause_line(inc: DiagnosedIncident) -> str:
-    alts = "; ".join(f"{cause_name(a.get('root_cause'))} ({fmt_pct(a.get('confidence'))})"
-                     for a in inc.alternatives or [] if isinstance(a, dict))
+    alts = "; ".join(f"{cause_name(a.root_cause)} ({fmt_pct(a.confidence)})" for a in inc.alternatives or [])
     return (f"**Root cause:** {cause_name(inc.root_cause)} ({code(inc.root_cause)}), "
             f"{fmt_pct(inc.confidence)} confidence" + (f"; runner-up: {alts}" if alts else "") + ".")
 
 
 def _evidence(inc: DiagnosedIncident) -> list[str]:
-    rows = [e for e in inc.evidence or [] if isinstance(e, dict)]
+    rows = [dict(e.items()) for e in inc.evidence or []]  # a row's fields with a value, by name
     if not rows:
         return []
     cols = [c for c in ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note") if any(c in e for e in rows)]
-    return ["", "**Evidence**", ""] + _table(cols, [[cell(fmt_num(e.get(c))) for c in cols] for e in rows])
+    return ["", "**Evidence**", ""] + _table(cols, [[cell(fmt_num(e[c] if c in e else None)) for c in cols] for e in rows])
 
 
 def _samples(inc: DiagnosedIncident) -> list[str]:

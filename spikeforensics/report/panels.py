@@ -82,7 +82,7 @@ def layer_heatmap(run, diagnosis: Diagnosis) -> Figure | None:
     offending = _offending_layers(diagnosis)
     notes = []
     if len(order) > HEATMAP_MAX_LAYERS:
-        peaks = cells.group_by("layer").agg(pl.col("g").max()).sort("g", descending=True, nulls_last=True)
+        peaks = cells.group_by("layer").agg(pl.col("g").max()).sort(["g", "layer"], descending=[True, False], nulls_last=True)
         keep = [l for l in offending if l in order]
         keep += [l for l in peaks.get_column("layer").to_list() if l not in keep][: HEATMAP_MAX_LAYERS - len(keep)]
         keep_set = set(keep)
@@ -100,11 +100,11 @@ def layer_heatmap(run, diagnosis: Diagnosis) -> Figure | None:
     data = [{"type": "heatmap", "z": z, "x": xs, "y": labels, "colorscale": "Viridis", "name": "log10 grad norm",
              "colorbar": {"title": {"text": "log10 |g|"}}, "hoverongaps": False,
              "hovertemplate": "%{y}<br>step ~%{x}<br>log10 grad norm %{z}<extra></extra>"}]
-    bad = cells.filter(pl.col("bad"))
-    if bad.height:
+    # by step bin, then in the dump's layer order (the groups above come in no fixed order)
+    bad = sorted(((b, index[l]) for l, b in cells.filter(pl.col("bad")).select("layer", "bin").iter_rows()))
+    if bad:
         data.append({"type": "scatter", "mode": "markers", "name": "NaN/Inf gradient", "showlegend": True,
-                     "x": [xs[b] for b in bad.get_column("bin").to_list()],
-                     "y": [labels[index[l]] for l in bad.get_column("layer").to_list()],
+                     "x": [xs[b] for b, _ in bad], "y": [labels[i] for _, i in bad],
                      "marker": {"symbol": "x", "color": "#d62728", "size": 9}, "hovertemplate": "%{y}: NaN/Inf near step %{x}<extra></extra>"})
     shapes, annotations, ticktext = [], [], []
     for name in order:
@@ -161,7 +161,8 @@ def rank_comparison(run, diagnosis: Diagnosis, max_points: int) -> Figure | None
         axis = "y" if p == 0 else f"y{p + 1}"
         ranks = sorted(frame.get_column("rank").unique().to_list())
         if len(ranks) > MAX_RANK_LINES:
-            peaks = frame.group_by("rank").agg(pl.col("y").filter(pl.col("y").is_finite()).max()).sort("y", descending=True)
+            peaks = (frame.group_by("rank").agg(pl.col("y").filter(pl.col("y").is_finite()).max())
+                     .sort(["y", "rank"], descending=[True, False]))
             keep = [r for r in ranks if r in implicated]
             keep += [r for r in peaks.get_column("rank").to_list() if r not in keep][: MAX_RANK_LINES - len(keep)]
             notes.append(f"{name}: {len(ranks)} ranks; drawing the {len(keep)} with the highest peaks and every implicated rank.")

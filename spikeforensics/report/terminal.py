@@ -5,25 +5,27 @@ Plain text, no colour codes (the caller adds colour unless NO_COLOR is set).
 
 from __future__ import annotations
 
+from spikeforensics.attribute.model import Diagnosis, as_diagnosis
 from spikeforensics.report.text import coverage_sentence, fmt_pct, verdict_sentence
 
 TOP_SAMPLES = 3
 MAX_INCIDENTS = 20
 
 
-def summary_lines(diagnosis: dict, paths: dict | None = None) -> list[str]:
-    lines = [f"run {diagnosis.get('run_id', '')}: {verdict_sentence(diagnosis)}"]
-    covered = coverage_sentence(diagnosis)
+def summary_lines(diagnosis: Diagnosis | dict, paths: dict | None = None) -> list[str]:
+    typed = as_diagnosis(diagnosis)
+    lines = [f"run {typed.run_id}: {verdict_sentence(typed)}"]
+    covered = coverage_sentence(typed)
     if covered:
         lines.append(f"  {covered}")
-    incidents = [i for i in diagnosis.get("incidents") or [] if isinstance(i, dict)]
+    incidents = typed.incidents
     for inc in incidents[:MAX_INCIDENTS]:
-        ids = [str(s) for s in inc.get("sample_ids") or []]
+        ids = [str(s) for s in inc.sample_ids or []]
         samples = ", ".join(ids[:TOP_SAMPLES]) + (f" (+{len(ids) - TOP_SAMPLES})" if len(ids) > TOP_SAMPLES else "")
         lines.append(
-            f"  {inc.get('id', '')} {str(inc.get('severity', '')).upper():8} step {inc.get('peak_step')} "
-            f"({inc.get('step_start')}-{inc.get('step_end')}) {inc.get('kind', '')}: "
-            f"{inc.get('root_cause', 'unknown')} {fmt_pct(inc.get('confidence'))}"
+            f"  {inc.id} {str(inc.severity).upper():8} step {inc.peak_step} "
+            f"({inc.step_start}-{inc.step_end}) {inc.kind}: "
+            f"{inc.root_cause} {fmt_pct(inc.confidence)}"
             + (f"; samples {samples}" if samples else "")
         )
     if len(incidents) > MAX_INCIDENTS:

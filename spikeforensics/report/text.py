@@ -1,13 +1,15 @@
 """Words and numbers shared by the HTML, Markdown and terminal reports.
 
-Plain functions over the diagnosis dict (CONTRACT.md, schema_version 1): how a
-root cause label reads, how a number or a confidence prints, and the one-sentence
-verdict every report opens with.
+Plain functions over the diagnosis (a typed `Diagnosis`, or the diagnosis.json dict, read
+through `as_diagnosis`): how a root cause label reads, how a number or a confidence prints,
+and the one-sentence verdict every report opens with.
 """
 
 from __future__ import annotations
 
 import math
+
+from spikeforensics.attribute.model import ABSENT, Coverage, DiagnosedIncident, Diagnosis, as_diagnosis
 
 ROOT_CAUSE_NAMES = {
     "data_outlier": "bad data sample(s)",
@@ -87,52 +89,51 @@ def cause_name(label: str | None) -> str:
     return ROOT_CAUSE_NAMES.get(label, str(label).replace("_", " "))
 
 
-def step_span(inc: dict) -> str:
-    a, b = inc.get("step_start"), inc.get("step_end")
+def step_span(inc: DiagnosedIncident) -> str:
+    a, b = inc.step_start, inc.step_end
     return f"step {a}" if a == b else f"steps {a}-{b}"
 
 
-def main_incident(diagnosis: dict) -> dict | None:
+def main_incident(diagnosis: Diagnosis | dict) -> DiagnosedIncident | None:
     """The incident the verdict names: among the most severe, the one holding the run's first
     non-finite step when there is one, else the first in step order (as `attribute.diagnosis`)."""
     best = None
-    for inc in diagnosis.get("incidents") or []:
-        sev = SEVERITY_ORDER.index(inc.get("severity", "info")) if inc.get("severity") in SEVERITY_ORDER else 0
+    for inc in as_diagnosis(diagnosis).incidents:
+        sev = SEVERITY_ORDER.index(inc.severity) if inc.severity in SEVERITY_ORDER else 0
         if sev < 1:
             continue
-        nf = inc.get("first_nonfinite_step")
+        nf = None if inc.first_nonfinite_step is ABSENT else inc.first_nonfinite_step
         key = (sev, nf is not None, -(nf if isinstance(nf, (int, float)) else 0))
         if best is None or key > best[0]:
             best = (key, inc)
     return None if best is None else best[1]
 
 
-def counted_incidents(diagnosis: dict) -> list[dict]:
+def counted_incidents(diagnosis: Diagnosis | dict) -> list[DiagnosedIncident]:
     """Incidents at warning or above (info notes are not incidents)."""
-    return [i for i in diagnosis.get("incidents") or [] if i.get("severity") in ("warning", "critical")]
+    return as_diagnosis(diagnosis).counted_incidents
 
 
-def verdict_sentence(diagnosis: dict) -> str:
+def verdict_sentence(diagnosis: Diagnosis | dict) -> str:
     """One sentence: status, probable root cause with confidence, and where."""
-    verdict = diagnosis.get("verdict") or {}
-    status = verdict.get("status", "healthy")
+    diagnosis = as_diagnosis(diagnosis)
+    verdict = diagnosis.verdict
+    status = verdict.status
     word = STATUS_WORDS.get(status, str(status).capitalize())
-    if status in ("inconclusive", "incomplete") and verdict.get("summary"):
-        return str(verdict["summary"]).split(". What ran says:")[0].rstrip(".") + "."
-    steps = diagnosis.get("steps") or {}
-    counted = counted_incidents(diagnosis)
+    if status in ("inconclusive", "incomplete") and verdict.summary:
+        return str(verdict.summary).split(". What ran says:")[0].rstrip(".") + "."
+    counted = diagnosis.counted_incidents
     if not counted:
-        count = steps.get("count")
+        count = diagnosis.steps.count
         over = f" over {fmt_num(count)} steps" if count else ""
         return f"{word}: no incident at warning level or above{over}."
     main = main_incident(diagnosis) or counted[0]
-    cause = verdict.get("root_cause") or main.get("root_cause")
-    conf = fmt_pct(main.get("confidence"))
+    cause = verdict.root_cause or main.root_cause
     n = len(counted)
     plural = "incident" if n == 1 else "incidents"
     return (
-        f"{word}: {n} {plural}; probable root cause {cause_name(cause)} ({conf} confidence), "
-        f"strongest at step {main.get('peak_step')} ({main.get('kind', '').replace('_', ' ')}, {main.get('severity')})."
+        f"{word}: {n} {plural}; probable root cause {cause_name(cause)} ({fmt_pct(main.confidence)} confidence), "
+        f"strongest at step {main.peak_step} ({main.kind.replace('_', ' ')}, {main.severity})."
     )
 
 
@@ -144,30 +145,30 @@ def _events_phrase(events: dict) -> list[str]:
     return out
 
 
-def coverage_sentence(diagnosis: dict) -> str:
+def coverage_sentence(diagnosis: Diagnosis | dict) -> str:
     """What was and was not read, in words: "Read: loss (1,234 records), grad_norm, lr, 3 overflow events.
     Not read: per-layer norms, batch manifest, telemetry." ("" when the diagnosis has no coverage)."""
-    cov = (diagnosis.get("verdict") or {}).get("coverage")
-    if not isinstance(cov, dict):
+    cov = as_diagnosis(diagnosis).verdict.coverage
+    if not isinstance(cov, Coverage):
         return ""
-    signals = list(cov.get("signals") or [])
-    counts = cov.get("series_records") or {}
+    signals = list(cov.signals or [])
+    counts = cov.series_records or {}
     read = []
     for name in signals:
         if name in ("layers", "batches", "telemetry", "events"):
             continue
-        n = counts.get(name)
+        n = counts[name] if name in counts else None
         read.append(f"{name} ({n:,} records)" if name in ("loss", "grad_norm") and isinstance(n, int) else name)
     read += [words for key, words in SIDE_SIGNALS if key in signals]
-    read += _events_phrase(cov.get("events") or {})
+    read += _events_phrase(cov.events or {})
     missing = [m for m in KEY_METRICS if m not in signals] + [w for key, w in SIDE_SIGNALS if key not in signals]
     parts = [("Read: " + ", ".join(read) + ".") if read else "Read: nothing the detectors could use."]
     if missing:
         parts.append("Not read: " + ", ".join(missing) + ".")
-    unparsed = cov.get("unparsed_lines") or 0
+    unparsed = cov.unparsed_lines or 0
     if unparsed:
         parts.append(f"{fmt_num(int(unparsed))} line{'s' if unparsed != 1 else ''} not recognised.")
-    failed = list(cov.get("detectors_failed") or []) + list(cov.get("stages_failed") or [])
+    failed = cov.failed
     if failed:
         parts.append("Failed (a bug in spikeforensics): " + ", ".join(failed) + ".")
     return " ".join(parts)
