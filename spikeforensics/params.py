@@ -71,7 +71,7 @@ RANGES: dict[str, tuple[str, str]] = {
     # floats: thresholds in noise units, and scales that divide
     **{k: (f"(0, {_MAXF}]", "a threshold in noise units (sigma) or a scale that divides: at 0 every record passes")
        for k in ("z_threshold", "grad_only_z", "recurring_z", "joint_z", "bump_z", "onset_z", "recover_z",
-                 "band_z", "loss_effect_z", "level_c", "loss_noise_c", "sigma_floor_loss", "sigma_floor_grad",
+                 "band_z", "loss_effect_z", "jump_z", "level_c", "loss_noise_c", "sigma_floor_loss", "sigma_floor_grad",
                  "absurd_grad_norm", "astronomical_norm", "unscaled_norm_median", "scaled_ratio_lo", "scaled_ratio_hi")},
     "float": (f"[0, {_MAXF}]", "a threshold, weight or norm: not negative, and finite arithmetic on it"),
 }
@@ -351,6 +351,13 @@ class StallParams:
 
 
 @dataclass
+class SignedJumpParams:
+    jump_z: float = 50.0  # why: a signed objective (NLL, ELBO, PPO loss) has no ratio scale; only a value 50 robust deviations past the whole range of the records before it is judged (WaveGlow NLL -5.4 -> 40490); RL losses' heavy tails stay far below it
+    window: int = 50  # why: the records before a value that define its range and noise (the hard-spike baseline's window)
+    min_records: int = 8  # why: a range and a MAD from fewer than 8 records is no baseline to call a value impossible
+
+
+@dataclass
 class BlipParams:
     """Isolated grad-norm blips on long runs (detect/hard_spike.py): notes, not incidents."""
 
@@ -502,6 +509,7 @@ class Params:
     events: EventsParams = field(default_factory=EventsParams)
     divergence: DivergenceParams = field(default_factory=DivergenceParams)
     stall: StallParams = field(default_factory=StallParams)
+    signed_jump: SignedJumpParams = field(default_factory=SignedJumpParams)
     blips: BlipParams = field(default_factory=BlipParams)
     coverage: CoverageParams = field(default_factory=CoverageParams)
 

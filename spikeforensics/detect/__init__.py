@@ -21,6 +21,7 @@ from spikeforensics.detect import (
     nonfinite,
     oscillation,
     sign_ratio,
+    signed_jump,
     soft_drift,
     stall,
     underflow,
@@ -33,6 +34,7 @@ from spikeforensics.rundata import RunData
 DETECTORS = (
     ("nonfinite", nonfinite.detect),
     ("hard_spike", hard_spike.detect),
+    ("signed_jump", signed_jump.detect),
     ("soft_drift", soft_drift.detect),
     ("loss_scale_collapse", loss_scale.detect),
     ("underflow_zeros", underflow.detect),

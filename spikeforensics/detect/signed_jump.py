@@ -1,0 +1,81 @@
+"""Catastrophic jumps of a signed objective.
+
+A loss that takes negative values (a flow or VAE negative log-likelihood, a diffusion ELBO bound,
+a PPO actor loss) has no ratio scale, so the spike detectors' log-ratio tests skip it and the
+run is `inconclusive`. One thing can still be judged there without a ratio: a value so far
+outside everything the run printed before it that no noise explains it. WaveGlow (NVIDIA
+waveglow#38) prints its negative log-likelihood around -5.4, then `123892: 40490.179687500`.
+
+A record is a jump when it lies more than `signed_jump.jump_z` robust deviations (1.4826
+x the MAD of the `signed_jump.window` records before it, at least
+`signed_jump.min_records` of them) beyond the range those records span. Only that: the
+ordinary spikes of a signed curve stay unjudged (the coverage says so). Consecutive jumps are
+one finding; the recovery is whether the values come back inside the range before the jump.
+Runs whose loss is never negative are left to the other detectors.
+
+Pure: `detect(run, params)` reads `run.series("loss")` only.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution times this is its standard deviation
+
+
+def jumps(values: pl.DataFrame, window: int, min_records: int, z: float) -> pl.DataFrame:
+    """Rows of `values` (`t`, `step`, `value`, finite, in order) that jump beyond the range of the
+    records before them by more than `z` robust deviations, with `lo`, `hi`, `sigma` and `excess`
+    (how many deviations past the range)."""
+    prev = pl.col("value").shift(1)
+    framed = values.with_columns(
+        prev.rolling_median(window, min_samples=min_records).alias("_med"),
+        prev.rolling_min(window, min_samples=min_records).alias("lo"),
+        prev.rolling_max(window, min_samples=min_records).alias("hi"),
+    )
+    # the MAD over the same trailing window: the median of |x - median| of the window's records
+    dev = (prev - pl.col("_med")).abs()
+    framed = framed.with_columns(
+        (dev.rolling_median(window, min_samples=min_records) * MAD_TO_SIGMA).alias("sigma"))
+    beyond = pl.max_horizontal(pl.col("value") - pl.col("hi"), pl.col("lo") - pl.col("value"))
+    return framed.with_columns((beyond / pl.col("sigma")).alias("excess")).filter(
+        (pl.col("sigma") > 0) & (pl.col("excess") > z)).drop("_med")
+
+
+def detect(run: RunData, params) -> list[Finding]:
+    hp = params.signed_jump
+    loss = run.series("loss")
+    finite = loss.filter(pl.col("value").is_finite()).sort("t")
+    if finite.height == 0 or finite.get_column("value").min() >= 0:
+        return []
+    out: list[Finding] = []
+    for (attempt,), part in finite.group_by("attempt", maintain_order=True):
+        part = part.with_row_index("_i")
+        hits = jumps(part, hp.window, hp.min_records, hp.jump_z)
+        if hits.height == 0:
+            continue
+        # consecutive jumping records (by position) are one finding
+        runs = hits.with_columns((pl.col("_i").diff().fill_null(1) != 1).cum_sum().alias("_run"))
+        for (_,), group in runs.group_by("_run", maintain_order=True):
+            peak = group.sort("excess", descending=True).row(0, named=True)
+            last_i = int(group.get_column("_i").max())
+            after = part.filter(pl.col("_i") > last_i)
+            back = after.filter(pl.col("value").is_between(peak["lo"], peak["hi"]))
+            recovery = ("unknown" if after.height == 0 else "never" if back.height == 0
+                        else "fast" if int(back.get_column("step")[0]) - int(peak["step"]) < params.shape.fast_recovery
+                        else "slow")
+            out.append(Finding(
+                kind="hard_spike", step_start=int(group.get_column("step").min()), step_end=int(group.get_column("step").max()),
+                peak_step=int(peak["step"]), severity="critical", score=float(peak["excess"]), attempt=int(attempt),
+                evidence=[Evidence(signal="loss", step=int(peak["step"]), value=float(peak["value"]),
+                                   baseline=float(peak["hi"] if peak["value"] > peak["hi"] else peak["lo"]),
+                                   note=f"{peak['excess']:.0f} robust deviations past the range of the {hp.window} records before")],
+                summary=(f"the signed loss jumped to {peak['value']:.6g} at step {peak['step']}, {peak['excess']:.0f} robust "
+                         f"deviations outside the range [{peak['lo']:.4g}, {peak['hi']:.4g}] of the records before it"),
+                facts={"onset_step": int(group.get_column("step").min()), "recovery": recovery, "recovery_loss": recovery,
+                       "signed_loss": True, "lead_signal": "unknown"},
+            ))
+    return out
