@@ -116,13 +116,15 @@ def _profile(width: int) -> np.ndarray:
 
 
 def _fp16_background(n: int, interval: int, rng) -> tuple[np.ndarray, list[int]]:
-    """A healthy dynamic loss scale: an overflow every ~1,500 steps on average halves it (that step is
-    skipped), 1,000 clean steps double it again (GradScaler / DeepSpeed defaults)."""
+    """A healthy dynamic loss scale: an overflow halves it (that step is skipped), 1,000 clean steps double it
+    again (GradScaler / DeepSpeed defaults). An overflow is the scaled gradient leaving the fp16 range, so its
+    chance grows with the scale: one in ~1,500 steps at the top scale, half that a halving lower (a chance
+    that ignores the scale makes a random walk that wanders down to the floor on long runs: no healthy scaler)."""
     scale = np.empty(n)
     s, clean, skipped = SCALE0, 0, []
     p = interval / 1500.0
     for i in range(n):
-        if i > 20 and rng.random() < p:
+        if i > 20 and rng.random() < p * s / SCALE0:
             s, clean = max(1.0, s / 2), 0
             skipped.append(i)
         else:

@@ -5,8 +5,9 @@
 
 Writes a synthetic Megatron-LM log (the line format of `benchmarks/ingest_speed.py` in session 4: one `iteration`
 record per step, timer lines, warnings, a validation block every 1000 steps, rare fp16 overflows
-with the loss scale growing back as a dynamic scaler does) with `--blips` isolated single-step
-grad-norm blips of 50x at random steps (seeded, at least 500 steps apart, none in the first 5,000),
+(their chance proportional to the scale) with the loss scale growing back as a dynamic scaler does)
+with `--blips` isolated single-step grad-norm blips of 50x at random steps (seeded, at least 500 steps
+apart, none in the first 5,000),
 the loss untouched; `mixed` makes `--moving` of them real spikes (the loss jumps 2.5x and decays over
 about 20 steps). It ingests and diagnoses the log with the library (`api.ingest`, `api.diagnose`) and
 prints the incidents by severity, kind and root cause, the grouped blip note, and times.
@@ -34,6 +35,10 @@ from ingest_speed import TIMER, WARN  # noqa: E402
 BLIP_SIZE = 50.0  # the blips: 50x the grad norm's level
 MIN_GAP = 500  # steps between two blips: isolated events
 START = 5000  # no blip in the first records (warmup, no baseline yet)
+# an fp16 overflow is the scaled gradient leaving the fp16 range: its chance grows with the scale (1 in 2,000
+# steps at the top scale 2^16, half that a halving lower), so a dip makes the next overflow rarer, as in a
+# real scaler; a chance that ignores the scale is a random walk that wanders down for thousands of steps
+OVERFLOW_P = 0.0005
 
 
 def blip_steps(iterations: int, blips: int, seed: int) -> list[int]:
@@ -58,7 +63,7 @@ def generate(path: Path, iterations: int, blips: list[int], moving: list[int], s
         buf = []
         for it in range(1, iterations + 1):
             sk = 0
-            if rng.random() < 0.0005:
+            if rng.random() < OVERFLOW_P * scale / 65536.0:
                 buf.append(f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
                            f"Rank 0 Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n")
                 scale, clean, sk = max(scale / 2, 1.0), 0, 1

@@ -174,6 +174,7 @@ class HardSpikeParams:
     group_gap: int = 5  # why: flags closer than 5 steps are one incident (DETECTION-ANCHORS §2.3)
     layer_ratio_min: float = 2.0  # why: a layer is named as the spike's location only if it rose >= 2x its own baseline
     bump_max_records: int = 2  # why: a loss-only bump under loss_ratio_critical of at most 2 records above the band, back in band on the next, is one or two hard batches (a per-step batch loss does that now and then); 3+ records is a moderate spike
+    bump_lasting_records: int = 5  # why: a hard batch in a loss averaged over the logging interval or smoothed echoes over 2-3 records at joint_z (a real Megatron Mixtral-8x7B loss curve, extended in benchmarks/injected.py: 34 runs of 3 records at joint_z in 68,605 records, none of 4); 5+ consecutive records at joint_z is a stretch the loss stayed up, no one-batch bump
     sustained_records: int = 3  # why: 3+ consecutive records each >= joint_z over both sides (one of them >= z_threshold) are no heavy-tail draw: three at 3.5 sigma are rarer by chance than one at 6; flagged without the ratio floor, which exists for single records
     # corroboration by a recurring sample (detect/recurrence.py): small bumps one sample explains
     bump_z: float = 2.0  # why: a candidate bump stands 2 robust sigma over both sides: common alone; the chance test below does the rest
@@ -206,8 +207,11 @@ class NonfiniteParams:
 
 @dataclass
 class LossScaleParams:
-    min_halvings: float = 4.0  # why: >= 4 net halvings without regrowth is a collapse (DETECTION-ANCHORS §2.7)
+    min_halvings: float = 4.0  # why: >= 4 net halvings, then no regrowth, is a collapse (DETECTION-ANCHORS §2.7)
     window_steps: int = 2000  # why: DeepSpeed/GradScaler regrow after 1000-2000 clean steps
+    growth_interval: int = 1000  # why: the fastest default regrowth (DeepSpeed/Megatron loss_scale_window 1000; GradScaler/apex growth_interval 2000): a fall is counted less one doubling per complete interval it took, and from overflow events alone a clean gap this long after the low is a doubling
+    regrowth_steps: int = 4000  # why: per level the scale must regain: twice the slowest default growth interval (GradScaler/apex 2000); a scaler that overflows no more than a healthy one has regrown within it
+    regrowth_hold: int = 500  # why: a doubling kept for half the fastest growth interval is regrowth; one undone sooner is a scaler stuck at its low
     calibration_steps: int = 100  # why: the first halvings from 2^16/2^32 are calibration, not collapse
     min_scale: float = 1.0  # why: DeepSpeed min_loss_scale default; at the floor is critical (OPT)
     storm_count: int = 10  # why: 10 overflows inside storm_window steps is an overflow storm

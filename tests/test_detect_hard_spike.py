@@ -223,3 +223,22 @@ def test_one_record_loss_bump_back_in_band_is_a_note_but_a_2x_jump_is_not():
     grad[400] = 5.0  # the grad norm answers the bump: the update was not ordinary
     found = hard_spike.detect(run_from({"step": steps, "loss": list(bump), "grad_norm": grad}), Params())
     assert any(f.severity != "info" and f.step_start <= 401 <= f.step_end for f in found)
+
+
+def test_a_loss_bump_that_stays_up_for_several_records_is_no_one_batch_note():
+    """A loss bump 6% up, then 4-5% for 8 more records: 6 sigma of its noise at the peak, 4-5 after (the
+    detector's own `sustained` test: >= 3 consecutive records at 3.5, one at 5), only one or two records at 5.
+    It lasts, so it stays an incident, not a one-batch note."""
+    rng = np.random.default_rng(11)
+    n = 1500
+    loss = 3.5 * np.exp(rng.normal(0, 0.01, n))
+    bump = loss.copy()
+    bump[700:709] = 3.5 * np.exp([0.065, 0.046, 0.047, 0.045, 0.046, 0.044, 0.045, 0.043, 0.042])  # over the level
+    found = hard_spike.detect(run_from({"step": list(range(1, n + 1)), "loss": list(bump)}), Params())
+    at = [f for f in found if f.step_start <= 705 and f.step_end >= 701]
+    assert at and at[0].severity == "warning" and not at[0].facts.get("loss_bump")
+    # the same rise on one record only is a hard batch: a note (below the 1.3x floor: not even that)
+    one = loss.copy()
+    one[700] *= 1.4
+    found = hard_spike.detect(run_from({"step": list(range(1, n + 1)), "loss": list(one)}), Params())
+    assert [f.severity for f in found if f.step_start <= 701 <= f.step_end] == ["info"]

@@ -48,3 +48,15 @@ def test_oscillating_loss_without_progress():
 def test_noisier_but_improving_loss_is_not_oscillation():
     c = curves(4000, seed=7, loss_noise=0.06)
     assert oscillation.detect(run_from(c), Params()) == []
+
+
+def test_slow_climb_over_thousands_of_steps_is_a_soft_drift():
+    """A loss climbing 2x over 3,000 steps (2% per 100 records: never 5% per 50), holding, then falling back:
+    the slow-climb test (10% above its lowest of the previous 500 records) must find it, judged against its
+    level before those 500 records, not against the level 100 records ago (which a slow climb is barely above)."""
+    c = curves(12000, seed=5)
+    rise = np.concatenate([np.linspace(0, np.log(2), 3000), np.full(1500, np.log(2)), np.linspace(np.log(2), 0, 3000)])
+    c["loss"][3000:10500] *= np.exp(rise)
+    found = soft_drift.detect(run_from(c), Params())
+    assert found and found[0].kind == "soft_drift" and 3000 <= found[0].step_start <= 4500
+    assert soft_drift.detect(run_from(curves(12000, seed=5)), Params()) == []

@@ -187,9 +187,15 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     band = float(before.median()) * hp.loss_ratio_floor
     # records above the band, or standing z_threshold over both sides (a NaN counts as high)
     frame, _ = signals.with_baseline(run, "loss", params)
-    z_high = frame.filter((pl.col("attempt") == f.attempt) & pl.col("step").is_between(f.step_start, f.step_end)
-                          & (pl.col("z") >= hp.z_threshold)).get_column("step")
+    inside = frame.filter((pl.col("attempt") == f.attempt) & pl.col("step").is_between(f.step_start, f.step_end))
+    z_high = inside.filter(pl.col("z") >= hp.z_threshold).get_column("step")
     high = span.filter(~(pl.col("value") <= band) | pl.col("step").is_in(z_high.implode())).height
+    # a bump that stays up (`bump_lasting_records` consecutive records each joint_z over both sides) is not one
+    # or two hard batches, however few of its records reach z_threshold
+    up = (pl.col("z") >= hp.joint_z).fill_null(False)
+    runs = inside.sort("t").with_columns(up.alias("_up"), (~up).cum_sum().alias("_run")).filter("_up")
+    if runs.height and int(runs.group_by("_run").len().get_column("len").max()) >= hp.bump_lasting_records:
+        return False
     return high <= hp.bump_max_records and nxt.item(0, "value") <= band  # one or two records, back at once
 
 

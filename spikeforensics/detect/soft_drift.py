@@ -49,19 +49,25 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     # median, above the midpoint of the rise. A rolling median wobbling 3 sigma for a few records and back
     # (a 20,000-record run tests hundreds of windows) is noise. A rise in the last half span of the log
     # cannot show that it lasts (a climb to the end is the divergence detector's)
-    # and it stands above the level before it (the median of the 2 spans before the rise window), not only
-    # above a dip: a wobble that dips and comes back is no drift
+    # and it stands above the level before it, not only above a dip: a wobble that dips and comes back is
+    # no drift. "Before" is before the window the rise was measured over: the median of the 2 spans before
+    # the span for the short rise, of the 2 spans before the `long_span` records for the slow climb (a climb
+    # of 10% over 500 records is only a little above its level of 100 records ago: that is what slow means)
     ahead = pl.col("smooth").reverse().shift(1).rolling_median(span, min_samples=max(1, span // 2)).reverse().over("_k")
     level = pl.col("y").shift(span).rolling_median(2 * span, min_samples=1).over("_k")
-    data = data.with_columns(ahead.alias("_ahead"), level.alias("_level"))
-    lasts = ((pl.col("_ahead") >= pl.col("smooth") - pl.col("rise") / 2)
-             & ~(pl.col("_ahead") < pl.col("_level") + pl.col("rise") / 2))
+    # (a run shorter than that keeps the short rise's level: no long window before it to compare with)
+    level_long = pl.coalesce(pl.col("y").shift(dp.long_span).rolling_median(2 * span, min_samples=1).over("_k"), level)
+    data = data.with_columns(ahead.alias("_ahead"), level.alias("_level"), level_long.alias("_level_long"))
+
+    def lasts(rise: str, before: str) -> pl.Expr:
+        return ((pl.col("_ahead") >= pl.col("smooth") - pl.col(rise) / 2)
+                & ~(pl.col("_ahead") < pl.col(before) + pl.col(rise) / 2)).fill_null(False)
+
     flagged = data.filter(
-        (((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise))
-          & (pl.col("_short") >= pl.col("_noise")))
-         | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise))
-            & (pl.col("_long") >= pl.col("_noise"))))
-        & lasts
+        ((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise))
+         & (pl.col("_short") >= pl.col("_noise")) & lasts("_short", "_level"))
+        | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise))
+           & (pl.col("_long") >= pl.col("_noise")) & lasts("_long", "_level_long"))
     )
     return flagged.with_columns(pl.lit("loss").alias("signal"),
                                 (pl.col("smooth") - pl.col("rise")).alias("before"))
