@@ -1,6 +1,6 @@
 """Ingest speed: `spikeforensics ingest` against equally complete hand-written readers.
 
-    python benchmarks/ingest_speed.py [--formats megatron,hf,jsonl,layers,tensorboard]
+    python benchmarks/ingest_speed.py [--formats megatron,hf,jsonl,jsonl-1nan,jsonl-finite,layers,tensorboard]
         [--size 200000] [--sizes megatron=1000000,...] [--rounds 3] [--scale 0]
         [--sides regex,polars,...] [--before DIR] [--json FILE] [--keep]
 
@@ -15,6 +15,8 @@ to `spikeforensics ingest` of the same round (machine load hits neighbours alike
   time, rows appended to lists, long form with the product's columns (source, line,
   step, record, attempt, rank, name, value, time), one zstd Parquet file;
   `json.loads` (JSONL), `csv` (per-layer CSV): the same with the standard-library reader;
+- `read_ndjson` (`jsonl-finite` only: it cannot read a bare NaN): `pl.read_ndjson`, then the
+  same long table as `polars`;
 - `polars`: a plain polars script producing the same table (lines read by polars, one
   `extract_groups` over the known fields, long form, zstd Parquet);
 - `floor`: polars' line reader alone (`pl.read_csv` with a separator that never occurs):
@@ -37,6 +39,7 @@ the machine may be shared, so compare within a round.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -128,17 +131,32 @@ def gen_hf(path: Path, n: int, seed: int = 0) -> None:
     out.close()
 
 
-def gen_jsonl(path: Path, n: int, seed: int = 0) -> None:
-    """JSONL metrics as `json.dumps` writes them: step, 5 metrics, a timestamp; one NaN
-    grad norm per 10,000 lines (written as a bare `NaN`)."""
-    rng = random.Random(seed)
-    out = _Buffered(path)
-    for it in range(1, n + 1):
-        gn = float("nan") if it % 10000 == 0 else 0.5 + rng.random()
-        out.add(json.dumps({"step": it, "loss": round(2.0 + 8.0 / (1 + it / 1000) + rng.gauss(0, 0.05), 6),
-                            "grad_norm": gn, "lr": 3e-4 * min(1, it / 2000), "tokens_per_sec": round(5e4 + rng.random() * 1e3, 1),
-                            "loss_scale": 65536.0, "_timestamp": 1714564800.0 + it}) + "\n")
-    out.close()
+def gen_jsonl(path: Path, n: int, seed: int = 0, nans: str = "every") -> None:
+    """JSONL metrics as `json.dumps` writes them: step, 5 metrics, a timestamp; a NaN grad
+    norm (written as a bare `NaN`) once per 10,000 lines (`nans="every"`), once in the
+    middle of the file (`"one"`) or never (`"none"`). Built by polars in blocks of 1M lines
+    (a Python loop takes minutes for 10M lines on a loaded machine)."""
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as fh:
+        for lo in range(1, n + 1, 1_000_000):
+            it = np.arange(lo, min(lo + 1_000_000, n + 1))
+            gn = 0.5 + rng.random(it.size)
+            nan = it % 10000 == 0 if nans == "every" else (it == n // 2 if nans == "one" else np.zeros(it.size, bool))
+            gn[nan] = np.nan
+            frame = pl.DataFrame({
+                "step": it, "loss": np.round(2.0 + 8.0 / (1 + it / 1000) + rng.normal(0, 0.05, it.size), 6),
+                "grad_norm": gn, "lr": 3e-4 * np.minimum(1, it / 2000),
+                "tokens_per_sec": np.round(5e4 + rng.random(it.size) * 1e3, 1),
+                "loss_scale": np.full(it.size, 65536.0), "_timestamp": 1714564800.0 + it,
+            })
+            line = pl.concat_str([pl.lit("{")] + [
+                x for i, c in enumerate(frame.columns)
+                for x in ([pl.lit(", ")] if i else []) + [pl.lit(f'"{c}": '), pl.col(c).cast(pl.String)]
+            ] + [pl.lit("}")])
+            fh.write(("\n".join(frame.select(line).to_series().to_list()) + "\n").encode())
 
 
 def gen_layers(path: Path, n: int, seed: int = 0) -> None:
@@ -333,6 +351,18 @@ long.with_columns(pl.lit(src.rsplit("/", 1)[-1]).alias("source")).sort("line", m
 print("done", file=sys.stderr)
 '''
 
+# `pl.read_ndjson` reads strict JSON only (a bare NaN fails the file): run on `jsonl-finite`
+JSONL_NDJSON = JSONL_POLARS.replace(
+    r'''lines = pl.scan_csv(src, has_header=False, separator="\x1f", quote_char=None, new_columns=["text"],
+                    schema={"text": pl.String}, truncate_ragged_lines=True, encoding="utf8-lossy").with_row_index("line", 1)
+dtype = pl.Struct({"step": pl.Int64, "_timestamp": pl.Float64, **{n: pl.String for n in NAMES}})
+obj = lines.select(pl.col("line").cast(pl.Int64),
+                   pl.col("text").str.replace_all(r":\s*(-?(?:NaN|Infinity))", ': "$1"').str.json_decode(dtype).alias("o")).unnest("o")
+''',
+    '''obj = pl.read_ndjson(src).lazy().with_row_index("line", 1).with_columns(pl.col("line").cast(pl.Int64))
+''')
+assert JSONL_NDJSON != JSONL_POLARS
+
 LAYERS_CSV = r'''
 import csv, sys
 import pyarrow as pa, pyarrow.parquet as pq
@@ -393,6 +423,11 @@ FORMATS = {
     "megatron": (gen_megatron, "megatron.log", {"regex": MEGATRON_REGEX, "polars": MEGATRON_POLARS, "floor": FLOOR}),
     "hf": (gen_hf, "hf_trainer.log", {"regex": HF_REGEX, "polars": HF_POLARS, "floor": FLOOR}),
     "jsonl": (gen_jsonl, "metrics.jsonl", {"json.loads": JSONL_LOOP, "polars": JSONL_POLARS, "floor": FLOOR}),
+    # the same file with one bare NaN (the typed decode must not fail over), and with none
+    "jsonl-1nan": (functools.partial(gen_jsonl, nans="one"), "metrics.jsonl",
+                   {"json.loads": JSONL_LOOP, "polars": JSONL_POLARS, "floor": FLOOR}),
+    "jsonl-finite": (functools.partial(gen_jsonl, nans="none"), "metrics.jsonl",
+                     {"json.loads": JSONL_LOOP, "read_ndjson": JSONL_NDJSON, "polars": JSONL_POLARS, "floor": FLOOR}),
     "layers": (gen_layers, "layer_grads.csv", {"csv": LAYERS_CSV, "polars": LAYERS_POLARS, "floor": FLOOR}),
     "tensorboard": (gen_tensorboard, "tb", {"tbparse": TB_TBPARSE, "EventAccumulator": TB_ACCUMULATOR}),
 }
@@ -445,7 +480,7 @@ def bench_format(fmt: str, size: int, rounds: int, sides: list[str] | None, scal
                  before: Path | None = None) -> dict:
     gen, fname, others = FORMATS[fmt]
     path = tmp / fname
-    made = gen(path, size)
+    made = _generate(gen, path, size)
     path = made if isinstance(made, Path) else path
     nbytes = path.stat().st_size
     names = ["ours", *(["before"] if before else []), *others]
@@ -455,7 +490,7 @@ def bench_format(fmt: str, size: int, rounds: int, sides: list[str] | None, scal
     for k in range(rounds):
         order = names[k % len(names):] + names[: k % len(names)]
         got = {}
-        before = load()
+        load0 = load()  # not `before`: that is the earlier version's folder
         for side in order:
             out = tmp / f"out-{side}"
             if side == "ours":
@@ -465,7 +500,7 @@ def bench_format(fmt: str, size: int, rounds: int, sides: list[str] | None, scal
             else:
                 got[side] = run(side, [sys.executable, "-c", others[side], str(path), str(out)])
             shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
-        load_txt = f"{before:.1f}-{load():.1f}"
+        load_txt = f"{load0:.1f}-{load():.1f}"
         rows.append([{**got[s], "round": k + 1, "load": load_txt} for s in names])
         print(f"{fmt} round {k + 1} (order {', '.join(order)}; load {load_txt}): "
               + "; ".join(f"{s} {got[s]['wall_s']:.1f}s/{got[s]['cpu_s']:.1f}s/{got[s]['peak_mib']:.0f}MiB" for s in names),
@@ -474,12 +509,22 @@ def bench_format(fmt: str, size: int, rounds: int, sides: list[str] | None, scal
     if scale > 1 and fmt != "tensorboard":
         big = tmp / f"big-{fname}"
         path.unlink()
-        gen(big, size * scale, seed=1)
+        _generate(gen, big, size * scale, seed=1)
         r = run("ours", ours_argv(big, tmp / "out-big"))
         shutil.rmtree(tmp / "out-big", ignore_errors=True)
         result["scaled"] = {**r, "scale": scale, "bytes": big.stat().st_size, "load": f"{load():.1f}"}
         big.unlink()
     return result
+
+
+def _generate(gen, path: Path, n: int, seed: int = 0):
+    """`gen(path, n, seed)` in a child process: Linux carries a process's peak RSS across
+    fork + exec into its children's `ru_maxrss`, so a generator run here would set a floor
+    under every side's peak."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(gen, (path, n, seed))
 
 
 def _span(values: list[float], fmt: str = "{:.2f}") -> str:

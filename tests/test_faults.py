@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -15,6 +16,9 @@ from spikeforensics.ingest import ingest_paths, parse_file
 from spikeforensics.ingest.base import MAX_STEP
 
 BIG = 2**63  # does not fit Int64
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _write(path, lines, end="\n"):
@@ -676,3 +680,31 @@ def test_a_deeply_nested_json_record_costs_its_line(tmp_path, store, name):
     assert sorted(set(store.table("r", table).get_column("step").to_list())) == [s for s in range(20) if s != 7]
     src = store.sources("r").row(0, named=True)
     assert src["unparsed"] == 1 and json.loads(src["unparsed_examples"])[0][0] == 8
+
+
+def test_a_long_number_before_a_date_is_no_year_zero(tmp_path, runner):
+    # fuzz seed 14 input 1594: a huge number glued before a Megatron timestamp made `0000-03-09 ...`
+    # a time of year 0, which polars holds and Python's datetime cannot (attribution crashed)
+    lines = [f"[{'1' + '0' * 40 if i == 40 else ''}2026-03-09 14:02:{i % 60:02d}.75] iteration {i:8d}/     100 | "
+             f"consumed samples: {i * 8:10d} | lm loss: {9.0 if i == 50 else 3 - i * 0.01:.6E} | grad norm: 1.000 |"
+             for i in range(1, 81)]
+    path = _write(tmp_path / "train.log", lines)
+    res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out",
+                              str(tmp_path / "r" / "report.html")])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["verdict"]["status"] == "unstable"
+
+
+def test_records_sharing_a_physical_line_are_not_multiplied(tmp_path, store):
+    # fuzz seed 14 input 1830: a Megatron log whose line breaks became lone CRs, with a few LFs left
+    # (2 LFs, 800 CRs): read as an LF file, each physical line held 400 records as CR segments, and
+    # joining records to values by line made 2.4 million metric rows from a 240 kB file
+    src = (ROOT / "sample_logs" / "holdout" / "layer_dominates_clip" / "train.log").read_bytes()
+    body = src.replace(b"\r\n", b"\n").rstrip(b"\n").replace(b"\n", b"\r")
+    path = tmp_path / "train.log"
+    path.write_bytes(body + b"\n" + body + b"\n")
+    assert ingest_paths([path], "r", store).ok
+    m = parse_file(path, "megatron").tables["metrics"]
+    assert m.select("line", "name").is_duplicated().sum() == 0  # at most one record per physical line
+    assert m.height < 10_000

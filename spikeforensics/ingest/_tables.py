@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
@@ -48,6 +49,25 @@ ZIP_MAGIC = b"PK\x03\x04"
 
 # Upper-case spellings json.dumps never writes but hand-written/other tools do (NAN, INF).
 _EXTRA_NONFINITE_RE = r"([:\[,]\s*)(-?(?:NAN|INF|INFINITY|Nan|Inf|-NaN))([,\]}\s])"
+
+# Bare non-finite tokens in JSON (json.dumps writes NaN, Infinity, -Infinity; other writers nan,
+# inf, NAN, INF) become these numbers before decoding, so their column keeps its float type and
+# polars' typed decoder reads every line in one pass (quoted, they would make the column text
+# and the decode fail over to a validation pass and per-key extraction); `_restore_nonfinite`
+# turns them back in the rows that had a token. Why these values: within 2x of the largest double,
+# which no metric is, and short, so every JSON reader (polars' path matcher too) reads them back
+# exactly; a quoted token (`"nan"`) stays text and `numeric` reads it.
+NONFINITE_SENTINELS = {1.1e308: (float("nan"), "NaN"), 1.2e308: (float("inf"), "Infinity"),
+                       -1.2e308: (float("-inf"), "-Infinity")}
+_NAN_TOKEN = r"([:\[,]\s*)-?(?:NaN|nan|NAN|Nan)\b"
+_INF_TOKEN = r"(?:Infinity|INFINITY|inf|INF|Inf)\b"
+_NONFINITE_TOKENS = (
+    (_NAN_TOKEN, 1.1e308),
+    (r"([:\[,]\s*)-" + _INF_TOKEN, -1.2e308),
+    (r"([:\[,]\s*)" + _INF_TOKEN, 1.2e308),
+)
+_JSON = "__sf_json"  # working columns of `json_objects` (no metric key is named so)
+_NF = "__sf_nonfinite"
 
 # Name prefixes of evaluation metrics, after `normalise_name`.
 EVAL_PREFIXES = ("eval_", "val_", "valid_", "validation_", "test_", "predict_")
@@ -137,58 +157,111 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     Returns (objects, bad): `objects` has `line`, the `keep` columns and one column per
     top-level key (String or numeric; lists/structs kept as such); `bad` has the
     (line, text) of lines that hold a `{` but no valid JSON object (truncated,
-    garbled). Text before the first `{` (a logger prefix) is ignored.
+    garbled). Text before the first `{` (a logger prefix) is ignored. Bare non-finite
+    tokens (`NaN`, `Infinity`, `-Infinity`, `nan`, `inf`, `NAN`, `INF`) read as the float
+    values: they are decoded on the typed fast path (see `NONFINITE_SENTINELS`).
     """
+    cols = ["line", *keep]
     cand = lines.filter(pl.col("text").str.contains("{", literal=True)).with_columns(
-        pl.col("text").str.extract(r"(\{.*\})\s*$", 1).alias("_json")
-    )
-    # bare NaN/Infinity tokens quoted only on the few lines that may hold one
-    nonfinite = pl.col("_json").str.contains_any(["nan", "inf"], ascii_case_insensitive=True).fill_null(False)
-    cand = cand.with_columns(nonfinite.alias("_nf"))
-    flagged = cand.filter(pl.col("_nf"))
-    if flagged.height:
-        fixed = flagged.with_columns(safe_json(pl.col("_json")).alias("_json"))
-        cand = pl.concat([cand.filter(~pl.col("_nf")), fixed]).sort("line", maintain_order=True)
-    cand = cand.drop("_nf")
-    keys = cand.select(pl.col("_json").str.count_matches(r'"\s*:').max()).item() if cand.height else 0
+        pl.col("text").str.starts_with("{").alias(_JSON))
+    # a line that starts with `{` is its own JSON text (trailing blanks cut): the regex
+    # runs only on lines with a logger prefix
+    bare = pl.col("text").str.strip_chars_end()
+    plain = cand.filter(pl.col(_JSON)).with_columns(pl.when(bare.str.ends_with("}")).then(bare).alias(_JSON))
+    if plain.height < cand.height:
+        prefixed = cand.filter(~pl.col(_JSON)).with_columns(pl.col("text").str.extract(r"(\{.*\})\s*$", 1).alias(_JSON))
+        cand = pl.concat([plain, prefixed]).sort("line", maintain_order=True)
+    else:
+        cand = plain
+    keys = cand.select(pl.col(_JSON).str.count_matches(r'"\s*:').max()).item() if cand.height else 0
     if keys and keys > MAX_KEYS:
         raise ingest_error(f"a JSON record with {keys:,} keys; at most {MAX_KEYS:,} are read per record "
                            "(a metrics, gradient or manifest record has far fewer)")
-    cols = ["line", *keep]
-    obj = None
-    unclosed = cand.filter(pl.col("_json").is_null()).select("line", "text")  # a `{` but no `{...}` ending the line
-    cand = cand.filter(pl.col("_json").is_not_null())
-    many = cand.filter(pl.col("_json").str.count_matches(r"[\[{]") > MAX_JSON_DEPTH)  # only these can be too deep
+    unclosed = cand.filter(pl.col(_JSON).is_null()).select("line", "text")  # a `{` but no `{...}` ending the line
+    cand = cand.filter(pl.col(_JSON).is_not_null())
+    many = cand.filter(pl.col(_JSON).str.count_matches(r"[\[{]") > MAX_JSON_DEPTH)  # only these can be too deep
     if many.height:
-        deep = [line for line, text in many.select("line", "_json").iter_rows() if json_depth(text) > MAX_JSON_DEPTH]
+        deep = [line for line, text in many.select("line", _JSON).iter_rows() if json_depth(text) > MAX_JSON_DEPTH]
         if deep:
             unclosed = pl.concat([unclosed, cand.filter(pl.col("line").is_in(deep)).select("line", "text")]).sort("line")
             cand = cand.filter(~pl.col("line").is_in(deep))
-    try:  # no NaN-like token (typed columns): when all candidates decode, no validation pass is needed
-        if flagged.height or not cand.height:
-            raise pl.exceptions.ComputeError("validate first")
-        obj = cand.get_column("_json").str.json_decode()  # schema inferred from the first rows
+    # bare NaN/Infinity tokens -> sentinel numbers, only on the few lines that may hold one
+    nonfinite = pl.col(_JSON).str.contains_any(["nan", "inf"], ascii_case_insensitive=True)
+    cand = cand.with_columns(nonfinite.alias(_NF))
+    flagged = bool(cand.get_column(_NF).any())
+    if flagged:
+        cand = cand.with_columns(pl.when(pl.col(_NF)).then(_to_sentinels(pl.col(_JSON))).otherwise(pl.col(_JSON)).alias(_JSON))
+    if cand.height == 0:
+        return cand.select(cols), unclosed
+    obj = None
+    try:  # every candidate decodes (the common case): no validation pass
+        obj = cand.get_column(_JSON).str.json_decode()  # schema inferred from the first rows
         good, bad = cand, unclosed
     except pl.exceptions.PolarsError:
-        valid = cand.get_column("_json").str.json_path_match("$").is_not_null()
+        valid = cand.get_column(_JSON).str.json_path_match("$").is_not_null()
         bad = pl.concat([unclosed, cand.filter(~valid).select("line", "text")]).sort("line")
         good = cand.filter(valid)
     if good.height == 0:
         return good.select(cols), bad
+    inner = [*cols, _NF, _JSON]
     try:
-        obj = (obj if obj is not None else good.get_column("_json").str.json_decode()).alias("_obj")
-        decoded = good.select(cols).with_columns(obj)
+        obj = (obj if obj is not None else good.get_column(_JSON).str.json_decode()).alias("_obj")
+        decoded = good.select(inner).with_columns(obj)
         if not isinstance(decoded.schema["_obj"], pl.Struct) or not decoded.schema["_obj"].fields:
             return good.select(cols), bad
-        return decoded.unnest("_obj"), bad
+        out = decoded.unnest("_obj")
     except pl.exceptions.PolarsError:
         # Types too mixed to infer one schema: pull every key out as text instead.
-        keys = _json_keys(good.get_column("_json"))
+        keys = _json_keys(good.get_column(_JSON))
         exprs = [
-            pl.col("_json").str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k)
-            for k in keys if k not in cols
+            pl.col(_JSON).str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k)
+            for k in keys if k not in inner
         ]
-        return good.select(*cols, *exprs), bad
+        out = good.select(*inner, *exprs)
+    if flagged:
+        out = _restore_nonfinite(out, [c for c in out.columns if c not in inner])
+    return out.drop(_NF, _JSON), bad
+
+
+def _to_sentinels(expr: pl.Expr) -> pl.Expr:
+    for pattern, value in _NONFINITE_TOKENS:
+        expr = expr.str.replace_all(pattern, "${1}" + repr(value))
+    return expr
+
+
+def _restored(col: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """`col` (float or text values) with the sentinel numbers turned back."""
+    num = col if dtype.is_float() else col.cast(pl.Float64, strict=False)
+    expr = pl.when(False).then(col)
+    for value, (back, text) in NONFINITE_SENTINELS.items():
+        expr = expr.when(num == value).then(pl.lit(back, dtype=dtype) if dtype.is_float() else pl.lit(text))
+    return expr.otherwise(col)
+
+
+def _restore_nonfinite(out: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The sentinel numbers of flagged rows back to NaN/+-inf (float columns), to the text
+    `NaN`/`Infinity`/`-Infinity` (text columns, read by `numeric` as today); a sentinel that
+    an integer column could not hold (decoded as null) is read from the row's text."""
+    flag = pl.col(_NF)
+    fixes = []
+    for key in keys:
+        dtype = out.get_column(key).dtype
+        col = pl.col(key)
+        if dtype.is_float() or dtype == pl.String:
+            fixes.append(pl.when(flag).then(_restored(col, dtype)).otherwise(col).alias(key))
+        elif isinstance(dtype, pl.List) and (dtype.inner.is_float() or dtype.inner == pl.String):
+            fixes.append(pl.when(flag).then(col.list.eval(_restored(pl.element(), dtype.inner))).otherwise(col).alias(key))
+        elif dtype.is_integer():
+            lost = out.select(pl.arg_where(flag & col.is_null())).to_series()
+            if lost.len() == 0:
+                continue
+            path = "$['" + key.replace("'", "\\'") + "']"
+            text = out.get_column(_JSON).gather(lost).str.json_path_match(path).cast(pl.Float64, strict=False)
+            if text.is_null().all():
+                continue
+            text = text.replace(list(NONFINITE_SENTINELS), [v for v, _ in NONFINITE_SENTINELS.values()])
+            fixes.append(out.get_column(key).cast(pl.Float64).scatter(lost, text).alias(key))
+    return out.with_columns(fixes) if fixes else out
 
 
 def _json_keys(texts: pl.Series) -> list[str]:
@@ -320,7 +393,30 @@ def sample_columns(sample: SniffSample) -> list[str] | None:
     return [c.strip().strip('"') for c in header.split(",")]
 
 
-def unparsed(result: ParseResult, bad: pl.DataFrame, limit: int = 20) -> None:
+def whole_file(parts: Iterable[ParseResult]) -> ParseResult:
+    """A streaming parser's chunks (`parse_chunks`) as one result, the one-rank rule applied
+    to `metrics` (a source in which at most one rank prints values is global: rank null)."""
+    result = ParseResult()
+    for part in parts:
+        for table, frame in part.tables.items():
+            result.add(table, frame)
+        result.records += part.records
+        result.unparsed += part.unparsed
+        result.unparsed_examples += part.unparsed_examples[: UNPARSED_EXAMPLES - len(result.unparsed_examples)]
+        if part.unparsed_lines is not None:
+            result.unparsed_lines = (part.unparsed_lines if result.unparsed_lines is None
+                                     else pl.concat([result.unparsed_lines, part.unparsed_lines]))
+    metrics = result.tables.get("metrics")
+    if metrics is not None and metrics.get_column("rank").drop_nulls().n_unique() <= 1:
+        result.tables["metrics"] = metrics.with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
+    return result
+
+
+# Unparsed lines kept as examples per parse result (the driver keeps 20 in the manifest too).
+UNPARSED_EXAMPLES = 20
+
+
+def unparsed(result: ParseResult, bad: pl.DataFrame, limit: int = UNPARSED_EXAMPLES) -> None:
     """Count unparseable lines into a ParseResult, with (line, text) examples."""
     if bad.height == 0:
         return

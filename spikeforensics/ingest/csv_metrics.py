@@ -9,19 +9,42 @@
 - generic: a `step` (or `global_step`, `iteration`, `iter`) column and metric columns.
 
 Empty cells are no value (no row); `nan`/`inf` are values.
+
+Streaming: a file without a quote character is read in chunks of `CHUNK_BYTES`
+(`parse_chunks`: each chunk read under the file's header, record numbering carried, the
+last run of logger rows held back until the next chunk shows whether it goes on), so memory
+does not grow with the file. A file with quotes is read whole: a quoted cell may span lines
+(then rows are numbered, not lined) and an unbalanced quote is found by its row.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
 from spikeforensics import schema
 from spikeforensics.ingest import _tables as T
 from spikeforensics.ingest.aliases import METRIC_ALIASES
-from spikeforensics.ingest.base import ParseResult, SniffSample, SourceFile, normalise_name, records_to_metrics
+from spikeforensics.ingest.base import (
+    _META,
+    ParseResult,
+    RecordState,
+    SniffSample,
+    SourceFile,
+    metrics_from_long,
+    normalise_name,
+)
 from spikeforensics.ingest.jsonl_metrics import IGNORE_KEYS, RANK_KEYS, TIME_KEYS, _norm, step_column
 
 NAME = "csv_metrics"
+
+# Bytes of the file parsed at once (a CSV row costs less than a JSON record; the same
+# bound keeps a parse of any length near the JSONL figures).
+CHUNK_BYTES = 16 << 20
+QUOTE_SCAN_BYTES = 16 << 20  # block size of the scan for a quote character
 
 
 def sniff(sample: SniffSample) -> float:
@@ -43,9 +66,93 @@ def sniff(sample: SniffSample) -> float:
     return 0.85 if known else 0.4
 
 
-def parse(src: SourceFile) -> ParseResult:
+@dataclass
+class _FileState:
+    header: pl.DataFrame | None = None  # (line, text) of the header row
+    records: RecordState = field(default_factory=RecordState)
+    held: pl.DataFrame | None = None  # the last run of logger rows, not yet merged
+    names: dict[str, None] = field(default_factory=dict)
+
+
+def has_quotes(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        while block := fh.read(QUOTE_SCAN_BYTES):
+            if b'"' in block:
+                return True
+    return False
+
+
+def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[ParseResult]:
+    """One ParseResult per chunk (metrics with `rank` = prefix rank: the driver applies the
+    one-rank rule after the last chunk); a file with quotes is one chunk."""
+    state = _FileState()
+    if src.only_lines is not None or has_quotes(src.path):
+        result = ParseResult()
+        result.add("metrics", _chunk_metrics(src.lines(), src, result, state, last=True))
+        yield result
+        return
+    for lines in src.iter_line_chunks(chunk_bytes or CHUNK_BYTES):
+        result = ParseResult()
+        result.add("metrics", _chunk_metrics(lines, src, result, state, last=False))
+        yield result
     result = ParseResult()
-    frame = T.read_csv_lines(src, result)
+    result.add("metrics", _chunk_metrics(None, src, result, state, last=True))
+    yield result
+
+
+def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
+    """The whole file at once: the chunks of `parse_chunks` concatenated (tests, notebooks;
+    `ingest` streams them instead)."""
+    return T.whole_file(parse_chunks(src, chunk_bytes))
+
+
+def _chunk_metrics(lines: pl.DataFrame | None, src: SourceFile, result: ParseResult, state: _FileState,
+                   last: bool) -> pl.DataFrame | None:
+    """Metrics rows of one chunk of lines (None with `last`: flush the held-back rows)."""
+    wide = state.held
+    state.held = None
+    metric_cols: list[str] = list(state.names)
+    if lines is not None:
+        lines = lines.filter(pl.col("text").str.strip_chars() != "")
+        if state.header is None:
+            if lines.height == 0:
+                return None
+            state.header = lines.head(1)
+        else:
+            lines = pl.concat([state.header, lines])
+        chunk = _chunk_wide(T.csv_from_lines(lines, result), src, result)
+        if chunk is not None:
+            fresh, metric_cols = chunk
+            state.names.update(dict.fromkeys(metric_cols))
+            wide = fresh if wide is None else pl.concat([wide, fresh], how="diagonal_relaxed")
+    if wide is None or wide.height == 0:
+        return None
+    metric_cols = [c for c in state.names if c in wide.columns]
+    if not last:  # the last run of rows may go on in the next chunk
+        key = [pl.col("step"), pl.col("record_kind"), pl.col("prefix_rank")]
+        new = pl.any_horizontal([k.ne_missing(k.shift(1)) for k in key]) | (pl.int_range(pl.len()) == 0)
+        start = wide.select(pl.arg_where(new)).to_series()[-1]
+        state.held, wide = wide.slice(start), wide.slice(0, start)
+        if wide.height == 0:
+            return None
+    wide = _merge_logger_rows(wide, metric_cols)
+    synthetic = wide.get_column("line").null_count() > 0
+    if synthetic:  # quoted multi-line cells (a file read whole): keep file order with row numbers, report no line
+        wide = wide.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
+    wide, names = T.canonical_wide(wide, metric_cols, ["line", "step", "prefix_rank", "time"])
+    values = wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names if c in wide.columns]
+                         ).unpivot(index="line", variable_name="name", value_name="value")
+    records = wide.select([c for c in wide.columns if c in _META])
+    # record by record (a file's chunks then concatenate in file order), metrics by name
+    metrics = metrics_from_long(records, values, src.name, state.records, multi_rank=True).sort("line", "name")
+    result.records += metrics.get_column("line").n_unique()
+    if synthetic:
+        metrics = metrics.with_columns(pl.lit(None, dtype=pl.Int64).alias("line"))
+    return metrics
+
+
+def _chunk_wide(frame: pl.DataFrame, src: SourceFile, result: ParseResult) -> tuple[pl.DataFrame, list[str]] | None:
+    """One row per record of a chunk read as CSV (bad steps counted as unparsed), and its metric columns."""
     cols = [c for c in frame.columns if c != "line"]
     step_col = step_column(cols)
     if step_col is None:
@@ -71,23 +178,10 @@ def parse(src: SourceFile) -> ParseResult:
         text = pl.concat_str([pl.col(c).fill_null("") for c in cols], separator=",")
         T.unparsed(result, raw.select("line", text.alias("text")))
     wide = wide.filter(pl.col("step").is_not_null())
-    metric_cols = T.drop_empty_columns(wide, metric_cols)
     wide = wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")).filter(
         pl.col("record_kind").is_not_null()
     )
-    if wide.height == 0:
-        return result
-    wide = _merge_logger_rows(wide, metric_cols)
-    synthetic = wide.get_column("line").null_count() > 0
-    if synthetic:  # quoted multi-line cells: keep file order with row numbers, report no line
-        wide = wide.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
-    wide, names = T.canonical_wide(wide, metric_cols, ["line", "step", "prefix_rank", "time"])
-    metrics = records_to_metrics(wide, src.name, names)
-    result.records += metrics.get_column("line").n_unique()
-    if synthetic:
-        metrics = metrics.with_columns(pl.lit(None, dtype=pl.Int64).alias("line"))
-    result.add("metrics", metrics)
-    return result
+    return (wide, metric_cols) if wide.height else None
 
 
 def _merge_logger_rows(wide: pl.DataFrame, metric_cols: list[str]) -> pl.DataFrame:

@@ -11,18 +11,41 @@ and two concurrent writers may interleave (each a few logging intervals apart), 
 a record counts as "going back" (a new attempt) only when its step is below both of
 the two preceding records' steps; a step repeated within an attempt (the second
 writer) is dropped, first value kept.
+
+Streaming: `parse_chunks` reads the file in chunks of `CHUNK_BYTES` (cut at line ends),
+so memory does not grow with the file; what a record's reading depends on is carried
+from chunk to chunk (`_FileState`: the keys seen and their order, the record numbering,
+the writers' last steps and attempts), so the rows are those of a whole-file read. One
+difference: the step/time/rank keys are chosen from the keys seen up to the chunk (a
+better step key first appearing in a later chunk applies from there on).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from spikeforensics import schema
 from spikeforensics.ingest import _tables as T
 from spikeforensics.ingest.aliases import METRIC_ALIASES
-from spikeforensics.ingest.base import ParseResult, SniffSample, SourceFile, normalise_name, records_to_metrics
+from spikeforensics.ingest.base import (
+    _META,
+    ParseResult,
+    RecordState,
+    SniffSample,
+    SourceFile,
+    metrics_from_long,
+    normalise_name,
+)
 
 NAME = "jsonl_metrics"
+
+# Bytes of the file decoded at once. Decoding holds about 13x the text (lines, the JSON
+# column, the decoded struct, the wide and long frames): 16 MiB keeps a parse near 300 MB
+# whatever the file's length; bigger chunks save under 5% of the CPU.
+CHUNK_BYTES = 16 << 20
 
 # Normalised key names that carry the step, best first.
 STEP_KEYS = ("train_global_step", "global_step", "current_steps", "step", "num_updates",
@@ -64,25 +87,68 @@ def sniff(sample: SniffSample) -> float:
     return 0.5 if metrics else (0.35 if has_step and len(cols) > 1 else 0.0)
 
 
-def parse(src: SourceFile) -> ParseResult:
-    result = ParseResult()
-    objects, bad = T.json_objects(src.lines())
-    T.unparsed(result, bad)
-    result.add("metrics", metrics_from_objects(objects, src.name, result))
-    return result
+@dataclass
+class _Writers:
+    """Per stream (prefix rank, -1 for none), what `dedupe_writers` carries to the next chunk."""
+
+    last: dict[int, int] = field(default_factory=dict)  # last train step (after collapsing repeats)
+    before: dict[int, int] = field(default_factory=dict)  # the one before it
+    attempt: dict[int, int] = field(default_factory=dict)
+    # steps of the current attempt a later record may still repeat: the lower of the last two
+    # steps never falls within an attempt (a step below it starts a new attempt), so only steps
+    # at or above it are kept; a few, however long the file
+    seen: dict[int, pl.Series] = field(default_factory=dict)
+    last_attempt: int = 0  # attempt of the last kept train record, any stream (eval rows take it)
 
 
-def metrics_from_objects(objects: pl.DataFrame, source: str, result: ParseResult) -> pl.DataFrame | None:
-    """Decoded JSON objects (line + one column per key) -> metrics rows."""
+@dataclass
+class _FileState:
+    keys: dict[str, None] = field(default_factory=dict)  # every key seen so far, in first-seen order
+    records: RecordState = field(default_factory=RecordState)
+    writers: _Writers = field(default_factory=_Writers)
+
+
+def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[ParseResult]:
+    """One ParseResult per chunk of the file, in file order (metrics with `rank` = prefix
+    rank: the driver applies the one-rank rule after the last chunk). `chunk_bytes`
+    defaults to `CHUNK_BYTES`."""
+    state = _FileState()
+    chunks = ([src.lines()] if src.only_lines is not None
+              else src.iter_line_chunks(chunk_bytes or CHUNK_BYTES))
+    for lines in chunks:
+        result = ParseResult()
+        objects, bad = T.json_objects(lines)
+        T.unparsed(result, bad)
+        result.add("metrics", metrics_from_objects(objects, src.name, result, state))
+        yield result
+
+
+def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
+    """The whole file at once: the chunks of `parse_chunks` concatenated (tests, notebooks;
+    `ingest` streams them instead)."""
+    return T.whole_file(parse_chunks(src, chunk_bytes))
+
+
+def metrics_from_objects(objects: pl.DataFrame, source: str, result: ParseResult,
+                         state: _FileState | None = None) -> pl.DataFrame | None:
+    """Decoded JSON objects (line + one column per key) -> metrics rows. `state` carries
+    what the next chunk of the same file needs (None: `objects` is the whole file, and
+    `rank` follows the one-rank rule here)."""
+    whole = state is None
+    state = state if state is not None else _FileState()
+    state.keys.update(dict.fromkeys(c for c in objects.columns if c != "line"))
     if objects.height == 0:
         return None
-    cols = [c for c in objects.columns if c != "line"]
-    step_col = step_column(cols)
-    time_col = next((c for c in cols if c in TIME_KEYS), None)
-    rank_col = next((c for c in cols if _norm(c) in RANK_KEYS), None)
+    present = set(objects.columns)
+    cols = [c for c in state.keys if c in present]  # file order of first appearance
+    seen = list(state.keys)
+    step_col = step_column(seen)
+    time_col = next((c for c in seen if c in TIME_KEYS), None)
+    rank_col = next((c for c in seen if _norm(c) in RANK_KEYS), None)
     skip = {step_col, time_col, rank_col}
     metric_cols = [c for c in cols if c not in skip and _norm(c).lstrip("_") not in IGNORE_KEYS
                    and not c.startswith("_")]
+    step_col, time_col, rank_col = (c if c in present else None for c in (step_col, time_col, rank_col))
     if step_col:  # a step no run reaches: that record is an unparsed line, the rest of the file stays
         oob = T.out_of_range(objects, step_col)
         bad = objects.filter(oob)
@@ -104,38 +170,89 @@ def metrics_from_objects(objects: pl.DataFrame, source: str, result: ParseResult
     )
     if wide.height == 0:
         return None
-    wide, attempts = dedupe_writers(wide)
+    wide, attempts = dedupe_writers(wide, state.writers)
     meta = ["line", "step", "prefix_rank", "time"]
     wide, names = T.canonical_wide(wide, metric_cols, meta)
-    metrics = records_to_metrics(wide, source, names)
+    names = [c for c in names if c in wide.columns]
+    values = wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names]).unpivot(
+        index="line", variable_name="name", value_name="value")
+    records = wide.select([c for c in wide.columns if c in _META])
+    metrics = metrics_from_long(records, values, source, state.records, multi_rank=None if whole else True)
     result.records += metrics.get_column("line").n_unique()
     return fix_attempts(metrics, attempts)
 
 
-def dedupe_writers(wide: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def dedupe_writers(wide: pl.DataFrame, carry: _Writers | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Attempt numbers robust to interleaved writers, and repeated steps dropped.
 
     Returns the wide frame without the second writer's repeats, and (line, attempt)
     for every kept row (eval/summary rows take the attempt of the record before them).
+    `carry` (updated in place) holds what the next chunk of the file needs.
     """
-    stream = pl.col("prefix_rank").fill_null(-1)
-    train = wide.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null())
-    # collapse consecutive repeats first (the duplicate-writer pattern)
-    prev = pl.col("step").shift(1).over(stream)
-    train = train.filter(prev.is_null() | (pl.col("step") != prev))
-    p1 = pl.col("step").shift(1).over(stream)
-    p2 = pl.col("step").shift(2).over(stream)
-    back = (pl.col("step") < pl.min_horizontal(p1, p2.fill_null(p1))).fill_null(False)
-    train = train.with_columns(back.cum_sum().over(stream).cast(pl.Int32).alias("attempt"))
-    repeat = pl.col("line").rank("ordinal").over(stream, "attempt", "step") > 1
-    dropped = train.filter(repeat).get_column("line")
-    attempts = train.filter(~repeat).select("line", "attempt")
-    kept = wide.filter(~pl.col("line").is_in(dropped.implode()))
-    all_attempts = (
-        kept.select("line").join(attempts, on="line", how="left").sort("line")
-        .with_columns(pl.col("attempt").forward_fill().fill_null(0))
+    carry = carry if carry is not None else _Writers()
+    streams = list(carry.last)
+    seed = pl.DataFrame(
+        {"_stream": streams, "_s1": [carry.last[k] for k in streams], "_s2": [carry.before.get(k) for k in streams],
+         "_sa": [carry.attempt.get(k, 0) for k in streams]},
+        schema={"_stream": pl.Int32, "_s1": pl.Int64, "_s2": pl.Int64, "_sa": pl.Int32},
     )
+    train = wide.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null()).with_columns(
+        pl.col("prefix_rank").fill_null(-1).alias("_stream")
+    ).join(seed, on="_stream", how="left", maintain_order="left")
+    pos = pl.int_range(pl.len()).over("_stream")
+    # collapse consecutive repeats first (the duplicate-writer pattern)
+    prev = pl.when(pos == 0).then(pl.col("_s1")).otherwise(pl.col("step").shift(1).over("_stream"))
+    train = train.filter(prev.is_null() | (pl.col("step") != prev))
+    p1 = pl.when(pos == 0).then(pl.col("_s1")).otherwise(pl.col("step").shift(1).over("_stream"))
+    p2 = (pl.when(pos == 0).then(pl.col("_s2")).when(pos == 1).then(pl.col("_s1"))
+          .otherwise(pl.col("step").shift(2).over("_stream")))
+    back = (pl.col("step") < pl.min_horizontal(p1, p2.fill_null(p1))).fill_null(False)
+    train = train.with_columns(
+        (back.cum_sum().over("_stream") + pl.col("_sa").fill_null(0)).cast(pl.Int32).alias("attempt"))
+    # a repeat is a step at or below an earlier one of its attempt: rank only when there is one
+    earlier = pl.col("step").cum_max().shift(1).over("_stream", "attempt")
+    if train.select((pl.col("step") <= earlier).any()).item():
+        repeat = pl.col("line").rank("ordinal").over("_stream", "attempt", "step") > 1
+    else:
+        repeat = pl.lit(False)
+    if carry.seen:  # a step of the carried attempt seen in an earlier chunk
+        old = pl.concat([s.to_frame("step").with_columns(pl.lit(k, dtype=pl.Int32).alias("_stream"))
+                         for k, s in carry.seen.items()]).unique().with_columns(pl.lit(True).alias("_old"))
+        train = train.join(old, on=["_stream", "step"], how="left", maintain_order="left")
+        repeat = repeat | (pl.col("_old").fill_null(False) & (pl.col("attempt") == pl.col("_sa").fill_null(0)))
+    train = train.with_columns(repeat.alias("_repeat"))
+    _carry_writers(carry, train)
+    dropped = train.filter(pl.col("_repeat")).get_column("line")
+    attempts = train.filter(~pl.col("_repeat")).select("line", "attempt")
+    kept = wide.filter(~pl.col("line").is_in(dropped.implode())) if dropped.len() else wide
+    all_attempts = (  # `wide` is in line order
+        kept.select("line").join(attempts, on="line", how="left", maintain_order="left")
+        .with_columns(pl.col("attempt").forward_fill().fill_null(carry.last_attempt))
+    )
+    if attempts.height:
+        carry.last_attempt = int(attempts.sort("line").get_column("attempt")[-1])
     return kept, all_attempts
+
+
+def _carry_writers(carry: _Writers, train: pl.DataFrame) -> None:
+    """Update `carry` with a chunk's collapsed train rows (`_stream`, `step`, `attempt`, `_sa`)."""
+    if train.height == 0:
+        return
+    tails = train.group_by("_stream", maintain_order=True).agg(
+        pl.col("step").tail(2).alias("steps"), pl.col("attempt").last().alias("attempt"),
+        pl.col("_sa").first().fill_null(0).alias("was"))
+    for stream, steps, attempt, was in tails.iter_rows():
+        last = steps[-1]
+        before = steps[-2] if len(steps) > 1 else carry.last.get(stream)
+        floor = last if before is None else min(last, before)
+        now = train.filter((pl.col("_stream") == stream) & (pl.col("attempt") == attempt)).get_column("step")
+        old = carry.seen.get(stream)
+        if old is not None and attempt == was:
+            now = pl.concat([old, now])
+        carry.seen[stream] = now.filter(now >= floor).unique()
+        carry.last[stream], carry.attempt[stream] = last, attempt
+        if before is not None:
+            carry.before[stream] = before
 
 
 def fix_attempts(metrics: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
