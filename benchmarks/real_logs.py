@@ -83,7 +83,7 @@ class CaseScore:
 
 
 def load_cases(corpus: Path, split: str, only: list[str] | None) -> list[tuple[Path, dict, str]]:
-    splits = ("dev", "sealed") if split == "all" else (split,)  # `fresh`: new cases, scored apart
+    splits = ("dev", "sealed", "fresh") if split == "all" else (split,)
     out = []
     for sp in splits:
         for facts_file in sorted((corpus / sp).glob("*/FACTS.toml")):
