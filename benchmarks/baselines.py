@@ -74,7 +74,11 @@ def _prev_stat(x: np.ndarray, window: int, min_values: int, stat: str) -> np.nda
     `min_values` previous values exist). A NaN inside the window makes it NaN, as in the
     naive numpy/torch code of the sources."""
     s = pl.Series(x, dtype=pl.Float64).shift(1)
-    rolled = s.rolling_mean(window, min_samples=min_values) if stat == "mean" else s.rolling_std(window, min_samples=min_values)
+    rolled = (
+        s.rolling_mean(window, min_samples=min_values)
+        if stat == "mean"
+        else s.rolling_std(window, min_samples=min_values)
+    )
     return rolled.fill_null(np.nan).to_numpy()
 
 
@@ -168,11 +172,13 @@ def _flagged(frame: pl.DataFrame | None, flags: np.ndarray) -> pl.DataFrame:
     typical = np.nanmedian(np.abs(np.where(np.isfinite(values), values, np.nan))) if np.isfinite(values).any() else 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
         strength = np.where(np.isfinite(values), np.abs(values) / (typical or 1.0), np.inf)
-    return pl.DataFrame({
-        "step": steps.cast(pl.Int64).to_numpy()[flags],
-        "nonfinite": ~np.isfinite(values[flags]),
-        "strength": strength[flags],  # |value| / the signal's median: comparable across loss and grad norm
-    })
+    return pl.DataFrame(
+        {
+            "step": steps.cast(pl.Int64).to_numpy()[flags],
+            "nonfinite": ~np.isfinite(values[flags]),
+            "strength": strength[flags],  # |value| / the signal's median: comparable across loss and grad norm
+        }
+    )
 
 
 def incidents(*flagged: pl.DataFrame, gap: int = GROUP_GAP_STEPS) -> list[dict]:
@@ -195,12 +201,22 @@ def incidents(*flagged: pl.DataFrame, gap: int = GROUP_GAP_STEPS) -> list[dict]:
     out = []
     for n, g in enumerate(groups.iter_rows(named=True)):
         kind = "nonfinite" if g["nonfinite"] else "hard_spike"
-        kinds = ["nonfinite"] if g["all_nonfinite"] else (["nonfinite", "hard_spike"] if g["nonfinite"] else ["hard_spike"])
-        out.append({
-            "id": f"inc-{n + 1}", "kind": kind, "kinds": kinds, "severity": "warning",
-            "step_start": g["step_start"], "step_end": g["step_end"], "peak_step": g["peak_step"],
-            "root_cause": None, "sample_ids": [],
-        })
+        kinds = (
+            ["nonfinite"] if g["all_nonfinite"] else (["nonfinite", "hard_spike"] if g["nonfinite"] else ["hard_spike"])
+        )
+        out.append(
+            {
+                "id": f"inc-{n + 1}",
+                "kind": kind,
+                "kinds": kinds,
+                "severity": "warning",
+                "step_start": g["step_start"],
+                "step_end": g["step_end"],
+                "peak_step": g["peak_step"],
+                "root_cause": None,
+                "sample_ids": [],
+            }
+        )
     return out
 
 

@@ -10,6 +10,7 @@ round, against `off`: the mean step time (flushes and close included in the reco
 the median step time, and the recorder's own time (its calls timed directly), each also in CPU
 time of the training thread (`time.thread_time`), which other processes on a loaded machine
 disturb much less than the wall clock. One thread."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ class Job:
         self.step_times: list[float] = []
         self.step_cpu: list[float] = []
         self.rec_time = 0.0  # time spent inside the recorder's calls (flushes included)
-        self.rec_cpu = 0.0   # the same in CPU time of this thread
+        self.rec_cpu = 0.0  # the same in CPU time of this thread
 
     def step(self, step: int) -> None:
         x, y, m, ids = self.batches[step - 1]
@@ -95,9 +96,13 @@ def one_round(steps: int, rnd: int) -> dict:
         out = {}
         for c, j in jobs.items():
             body = j.step_times[warm:]
-            out[c] = dict(step=statistics.mean(body), median=statistics.median(body),
-                          rec=j.rec_time / len(j.step_times), cpu=statistics.mean(j.step_cpu[warm:]),
-                          rec_cpu=j.rec_cpu / len(j.step_cpu))
+            out[c] = dict(
+                step=statistics.mean(body),
+                median=statistics.median(body),
+                rec=j.rec_time / len(j.step_times),
+                cpu=statistics.mean(j.step_cpu[warm:]),
+                rec_cpu=j.rec_cpu / len(j.step_cpu),
+            )
         return out
 
 
@@ -113,8 +118,12 @@ def main() -> None:
 
     pa.array([0.0])
     res = {"every10": [], "every1": []}
-    whats = ("step time (mean, flushes included)", "step time (median)", "recorder's own time",
-             "recorder's own CPU time (thread)")
+    whats = (
+        "step time (mean, flushes included)",
+        "step time (median)",
+        "recorder's own time",
+        "recorder's own CPU time (thread)",
+    )
     for r in range(a.rounds):
         t = one_round(a.steps, r)
         off = t["off"]
@@ -125,8 +134,9 @@ def main() -> None:
             own = 100.0 * t[c]["rec"] / off["step"]
             own_cpu = 100.0 * t[c]["rec_cpu"] / off["cpu"]
             res[c].append((total, med, own, own_cpu))
-            line.append(f"{c}: mean {total:+.1f}%, median {med:+.1f}%, recorder's own time {own:.1f}% "
-                        f"(CPU {own_cpu:.1f}%)")
+            line.append(
+                f"{c}: mean {total:+.1f}%, median {med:+.1f}%, recorder's own time {own:.1f}% (CPU {own_cpu:.1f}%)"
+            )
         print("; ".join(line), flush=True)
     for c, v in res.items():
         for i, what in enumerate(whats):

@@ -35,19 +35,27 @@ def manifest(n: int, batch: int, seed: int = 1) -> pl.DataFrame:
     rng = np.random.default_rng(seed)
     steps = np.repeat(np.arange(1, n + 1, dtype=np.int64), batch)
     idx = np.arange(n * batch, dtype=np.int64)
-    return pl.DataFrame({"step": steps, "rank": np.zeros(idx.size, dtype=np.int32),
-                         "micro": (idx % batch).astype(np.int32),
-                         "sample_loss": np.abs(rng.normal(2.5, 0.3, idx.size)),
-                         "tokens": rng.integers(200, 2048, idx.size)}).with_columns(
-        pl.format("doc-{}", pl.Series(idx)).alias("sample_id"), pl.lit("batches.jsonl").alias("source"),
-        pl.Series("line", idx + 1))
+    return pl.DataFrame(
+        {
+            "step": steps,
+            "rank": np.zeros(idx.size, dtype=np.int32),
+            "micro": (idx % batch).astype(np.int32),
+            "sample_loss": np.abs(rng.normal(2.5, 0.3, idx.size)),
+            "tokens": rng.integers(200, 2048, idx.size),
+        }
+    ).with_columns(
+        pl.format("doc-{}", pl.Series(idx)).alias("sample_id"),
+        pl.lit("batches.jsonl").alias("source"),
+        pl.Series("line", idx + 1),
+    )
 
 
 def build(n: int, batch: int) -> RunData:
     run, _ = make_run(n)
     if batch:
-        run = RunData.from_frames(run.run_id, metrics=run.metrics, events=run.events, layers=run.layers,
-                                  batches=manifest(n, batch))
+        run = RunData.from_frames(
+            run.run_id, metrics=run.metrics, events=run.events, layers=run.layers, batches=manifest(n, batch)
+        )
     return run
 
 
@@ -70,10 +78,15 @@ def main() -> None:
         diagnose_s.append(time.perf_counter() - t0)
     errors = [f.summary for f in findings if f.facts.get("error")]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"steps {args.steps:,}, manifest {args.batch} samples/step, {len(diagnosis['incidents'])} incidents, "
-          f"detector errors {len(errors)}", file=sys.stderr)
-    print(f"| {args.steps:,} | {args.batch or '-'} | {min(detect_s):.1f}-{max(detect_s):.1f} s | "
-          f"{min(diagnose_s):.1f}-{max(diagnose_s):.1f} s | {peak:,.0f} MiB | {len(diagnosis['incidents'])} |")
+    print(
+        f"steps {args.steps:,}, manifest {args.batch} samples/step, {len(diagnosis['incidents'])} incidents, "
+        f"detector errors {len(errors)}",
+        file=sys.stderr,
+    )
+    print(
+        f"| {args.steps:,} | {args.batch or '-'} | {min(detect_s):.1f}-{max(detect_s):.1f} s | "
+        f"{min(diagnose_s):.1f}-{max(diagnose_s):.1f} s | {peak:,.0f} MiB | {len(diagnosis['incidents'])} |"
+    )
 
 
 if __name__ == "__main__":

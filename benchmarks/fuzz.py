@@ -77,8 +77,15 @@ WORKER_INPUTS = 150
 # A worker above this RSS is killed at once (the machine is shared); the target is lower.
 HARD_RSS_MB = 2000
 MAIN_LOG_NAMES = ("stdout.log", "train.log", "metrics.jsonl")
-SIDE_NAMES = ("batches.jsonl", "batches.parquet", "grads.csv", "grad_stats.parquet", "layer_grads.jsonl",
-              "nvidia_smi.csv", "kern.log")
+SIDE_NAMES = (
+    "batches.jsonl",
+    "batches.parquet",
+    "grads.csv",
+    "grad_stats.parquet",
+    "layer_grads.jsonl",
+    "nvidia_smi.csv",
+    "kern.log",
+)
 TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)|panicked at|RUST_BACKTRACE|Fatal Python error")
 
 
@@ -117,8 +124,13 @@ def synth_seeds(out: Path) -> list[dict]:
     main = run / "train.log"
     grads = pl.read_csv(run / "grads.csv").head(SIDE_ROWS_MAX)
     npz = out / "grads.npz"
-    np.savez(npz, **{c: np.asarray(grads.get_column(c).to_list(), dtype=str if grads.schema[c] == pl.String else None)
-                     for c in grads.columns})
+    np.savez(
+        npz,
+        **{
+            c: np.asarray(grads.get_column(c).to_list(), dtype=str if grads.schema[c] == pl.String else None)
+            for c in grads.columns
+        },
+    )
     batches = pl.read_ndjson(run / "batches.jsonl").head(400)
     rows = ["step,rank,micro,sample_id,sample_loss"]
     for r in batches.iter_rows(named=True):
@@ -167,9 +179,16 @@ def make_case(seeds: list[dict], seed: int, index: int, case_dir: Path, formats:
         (inp / path.name).write_bytes(data)
         target = inp / path.name
         fmt = formats.get(str(path)) if rng.random() < 1 / 7 else None
-    return {"index": index, "seed": seed, "seed_file": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT)
-            else path.name, "mutations": applied, "target": str(target), "format": fmt, "case": str(case_dir),
-            "names": sorted({path.name, target.name, path.stem})}
+    return {
+        "index": index,
+        "seed": seed,
+        "seed_file": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name,
+        "mutations": applied,
+        "target": str(target),
+        "format": fmt,
+        "case": str(case_dir),
+        "names": sorted({path.name, target.name, path.stem}),
+    }
 
 
 def commands(case: dict, store: str, report: str) -> tuple[list[str], list[str]]:
@@ -206,7 +225,11 @@ def _invoke(runner, cli, args: list[str], err_path: Path) -> dict:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-    out = {"exit": result.exit_code, "stderr": (result.stderr or "")[-4000:], "fd2": err_path.read_text(errors="replace")[-4000:]}
+    out = {
+        "exit": result.exit_code,
+        "stderr": (result.stderr or "")[-4000:],
+        "fd2": err_path.read_text(errors="replace")[-4000:],
+    }
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback
 
@@ -261,9 +284,13 @@ def run_isolated(case: dict, timeout: float) -> dict:
     ingest, diagnose = commands(case, str(iso / "store"), str(iso / "report" / "report.html"))
     out = {}
     for name, args in (("ingest", ingest), ("diagnose", diagnose)):
-        proc = subprocess.Popen([sys.executable, "-m", "spikeforensics", *args], stdout=subprocess.DEVNULL,
-                                stderr=open(iso / f"{name}.stderr", "wb"), cwd=iso,
-                                preexec_fn=lambda: os.nice(5))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spikeforensics", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=open(iso / f"{name}.stderr", "wb"),
+            cwd=iso,
+            preexec_fn=lambda: os.nice(5),
+        )
         deadline = time.monotonic() + timeout
         status = rusage = None
         while status is None:
@@ -290,8 +317,9 @@ def run_isolated(case: dict, timeout: float) -> dict:
 
 class Worker:
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
         self.case = None
         self.started = 0.0
         self.done = 0
@@ -420,14 +448,19 @@ def finish_case(case: dict, res: dict, args, out: Path) -> None:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         shutil.copytree(case_dir / "in", dest / "in")
-        (dest / "case.json").write_text(json.dumps({**case, "target": str(dest / "in" / Path(case["target"]).relative_to(case_dir / "in"))}, indent=1))
+        (dest / "case.json").write_text(
+            json.dumps(
+                {**case, "target": str(dest / "in" / Path(case["target"]).relative_to(case_dir / "in"))}, indent=1
+            )
+        )
         ingest, diagnose = commands(case, "STORE", "REPORT/report.html")
         (dest / "repro.txt").write_text(
             f"python benchmarks/fuzz.py --seed {case['seed']} --only {case['index']}   (makes it again)\n"
             f"python benchmarks/fuzz.py --replay {dest}\n"
             f"seed file: {case['seed_file']}\nmutations: {', '.join(case['mutations'])}\nfailures: {why}\n"
             f"commands: spikeforensics {' '.join(ingest)}; spikeforensics {' '.join(diagnose)}\n\n"
-            + json.dumps(res, indent=1)[:20000])
+            + json.dumps(res, indent=1)[:20000]
+        )
     if not args.keep_all:
         shutil.rmtree(case_dir, ignore_errors=True)
 
@@ -464,23 +497,39 @@ def summarize(cases: dict, results: dict, args, out: Path, seconds: float) -> di
         res["failures"] = confirmed(res, args.rss_limit_mb)
         if res["failures"]:
             iso = res.get("isolated", {})
-            fails.append({"index": index, "failures": res["failures"], "seed_file": case["seed_file"],
-                          "mutations": case["mutations"],
-                          "isolated": {k: (v["exit"], v["rss_mb"]) if isinstance(v, dict) else v for k, v in iso.items()},
-                          "message": _last_line(res)})
+            fails.append(
+                {
+                    "index": index,
+                    "failures": res["failures"],
+                    "seed_file": case["seed_file"],
+                    "mutations": case["mutations"],
+                    "isolated": {k: (v["exit"], v["rss_mb"]) if isinstance(v, dict) else v for k, v in iso.items()},
+                    "message": _last_line(res),
+                }
+            )
         msg = unnamed_error(case, res)
         if msg:
             unnamed.append({"index": index, "seed_file": case["seed_file"], "message": msg})
     kinds = Counter(f for x in fails for f in x["failures"])
     summary = {
-        "inputs": len(results), "seed": args.seed, "seconds": round(seconds), "jobs": args.jobs,
-        "ingest_exits": dict(sorted(exits["ingest"].items())), "diagnose_exits": dict(sorted(exits["diagnose"].items())),
-        "hangs": kinds.get("timeout", 0), "max_rss_mb": max_rss[0], "max_rss_input": max_rss[1],
-        "max_isolated_rss_mb": max_iso[0], "max_isolated_rss_input": max_iso[1],
+        "inputs": len(results),
+        "seed": args.seed,
+        "seconds": round(seconds),
+        "jobs": args.jobs,
+        "ingest_exits": dict(sorted(exits["ingest"].items())),
+        "diagnose_exits": dict(sorted(exits["diagnose"].items())),
+        "hangs": kinds.get("timeout", 0),
+        "max_rss_mb": max_rss[0],
+        "max_rss_input": max_rss[1],
+        "max_isolated_rss_mb": max_iso[0],
+        "max_isolated_rss_input": max_iso[1],
         "rss_worker_only": {i: r["rss_worker_only"] for i, r in results.items() if r.get("rss_worker_only")},
         "tracebacks": sum(v for k, v in kinds.items() if k.endswith("traceback")),
-        "failing_inputs": len(fails), "failure_kinds": dict(kinds), "failing": fails,
-        "exit1_messages_not_naming_the_file": unnamed, "mutations": dict(mutation_count.most_common()),
+        "failing_inputs": len(fails),
+        "failure_kinds": dict(kinds),
+        "failing": fails,
+        "exit1_messages_not_naming_the_file": unnamed,
+        "mutations": dict(mutation_count.most_common()),
         "out": str(out),
     }
     return summary
@@ -500,9 +549,11 @@ def print_summary(s: dict) -> None:
     print(f"{s['inputs']} inputs (seed {s['seed']}) in {s['seconds']} s with {s['jobs']} worker(s)")
     print(f"  ingest exits:   {s['ingest_exits']}")
     print(f"  diagnose exits: {s['diagnose_exits']}")
-    print(f"  hangs: {s['hangs']}; tracebacks: {s['tracebacks']}; max RSS {s['max_rss_mb']} MB in a worker "
-          f"(input {s['max_rss_input']}); isolated re-runs: max {s['max_isolated_rss_mb']} MB "
-          f"(input {s['max_isolated_rss_input']}); over the limit in a worker only: {s['rss_worker_only']}")
+    print(
+        f"  hangs: {s['hangs']}; tracebacks: {s['tracebacks']}; max RSS {s['max_rss_mb']} MB in a worker "
+        f"(input {s['max_rss_input']}); isolated re-runs: max {s['max_isolated_rss_mb']} MB "
+        f"(input {s['max_isolated_rss_input']}); over the limit in a worker only: {s['rss_worker_only']}"
+    )
     print(f"  failing inputs: {s['failing_inputs']} {s['failure_kinds']}")
     for f in s["failing"]:
         print(f"    #{f['index']} {'+'.join(f['failures'])} {f['seed_file']} {f['mutations']} isolated={f['isolated']}")
@@ -531,8 +582,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", type=int, nargs="*", help="run only these input indices")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--replay", help="run one saved failing input isolated")
-    ap.add_argument("--summarize", action="store_true",
-                    help="only summarize what the run in --out finished (a stopped run); run again to resume it")
+    ap.add_argument(
+        "--summarize",
+        action="store_true",
+        help="only summarize what the run in --out finished (a stopped run); run again to resume it",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -544,8 +598,9 @@ def main(argv=None) -> int:
     indices = sorted(set(args.only)) if args.only else list(range(args.inputs))
     if args.summarize:
         done = load_results(Path(args.out))
-        summary = summarize({i: c for i, (c, _) in done.items()}, {i: r for i, (_, r) in done.items()}, args,
-                            Path(args.out), 0)
+        summary = summarize(
+            {i: c for i, (c, _) in done.items()}, {i: r for i, (_, r) in done.items()}, args, Path(args.out), 0
+        )
     else:
         summary = run(args, indices)
     print_summary(summary)

@@ -25,8 +25,10 @@ def tb_events_from_log(log: Path) -> list[tuple[int, float, str, float]]:
         m = re.search(r"iteration\s+(\d+)/.*?lm loss: ([0-9.Ee+-]+).*?grad norm: ([0-9.Ee+-]+)", line)
         if m:
             step = int(m.group(1))
-            events += [(step, 1.7e9 + step, "train/loss", float(m.group(2))),
-                       (step, 1.7e9 + step, "train/grad_norm", float(m.group(3)))]
+            events += [
+                (step, 1.7e9 + step, "train/loss", float(m.group(2))),
+                (step, 1.7e9 + step, "train/grad_norm", float(m.group(3))),
+            ]
     return events or [(s, 1.7e9 + s, "train/loss", 3.0 - s * 0.001) for s in range(1, 300)]
 
 
@@ -63,11 +65,21 @@ def tb_file(rng: random.Random, events, mutation: str | None = None) -> bytes:
             elif mutation == "tb_step":
                 ev.step = rng.choice([2**63 - 1, -(2**63), -1, 2**53 + 1])
             elif mutation == "tb_tag":
-                val.tag = rng.choice(["", "\x1b[31mloss\x1b[0m", "a" * 100_000, "loss\x00x", "train/loss vs samples",
-                                      "\u2028loss"])
+                val.tag = rng.choice(
+                    ["", "\x1b[31mloss\x1b[0m", "a" * 100_000, "loss\x00x", "train/loss vs samples", "\u2028loss"]
+                )
             elif mutation == "tb_tensor":
-                dtype = rng.choice([types_pb2.DT_STRING, types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE, types_pb2.DT_INT64,
-                                    types_pb2.DT_COMPLEX64, types_pb2.DT_BOOL, types_pb2.DT_HALF])
+                dtype = rng.choice(
+                    [
+                        types_pb2.DT_STRING,
+                        types_pb2.DT_FLOAT,
+                        types_pb2.DT_DOUBLE,
+                        types_pb2.DT_INT64,
+                        types_pb2.DT_COMPLEX64,
+                        types_pb2.DT_BOOL,
+                        types_pb2.DT_HALF,
+                    ]
+                )
                 n = rng.choice([0, 1, 1000, 2])
                 shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=n)])
                 tensor = tensor_pb2.TensorProto(dtype=dtype, tensor_shape=shape)
@@ -98,13 +110,52 @@ def tb_file(rng: random.Random, events, mutation: str | None = None) -> bytes:
 # -- byte mutations ---------------------------------------------------------------------------------
 
 NUM_RE = re.compile(rb"(?<![A-Za-z_0-9.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-HUGE = [b"9223372036854775808", b"9223372036854775807", b"18446744073709551616", b"-9223372036854775809",
-        b"1e309", b"-1e309", b"1" * 400, b"1e-400", b"9007199254740993", b"99999999999999999999.5",
-        b"1" + b"0" * 5000, b"0x7fffffffffffffff", b"1_000_000"]
-NONFINITE = [b"nan", b"NaN", b"inf", b"-inf", b"Infinity", b"-Infinity", b"NAN", b"+inf", b"nan(ind)", b"1.#INF",
-             b"-nan", b"null", b'"nan"']
-ODD_CHARS = [b"\x00", b"\x1b[31m", b"\x1b]0;title\x07", b"\x07", b"\x0b", b"\x0c", "\u2028".encode(),
-             "\u2029".encode(), "\x85".encode(), b"\x1c", b"\x1e", b"\xef\xbb\xbf", "\u202e".encode(), b"\x7f"]
+HUGE = [
+    b"9223372036854775808",
+    b"9223372036854775807",
+    b"18446744073709551616",
+    b"-9223372036854775809",
+    b"1e309",
+    b"-1e309",
+    b"1" * 400,
+    b"1e-400",
+    b"9007199254740993",
+    b"99999999999999999999.5",
+    b"1" + b"0" * 5000,
+    b"0x7fffffffffffffff",
+    b"1_000_000",
+]
+NONFINITE = [
+    b"nan",
+    b"NaN",
+    b"inf",
+    b"-inf",
+    b"Infinity",
+    b"-Infinity",
+    b"NAN",
+    b"+inf",
+    b"nan(ind)",
+    b"1.#INF",
+    b"-nan",
+    b"null",
+    b'"nan"',
+]
+ODD_CHARS = [
+    b"\x00",
+    b"\x1b[31m",
+    b"\x1b]0;title\x07",
+    b"\x07",
+    b"\x0b",
+    b"\x0c",
+    "\u2028".encode(),
+    "\u2029".encode(),
+    "\x85".encode(),
+    b"\x1c",
+    b"\x1e",
+    b"\xef\xbb\xbf",
+    "\u202e".encode(),
+    b"\x7f",
+]
 BAD_UTF8 = [b"\xc3\x28", b"\xff\xfe", b"\xa0\xa1", b"\xe2\x82", b"\xf0\x28\x8c\x28", b"\xed\xa0\x80", b"\xc0\xaf"]
 
 
@@ -144,7 +195,7 @@ def m_dup_lines(data, rng):
     lines = _lines(data)
     i = rng.randrange(len(lines))
     if rng.random() < 0.5:
-        return b"\n".join(lines[: i + 1] + [lines[i]] * rng.choice([1, 10, 1000, 20000]) + lines[i + 1:])
+        return b"\n".join(lines[: i + 1] + [lines[i]] * rng.choice([1, 10, 1000, 20000]) + lines[i + 1 :])
     j = min(len(lines), i + rng.randint(1, 200))
     return b"\n".join(lines[:j] + lines[i:j] * rng.randint(1, 5) + lines[j:])
 
@@ -152,9 +203,9 @@ def m_dup_lines(data, rng):
 def m_shuffle(data, rng):
     lines = _lines(data)
     i = rng.randrange(len(lines))
-    window = lines[i: i + rng.randint(2, 50)]
+    window = lines[i : i + rng.randint(2, 50)]
     rng.shuffle(window)
-    return b"\n".join(lines[:i] + window + lines[i + len(window):])
+    return b"\n".join(lines[:i] + window + lines[i + len(window) :])
 
 
 def m_huge_numbers(data, rng):
@@ -166,8 +217,9 @@ def m_nonfinite(data, rng):
 
 
 def m_negative(data, rng):
-    return _replace_spans(data, [(m.start(), m.end(), b"-" + m.group().lstrip(b"-"))
-                                 for m in _pick_numbers(data, rng, 30)])
+    return _replace_spans(
+        data, [(m.start(), m.end(), b"-" + m.group().lstrip(b"-")) for m in _pick_numbers(data, rng, 30)]
+    )
 
 
 def m_garbage(data, rng):
@@ -183,7 +235,7 @@ def m_long_line(data, rng):
     long = (fill * (size // len(fill) + 1))[:size]
     if rng.random() < 0.5 and lines[i]:
         long = lines[i] + long  # a record that never ends
-    return b"\n".join(lines[:i] + [long] + lines[i + 1:])
+    return b"\n".join(lines[:i] + [long] + lines[i + 1 :])
 
 
 def m_deep_json(data, rng):
@@ -282,10 +334,31 @@ def m_csv_rows(data, rng):
     return b"\n".join(lines)
 
 
-TEXT_MUTATORS = {f.__name__[2:]: f for f in (
-    m_flip, m_truncate, m_dup_lines, m_shuffle, m_huge_numbers, m_nonfinite, m_negative, m_garbage,
-    m_long_line, m_deep_json, m_header_bomb, m_lone_cr, m_mixed_endings, m_bom, m_reencode,
-    m_mixed_encoding, m_odd_chars, m_repeat_file, m_empty, m_csv_rows)}
+TEXT_MUTATORS = {
+    f.__name__[2:]: f
+    for f in (
+        m_flip,
+        m_truncate,
+        m_dup_lines,
+        m_shuffle,
+        m_huge_numbers,
+        m_nonfinite,
+        m_negative,
+        m_garbage,
+        m_long_line,
+        m_deep_json,
+        m_header_bomb,
+        m_lone_cr,
+        m_mixed_endings,
+        m_bom,
+        m_reencode,
+        m_mixed_encoding,
+        m_odd_chars,
+        m_repeat_file,
+        m_empty,
+        m_csv_rows,
+    )
+}
 # rarer: the expensive ones (long lines, repeats) and the ones that end the file's meaning
 WEIGHTS = {"long_line": 0.4, "repeat_file": 0.4, "empty": 0.2, "reencode": 0.5, "deep_json": 0.6, "header_bomb": 0.6}
 BINARY_MUTATORS = ("flip", "truncate", "garbage")
@@ -301,24 +374,45 @@ def mutate_parquet(src: Path, rng: random.Random) -> tuple[bytes, str]:
     import pyarrow.parquet as pq
 
     table = pq.read_table(src).slice(0, SIDE_ROWS_MAX)
-    kind = rng.choice(["retype", "nulls", "huge", "nonfinite", "drop", "rename", "empty", "nested", "row_groups",
-                       "dup_rows", "binary", "timestamp", "decimal"])
+    kind = rng.choice(
+        [
+            "retype",
+            "nulls",
+            "huge",
+            "nonfinite",
+            "drop",
+            "rename",
+            "empty",
+            "nested",
+            "row_groups",
+            "dup_rows",
+            "binary",
+            "timestamp",
+            "decimal",
+        ]
+    )
     col = rng.randrange(table.num_columns)
     name = table.column_names[col]
     n = table.num_rows
     if kind == "retype":
-        table = table.set_column(col, name, pa.array([rng.choice(["x", "1", "", "nan", "1e400", None])
-                                                      for _ in range(n)], pa.string()))
+        table = table.set_column(
+            col, name, pa.array([rng.choice(["x", "1", "", "nan", "1e400", None]) for _ in range(n)], pa.string())
+        )
     elif kind == "nulls":
         mask = pa.array([rng.random() < 0.3 for _ in range(n)])
-        table = table.set_column(col, name, pc.if_else(mask, pa.scalar(None, table.schema.field(col).type),
-                                                               table.column(col)))
+        table = table.set_column(
+            col, name, pc.if_else(mask, pa.scalar(None, table.schema.field(col).type), table.column(col))
+        )
     elif kind == "huge":
-        table = table.set_column(col, name, pa.array(
-            [rng.choice([2**64 - 1, 2**63, 0]) for _ in range(n)], pa.uint64()))
+        table = table.set_column(
+            col, name, pa.array([rng.choice([2**64 - 1, 2**63, 0]) for _ in range(n)], pa.uint64())
+        )
     elif kind == "nonfinite":
-        table = table.set_column(col, name, pa.array([rng.choice([float("nan"), float("inf"), -float("inf"), 1.0])
-                                                      for _ in range(n)], pa.float64()))
+        table = table.set_column(
+            col,
+            name,
+            pa.array([rng.choice([float("nan"), float("inf"), -float("inf"), 1.0]) for _ in range(n)], pa.float64()),
+        )
     elif kind == "drop":
         table = table.remove_column(col)
     elif kind == "rename":
@@ -348,8 +442,24 @@ def mutate_npz(src: Path, rng: random.Random) -> tuple[bytes, str]:
         arrays = {k: z[k] for k in z.files}
     key = rng.choice(sorted(arrays))
     a = arrays[key]
-    kind = rng.choice(["float16", "complex", "bool", "str", "object", "2d", "0d", "mismatch", "nonfinite", "uint64",
-                       "empty", "extra", "drop", "rename"])
+    kind = rng.choice(
+        [
+            "float16",
+            "complex",
+            "bool",
+            "str",
+            "object",
+            "2d",
+            "0d",
+            "mismatch",
+            "nonfinite",
+            "uint64",
+            "empty",
+            "extra",
+            "drop",
+            "rename",
+        ]
+    )
     allow_pickle = False
     if kind == "float16":
         arrays[key] = a.astype(np.float16) if a.dtype.kind in "fiu" else a
@@ -388,5 +498,14 @@ def mutate_npz(src: Path, rng: random.Random) -> tuple[bytes, str]:
     return out.getvalue(), f"npz_{kind}:{key}"
 
 
-TB_MUTATIONS = ("tb_nonfinite", "tb_wall_time", "tb_step", "tb_tag", "tb_tensor", "tb_many_values", "huge_length",
-                "bad_crc", "tb_garbage_record")
+TB_MUTATIONS = (
+    "tb_nonfinite",
+    "tb_wall_time",
+    "tb_step",
+    "tb_tag",
+    "tb_tensor",
+    "tb_many_values",
+    "huge_length",
+    "bad_crc",
+    "tb_garbage_record",
+)

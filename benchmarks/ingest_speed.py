@@ -63,8 +63,10 @@ MEGATRON_LINE = (
     "number of skipped iterations: {sk:3d} | number of nan iterations: {nn:3d} |\n"
 )
 TIMER = "times across ranks (ms):\n    forward-backward ...............................: (1234.56, 1240.12)\n"
-WARN = ("/usr/lib/python3/dist-packages/torch/utils/checkpoint.py:31: UserWarning: None of the inputs have "
-        "requires_grad=True. Gradients will be None\n")
+WARN = (
+    "/usr/lib/python3/dist-packages/torch/utils/checkpoint.py:31: UserWarning: None of the inputs have "
+    "requires_grad=True. Gradients will be None\n"
+)
 
 
 class _Buffered:
@@ -93,23 +95,42 @@ def gen_megatron(path: Path, n: int, seed: int = 0) -> None:
     for it in range(1, n + 1):
         sk = 0
         if rng.random() < 0.0005:
-            out.add(f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
-                    f"Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n")
+            out.add(
+                f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+                f"Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n"
+            )
             scale = max(scale / 2, 1.0)
             sk = 1
         loss = 2.0 + 8.0 / (1 + it / 1000) + rng.gauss(0, 0.05)
-        out.add(MEGATRON_LINE.format(
-            mm=(it // 60) % 60, ss=it % 60, us=(it * 7919) % 1_000_000, it=it, total=n,
-            cs=it * 1024, ms=1000 + rng.random() * 50, tf=180 + rng.random(), lr=3e-4 * min(1, it / 2000),
-            loss=loss, scale=scale, gn=0.5 + rng.random(), nz=0.0, pn=200 + it * 1e-4, sk=sk, nn=0,
-        ))
+        out.add(
+            MEGATRON_LINE.format(
+                mm=(it // 60) % 60,
+                ss=it % 60,
+                us=(it * 7919) % 1_000_000,
+                it=it,
+                total=n,
+                cs=it * 1024,
+                ms=1000 + rng.random() * 50,
+                tf=180 + rng.random(),
+                lr=3e-4 * min(1, it / 2000),
+                loss=loss,
+                scale=scale,
+                gn=0.5 + rng.random(),
+                nz=0.0,
+                pn=200 + it * 1e-4,
+                sk=sk,
+                nn=0,
+            )
+        )
         if it % 50 == 0:
             out.add(TIMER)
         if it % 100 == 0:
             out.add(WARN)
         if it % 1000 == 0:
-            out.add("-" * 100 + f"\n validation loss at iteration {it} | lm loss value: {loss:.6E} | "
-                    f"lm loss PPL: {2.718 ** loss:.6E} |\n" + "-" * 100 + "\n")
+            out.add(
+                "-" * 100 + f"\n validation loss at iteration {it} | lm loss value: {loss:.6E} | "
+                f"lm loss PPL: {2.718**loss:.6E} |\n" + "-" * 100 + "\n"
+            )
         if it % 10000 == 0:
             out.add(f"[2024-05-01 12:00:00] saving checkpoint at iteration {it:7d} to /ckpt in torch format\n")
     out.close()
@@ -124,8 +145,10 @@ def gen_hf(path: Path, n: int, seed: int = 0) -> None:
         pct = 100 * it // n
         out.add(f"\r{pct:3d}%|{'#' * (pct // 10):10s}| {it}/{n} [{it // 60:02d}:{it % 60:02d}<00:00,  3.21it/s]")
         loss = 2.0 + 8.0 / (1 + it / 1000) + rng.gauss(0, 0.05)
-        out.add(f"\n{{'loss': {loss:.4f}, 'grad_norm': {0.5 + rng.random():.6f}, "
-                f"'learning_rate': {3e-4 * min(1, it / 2000):.6e}, 'epoch': {it / n * 3:.4f}}}\n")
+        out.add(
+            f"\n{{'loss': {loss:.4f}, 'grad_norm': {0.5 + rng.random():.6f}, "
+            f"'learning_rate': {3e-4 * min(1, it / 2000):.6e}, 'epoch': {it / n * 3:.4f}}}\n"
+        )
         if it % 1000 == 0:
             out.add("/usr/lib/python3/site-packages/transformers/trainer.py:2891: UserWarning: something\n")
     out.close()
@@ -146,16 +169,26 @@ def gen_jsonl(path: Path, n: int, seed: int = 0, nans: str = "every") -> None:
             gn = 0.5 + rng.random(it.size)
             nan = it % 10000 == 0 if nans == "every" else (it == n // 2 if nans == "one" else np.zeros(it.size, bool))
             gn[nan] = np.nan
-            frame = pl.DataFrame({
-                "step": it, "loss": np.round(2.0 + 8.0 / (1 + it / 1000) + rng.normal(0, 0.05, it.size), 6),
-                "grad_norm": gn, "lr": 3e-4 * np.minimum(1, it / 2000),
-                "tokens_per_sec": np.round(5e4 + rng.random(it.size) * 1e3, 1),
-                "loss_scale": np.full(it.size, 65536.0), "_timestamp": 1714564800.0 + it,
-            })
-            line = pl.concat_str([pl.lit("{")] + [
-                x for i, c in enumerate(frame.columns)
-                for x in ([pl.lit(", ")] if i else []) + [pl.lit(f'"{c}": '), pl.col(c).cast(pl.String)]
-            ] + [pl.lit("}")])
+            frame = pl.DataFrame(
+                {
+                    "step": it,
+                    "loss": np.round(2.0 + 8.0 / (1 + it / 1000) + rng.normal(0, 0.05, it.size), 6),
+                    "grad_norm": gn,
+                    "lr": 3e-4 * np.minimum(1, it / 2000),
+                    "tokens_per_sec": np.round(5e4 + rng.random(it.size) * 1e3, 1),
+                    "loss_scale": np.full(it.size, 65536.0),
+                    "_timestamp": 1714564800.0 + it,
+                }
+            )
+            line = pl.concat_str(
+                [pl.lit("{")]
+                + [
+                    x
+                    for i, c in enumerate(frame.columns)
+                    for x in ([pl.lit(", ")] if i else []) + [pl.lit(f'"{c}": '), pl.col(c).cast(pl.String)]
+                ]
+                + [pl.lit("}")]
+            )
             fh.write(("\n".join(frame.select(line).to_series().to_list()) + "\n").encode())
 
 
@@ -167,8 +200,10 @@ def gen_layers(path: Path, n: int, seed: int = 0) -> None:
     out.add("step,layer,grad_norm,zero_frac,max_abs,numel\n")
     for i in range(n):
         step, layer = divmod(i, 24)
-        out.add(f"{step + 1},model.layers.{layer}.mlp.weight,{0.01 + rng.random():.6g},{rng.random() * 1e-3:.6g},"
-                f"{rng.random():.6g},{4194304}\n")
+        out.add(
+            f"{step + 1},model.layers.{layer}.mlp.weight,{0.01 + rng.random():.6g},{rng.random() * 1e-3:.6g},"
+            f"{rng.random():.6g},{4194304}\n"
+        )
     out.close()
 
 
@@ -187,7 +222,9 @@ def gen_tensorboard(path: Path, n: int, seed: int = 0) -> Path:
     for i in range(n // len(TB_TAGS)):
         step = i + 1
         vals = (2.0 + 8.0 / (1 + step / 1000) + rng.gauss(0, 0.05), 0.5 + rng.random(), 3e-4, 65536.0)
-        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=t, simple_value=v) for t, v in zip(TB_TAGS, vals)])
+        summary = summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=t, simple_value=v) for t, v in zip(TB_TAGS, vals)]
+        )
         writer.add_event(event_pb2.Event(wall_time=1714564800.0 + step, step=step, summary=summary))
     writer.close()
     return next(path.glob("events.out.tfevents.*"))
@@ -197,7 +234,7 @@ def gen_tensorboard(path: Path, n: int, seed: int = 0) -> Path:
 # The other sides: whole scripts, each run with `python -c SCRIPT INPUT OUTPUT`
 
 # Long form with the product's columns, written like the product (zstd Parquet).
-_WRITE_LONG = r'''
+_WRITE_LONG = r"""
 import pyarrow as pa, pyarrow.parquet as pq
 def write_long(out, src, lines, steps, records, names, values, times=None):
     n = len(values)
@@ -206,16 +243,18 @@ def write_long(out, src, lines, steps, records, names, values, times=None):
             "rank": pa.nulls(n, pa.int32()), "name": pa.array(names), "value": pa.array(values, pa.float64())}
     cols["time"] = pa.array(times, pa.timestamp("us")) if times is not None else pa.nulls(n, pa.timestamp("us"))
     pq.write_table(pa.table(cols), out, compression="zstd")
-'''
+"""
 
-FLOOR = r'''
+FLOOR = r"""
 import sys, polars as pl
 f = pl.read_csv(sys.argv[1], has_header=False, separator="\x1f", quote_char=None, new_columns=["line"],
                 schema={"line": pl.String}, truncate_ragged_lines=True, encoding="utf8-lossy")
 print(f.height, "lines", file=sys.stderr)
-'''
+"""
 
-MEGATRON_REGEX = _WRITE_LONG + r'''
+MEGATRON_REGEX = (
+    _WRITE_LONG
+    + r"""
 import re, sys
 from datetime import datetime
 REC = re.compile(
@@ -248,9 +287,10 @@ with open(src, encoding="utf-8", errors="replace") as fh:
                 values.append(float(val)); times.append(None)
 write_long(out, src.rsplit("/", 1)[-1], lines, steps, records, names, values, times)
 print(len(values), "rows", file=sys.stderr)
-'''
+"""
+)
 
-MEGATRON_POLARS = r'''
+MEGATRON_POLARS = r"""
 import sys, polars as pl
 src, out = sys.argv[1], sys.argv[2]
 REC = (r"^\[(?<time>[^\]]+)\] iteration\s+(?<step>\d+)/\s*\d+ \| consumed samples:\s*(?<consumed_samples>\S+) \| "
@@ -274,9 +314,11 @@ long = recs.unpivot(index=["line", "step", "record", "attempt", "rank", "time"],
 long = long.with_columns(pl.lit(src.rsplit("/", 1)[-1]).alias("source")).sort("line", maintain_order=True)
 long.sink_parquet(out, compression="zstd")
 print("done", file=sys.stderr)
-'''
+"""
 
-HF_REGEX = _WRITE_LONG + r'''
+HF_REGEX = (
+    _WRITE_LONG
+    + r"""
 import re, sys
 TQDM = re.compile(r".*\|\s*(\d+)/\d+ \[")
 REC = re.compile(r"\{'loss': (\S+), 'grad_norm': (\S+), 'learning_rate': (\S+), 'epoch': ([^}]+)\}")
@@ -296,9 +338,10 @@ with open(src, encoding="utf-8", errors="replace", newline="\n") as fh:
             record += 1
 write_long(out, src.rsplit("/", 1)[-1], lines, steps, records, names, values)
 print(len(values), "rows", file=sys.stderr)
-'''
+"""
+)
 
-HF_POLARS = r'''
+HF_POLARS = r"""
 import sys, polars as pl
 src, out = sys.argv[1], sys.argv[2]
 REC = r"\{'loss': (?<loss>\S+), 'grad_norm': (?<grad_norm>\S+), 'learning_rate': (?<lr>\S+), 'epoch': (?<epoch>[^}]+)\}"
@@ -314,9 +357,11 @@ recs = (lines.select(pl.col("line").cast(pl.Int64), pl.col("text").str.extract(r
 long = recs.unpivot(index=["line", "step", "record", "attempt", "rank", "time"], variable_name="name", value_name="value")
 long.with_columns(pl.lit(src.rsplit("/", 1)[-1]).alias("source")).sort("line", maintain_order=True).sink_parquet(out, compression="zstd")
 print("done", file=sys.stderr)
-'''
+"""
 
-JSONL_LOOP = _WRITE_LONG + r'''
+JSONL_LOOP = (
+    _WRITE_LONG
+    + r"""
 import json, sys
 from datetime import datetime, timezone
 src, out = sys.argv[1], sys.argv[2]
@@ -332,9 +377,10 @@ with open(src, encoding="utf-8", errors="replace") as fh:
         record += 1
 write_long(out, src.rsplit("/", 1)[-1], lines, steps, records, names, values, times)
 print(len(values), "rows", file=sys.stderr)
-'''
+"""
+)
 
-JSONL_POLARS = r'''
+JSONL_POLARS = r"""
 import sys, polars as pl
 src, out = sys.argv[1], sys.argv[2]
 NAMES = ["loss", "grad_norm", "lr", "tokens_per_sec", "loss_scale"]
@@ -349,21 +395,22 @@ recs = obj.select("line", "step", pl.int_range(pl.len(), dtype=pl.Int64).alias("
 long = recs.unpivot(index=["line", "step", "record", "attempt", "rank", "time"], variable_name="name", value_name="value")
 long.with_columns(pl.lit(src.rsplit("/", 1)[-1]).alias("source")).sort("line", maintain_order=True).sink_parquet(out, compression="zstd")
 print("done", file=sys.stderr)
-'''
+"""
 
 # `pl.read_ndjson` reads strict JSON only (a bare NaN fails the file): run on `jsonl-finite`
 JSONL_NDJSON = JSONL_POLARS.replace(
-    r'''lines = pl.scan_csv(src, has_header=False, separator="\x1f", quote_char=None, new_columns=["text"],
+    r"""lines = pl.scan_csv(src, has_header=False, separator="\x1f", quote_char=None, new_columns=["text"],
                     schema={"text": pl.String}, truncate_ragged_lines=True, encoding="utf8-lossy").with_row_index("line", 1)
 dtype = pl.Struct({"step": pl.Int64, "_timestamp": pl.Float64, **{n: pl.String for n in NAMES}})
 obj = lines.select(pl.col("line").cast(pl.Int64),
                    pl.col("text").str.replace_all(r":\s*(-?(?:NaN|Infinity))", ': "$1"').str.json_decode(dtype).alias("o")).unnest("o")
-''',
-    '''obj = pl.read_ndjson(src).lazy().with_row_index("line", 1).with_columns(pl.col("line").cast(pl.Int64))
-''')
+""",
+    """obj = pl.read_ndjson(src).lazy().with_row_index("line", 1).with_columns(pl.col("line").cast(pl.Int64))
+""",
+)
 assert JSONL_NDJSON != JSONL_POLARS
 
-LAYERS_CSV = r'''
+LAYERS_CSV = r"""
 import csv, sys
 import pyarrow as pa, pyarrow.parquet as pq
 src, out = sys.argv[1], sys.argv[2]
@@ -380,9 +427,9 @@ table = pa.table({"source": pa.array([src.rsplit("/", 1)[-1]] * m), **{k: pa.arr
                   "rank": pa.nulls(m, pa.int32()), "attempt": pa.array([0] * m, pa.int32())})
 pq.write_table(table, out, compression="zstd")
 print(m, "rows", file=sys.stderr)
-'''
+"""
 
-LAYERS_POLARS = r'''
+LAYERS_POLARS = r"""
 import sys, polars as pl
 src, out = sys.argv[1], sys.argv[2]
 f = pl.scan_csv(src, schema_overrides={"step": pl.Int64, "numel": pl.Int64}).with_row_index("line", 2)
@@ -390,9 +437,11 @@ f.select(pl.lit(src.rsplit("/", 1)[-1]).alias("source"), pl.col("line").cast(pl.
          "zero_frac", "max_abs", "numel", pl.lit(None, pl.Int32).alias("rank"), pl.lit(0, pl.Int32).alias("attempt")
          ).sink_parquet(out, compression="zstd")
 print("done", file=sys.stderr)
-'''
+"""
 
-TB_TBPARSE = _WRITE_LONG + r'''
+TB_TBPARSE = (
+    _WRITE_LONG
+    + r"""
 import sys
 from tbparse import SummaryReader
 src, out = sys.argv[1], sys.argv[2]
@@ -401,9 +450,12 @@ n = len(df)
 write_long(out, src.rsplit("/", 1)[-1], [None] * n, df["step"].tolist(), [None] * n, df["tag"].tolist(),
            df["value"].tolist(), [int(t * 1e6) for t in df["wall_time"].tolist()])
 print(n, "rows", file=sys.stderr)
-'''
+"""
+)
 
-TB_ACCUMULATOR = _WRITE_LONG + r'''
+TB_ACCUMULATOR = (
+    _WRITE_LONG
+    + r"""
 import sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 src, out = sys.argv[1], sys.argv[2]
@@ -416,7 +468,8 @@ for tag in acc.Tags()["scalars"]:
 n = len(values)
 write_long(out, src.rsplit("/", 1)[-1], [None] * n, steps, [None] * n, names, values, times)
 print(n, "rows", file=sys.stderr)
-'''
+"""
+)
 
 FORMATS = {
     # name: (generator, default size, file name, {side: script})
@@ -424,10 +477,16 @@ FORMATS = {
     "hf": (gen_hf, "hf_trainer.log", {"regex": HF_REGEX, "polars": HF_POLARS, "floor": FLOOR}),
     "jsonl": (gen_jsonl, "metrics.jsonl", {"json.loads": JSONL_LOOP, "polars": JSONL_POLARS, "floor": FLOOR}),
     # the same file with one bare NaN (the typed decode must not fail over), and with none
-    "jsonl-1nan": (functools.partial(gen_jsonl, nans="one"), "metrics.jsonl",
-                   {"json.loads": JSONL_LOOP, "polars": JSONL_POLARS, "floor": FLOOR}),
-    "jsonl-finite": (functools.partial(gen_jsonl, nans="none"), "metrics.jsonl",
-                     {"json.loads": JSONL_LOOP, "read_ndjson": JSONL_NDJSON, "polars": JSONL_POLARS, "floor": FLOOR}),
+    "jsonl-1nan": (
+        functools.partial(gen_jsonl, nans="one"),
+        "metrics.jsonl",
+        {"json.loads": JSONL_LOOP, "polars": JSONL_POLARS, "floor": FLOOR},
+    ),
+    "jsonl-finite": (
+        functools.partial(gen_jsonl, nans="none"),
+        "metrics.jsonl",
+        {"json.loads": JSONL_LOOP, "read_ndjson": JSONL_NDJSON, "polars": JSONL_POLARS, "floor": FLOOR},
+    ),
     "layers": (gen_layers, "layer_grads.csv", {"csv": LAYERS_CSV, "polars": LAYERS_POLARS, "floor": FLOOR}),
     "tensorboard": (gen_tensorboard, "tb", {"tbparse": TB_TBPARSE, "EventAccumulator": TB_ACCUMULATOR}),
 }
@@ -441,8 +500,9 @@ def run(label: str, argv: list[str], env: dict | None = None) -> dict:
     """One side in its own process: wall time, CPU time and that process's own peak RSS
     (`os.wait4` gives the child's rusage, not a running max over all children)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env} if env else None)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **env} if env else None
+    )
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
@@ -472,12 +532,15 @@ def machine() -> str:
         pass
     import polars
 
-    return (f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, polars {polars.__version__}, "
-            f"{platform.system()}")
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, polars {polars.__version__}, "
+        f"{platform.system()}"
+    )
 
 
-def bench_format(fmt: str, size: int, rounds: int, sides: list[str] | None, scale: int, tmp: Path,
-                 before: Path | None = None) -> dict:
+def bench_format(
+    fmt: str, size: int, rounds: int, sides: list[str] | None, scale: int, tmp: Path, before: Path | None = None
+) -> dict:
     gen, fname, others = FORMATS[fmt]
     path = tmp / fname
     made = _generate(gen, path, size)
@@ -488,7 +551,7 @@ def bench_format(fmt: str, size: int, rounds: int, sides: list[str] | None, scal
         names = [s for s in names if s in sides or s in ("ours", "before")]
     rows: list[list[dict]] = []
     for k in range(rounds):
-        order = names[k % len(names):] + names[: k % len(names)]
+        order = names[k % len(names) :] + names[: k % len(names)]
         got = {}
         load0 = load()  # not `before`: that is the earlier version's folder
         for side in order:
@@ -502,9 +565,13 @@ def bench_format(fmt: str, size: int, rounds: int, sides: list[str] | None, scal
             shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
         load_txt = f"{load0:.1f}-{load():.1f}"
         rows.append([{**got[s], "round": k + 1, "load": load_txt} for s in names])
-        print(f"{fmt} round {k + 1} (order {', '.join(order)}; load {load_txt}): "
-              + "; ".join(f"{s} {got[s]['wall_s']:.1f}s/{got[s]['cpu_s']:.1f}s/{got[s]['peak_mib']:.0f}MiB" for s in names),
-              file=sys.stderr)
+        print(
+            f"{fmt} round {k + 1} (order {', '.join(order)}; load {load_txt}): "
+            + "; ".join(
+                f"{s} {got[s]['wall_s']:.1f}s/{got[s]['cpu_s']:.1f}s/{got[s]['peak_mib']:.0f}MiB" for s in names
+            ),
+            file=sys.stderr,
+        )
     result = {"format": fmt, "size": size, "bytes": nbytes, "rounds": rows}
     if scale > 1 and fmt != "tensorboard":
         big = tmp / f"big-{fname}"
@@ -536,29 +603,40 @@ def render(res: dict) -> str:
     """A markdown table: per side, median (range) over rounds of wall, CPU, peak RSS and
     the per-round ratios side / ours (> 1: ours is faster or smaller)."""
     mb = res["bytes"] / 1e6
-    out = [f"**{res['format']}**: {res['size']:,} records, {mb:.0f} MB; {len(res['rounds'])} round(s), "
-           f"load {', '.join(r[0]['load'] for r in res['rounds'])}", "",
-           "| side | wall s | CPU s | peak MiB | MB/s (wall) | wall / ours | CPU / ours | ours peak / its peak |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"**{res['format']}**: {res['size']:,} records, {mb:.0f} MB; {len(res['rounds'])} round(s), "
+        f"load {', '.join(r[0]['load'] for r in res['rounds'])}",
+        "",
+        "| side | wall s | CPU s | peak MiB | MB/s (wall) | wall / ours | CPU / ours | ours peak / its peak |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     sides = [r["side"] for r in res["rounds"][0]]
     for i, side in enumerate(sides):
         per = [rnd[i] for rnd in res["rounds"]]
         ours = [rnd[0] for rnd in res["rounds"]]
         wall = [p["wall_s"] for p in per]
-        cells = [_span(wall, "{:.1f}"), _span([p["cpu_s"] for p in per], "{:.1f}"),
-                 _span([p["peak_mib"] for p in per], "{:.0f}"), _span([mb / w for w in wall], "{:.0f}")]
+        cells = [
+            _span(wall, "{:.1f}"),
+            _span([p["cpu_s"] for p in per], "{:.1f}"),
+            _span([p["peak_mib"] for p in per], "{:.0f}"),
+            _span([mb / w for w in wall], "{:.0f}"),
+        ]
         if side == "ours":
             cells += ["1", "1", "1"]
         else:
-            cells += [_span([p["wall_s"] / o["wall_s"] for p, o in zip(per, ours)]),
-                      _span([p["cpu_s"] / o["cpu_s"] for p, o in zip(per, ours)]),
-                      _span([o["peak_mib"] / p["peak_mib"] for p, o in zip(per, ours)])]
+            cells += [
+                _span([p["wall_s"] / o["wall_s"] for p, o in zip(per, ours)]),
+                _span([p["cpu_s"] / o["cpu_s"] for p, o in zip(per, ours)]),
+                _span([o["peak_mib"] / p["peak_mib"] for p, o in zip(per, ours)]),
+            ]
         out.append(f"| {side} | " + " | ".join(cells) + " |")
     if "scaled" in res:
         s = res["scaled"]
         one = statistics.median(rnd[0]["peak_mib"] for rnd in res["rounds"])
-        out.append(f"\n`ours` on a {s['scale']}x file ({s['bytes'] / 1e6:.0f} MB): {s['wall_s']:.1f} s wall, "
-                   f"{s['cpu_s']:.1f} s CPU, {s['peak_mib']:.0f} MiB peak ({s['peak_mib'] / one:.2f}x the 1x peak; load {s['load']})")
+        out.append(
+            f"\n`ours` on a {s['scale']}x file ({s['bytes'] / 1e6:.0f} MB): {s['wall_s']:.1f} s wall, "
+            f"{s['cpu_s']:.1f} s CPU, {s['peak_mib']:.0f} MiB peak ({s['peak_mib'] / one:.2f}x the 1x peak; load {s['load']})"
+        )
     return "\n".join(out)
 
 
@@ -571,8 +649,12 @@ def main() -> None:
     ap.add_argument("--sides", default="", help="only these sides besides ours (comma-separated)")
     ap.add_argument("--scale", type=int, default=0, help="also run ours on a file this many times larger")
     ap.add_argument("--json", type=Path, help="write the raw figures here")
-    ap.add_argument("--before", type=Path, help="also run `spikeforensics ingest` with this folder first on "
-                    "PYTHONPATH (a checkout of an earlier version: `git archive REV spikeforensics | tar -x -C DIR`)")
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="also run `spikeforensics ingest` with this folder first on "
+        "PYTHONPATH (a checkout of an earlier version: `git archive REV spikeforensics | tar -x -C DIR`)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the generated files")
     args = ap.parse_args()
     sizes = dict(kv.split("=") for kv in args.sizes.split(",") if kv)
@@ -581,7 +663,9 @@ def main() -> None:
     try:
         for fmt in args.formats.split(","):
             size = int(sizes.get(fmt, args.size))
-            res = bench_format(fmt, size, args.rounds, [s for s in args.sides.split(",") if s], args.scale, tmp, args.before)
+            res = bench_format(
+                fmt, size, args.rounds, [s for s in args.sides.split(",") if s], args.scale, tmp, args.before
+            )
             results.append(res)
             print(render(res) + "\n", flush=True)
     finally:

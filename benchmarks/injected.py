@@ -61,8 +61,16 @@ import injected_curves as ic  # noqa: E402
 README = HERE / "README.md"
 BEGIN, END = "<!-- injected:begin -->", "<!-- injected:end -->"
 BUCKETS = (1.5, 2, 3, 4, 6, 10, 20)  # lower edges, in sigma
-KIND_WEIGHTS = {"spike": 0.24, "blip": 0.14, "nan": 0.08, "divergence": 0.1, "drift_loss": 0.1, "drift_grad": 0.08,
-                "overflow": 0.12, "lr_fault": 0.14}
+KIND_WEIGHTS = {
+    "spike": 0.24,
+    "blip": 0.14,
+    "nan": 0.08,
+    "divergence": 0.1,
+    "drift_loss": 0.1,
+    "drift_grad": 0.08,
+    "overflow": 0.12,
+    "lr_fault": 0.14,
+}
 ROOT_CAUSE = {"overflow": "fp16_overflow", "lr_fault": "lr_schedule"}
 BASELINES = ("static", "megatron", "llm_foundry", "olmo_core", "zclip")
 MIN_SIGMA = 0.003  # a loss printed to 4 decimals at 1e-4 has no measurable noise: no injection there
@@ -135,8 +143,17 @@ def _fp16_background(n: int, interval: int, rng) -> tuple[np.ndarray, list[int]]
     return scale, skipped
 
 
-def make_case(idx: int, curve: ic.Curve, kind: str, rng: np.random.Generator, quick: bool = False,
-              steps: int | None = None, interval: int | None = None, fp16: bool | None = None, **fix) -> tuple[Case, dict]:
+def make_case(
+    idx: int,
+    curve: ic.Curve,
+    kind: str,
+    rng: np.random.Generator,
+    quick: bool = False,
+    steps: int | None = None,
+    interval: int | None = None,
+    fp16: bool | None = None,
+    **fix,
+) -> tuple[Case, dict]:
     """(case, arrays): arrays hold per-record `loss`, `grad_norm`, `lr`, `loss_scale` (any may be absent),
     `skip` (bool: overflow-skipped record) and `step`. `steps`, `interval`, `fp16` and `fix` (`at`: record,
     `effect`: sigma, `width`: records) pin what is otherwise drawn (tests)."""
@@ -153,8 +170,15 @@ def make_case(idx: int, curve: ic.Curve, kind: str, rng: np.random.Generator, qu
     if fp16:
         arrays["loss_scale"], skipped = _fp16_background(n, interval, rng)
         arrays["skip"][skipped] = True
-    case = Case(id=f"c{idx:04d}", curve=curve.name, kind=kind, steps=int(arrays["step"][-1]), interval=interval,
-                fp16=fp16, extended=extended)
+    case = Case(
+        id=f"c{idx:04d}",
+        curve=curve.name,
+        kind=kind,
+        steps=int(arrays["step"][-1]),
+        interval=interval,
+        fp16=fp16,
+        extended=extended,
+    )
     if kind != "clean":
         _inject(case, arrays, rng, **fix)
     return case, arrays
@@ -169,7 +193,9 @@ def _shift(arrays: dict, signal: str, at: int, prof: np.ndarray, amount: float) 
     arrays[signal][at:hi] *= np.exp(amount * prof[: hi - at])
 
 
-def _inject(case: Case, a: dict, rng, at: int | None = None, effect: float | None = None, width: int | None = None) -> None:
+def _inject(
+    case: Case, a: dict, rng, at: int | None = None, effect: float | None = None, width: int | None = None
+) -> None:
     n, iv, kind = len(a["step"]), case.interval, case.kind
     main = "grad_norm" if kind in ("blip", "drift_grad") else "loss"
     if at is None:
@@ -195,7 +221,7 @@ def _inject(case: Case, a: dict, rng, at: int | None = None, effect: float | Non
         width = int(rng.integers(1, 11)) if width is None else width
         for s in ("loss", "grad_norm"):
             if s in a:
-                a[s][at:at + width] = np.nan
+                a[s][at : at + width] = np.nan
         e, end = None, at + width - 1
     elif kind == "divergence":
         ramp = int(rng.integers(5, 201))
@@ -218,7 +244,9 @@ def _inject(case: Case, a: dict, rng, at: int | None = None, effect: float | Non
     elif kind == "overflow":
         count = int(rng.integers(5, 41))
         span = count * int(rng.integers(1, 6))
-        hits = np.sort(rng.choice(np.arange(at, min(n, at + span)), size=min(count, min(n, at + span) - at), replace=False))
+        hits = np.sort(
+            rng.choice(np.arange(at, min(n, at + span)), size=min(count, min(n, at + span) - at), replace=False)
+        )
         a["skip"][hits] = True
         scale = a["loss_scale"]
         for h in hits:
@@ -253,15 +281,23 @@ def _inject(case: Case, a: dict, rng, at: int | None = None, effect: float | Non
 
 
 def pick_kind(curve: ic.Curve, rng) -> str | None:
-    kinds = [k for k in KIND_WEIGHTS
-             if not ((k in ("blip", "drift_grad") and not curve.has("grad_norm")) or (k == "lr_fault" and not curve.has("lr")))]
+    kinds = [
+        k
+        for k in KIND_WEIGHTS
+        if not (
+            (k in ("blip", "drift_grad") and not curve.has("grad_norm")) or (k == "lr_fault" and not curve.has("lr"))
+        )
+    ]
     w = np.array([KIND_WEIGHTS[k] for k in kinds])
     return str(rng.choice(kinds, p=w / w.sum()))
 
 
 def injectable(curve: ic.Curve) -> bool:
     y = np.log(curve.values["loss"]) if curve.has("loss") else np.log(curve.values["grad_norm"])
-    return np.nanmedian([ic.local_sigma(y, i) for i in np.linspace(curve.n * 0.1, curve.n * 0.9, 5).astype(int)]) >= MIN_SIGMA
+    return (
+        np.nanmedian([ic.local_sigma(y, i) for i in np.linspace(curve.n * 0.1, curve.n * 0.9, 5).astype(int)])
+        >= MIN_SIGMA
+    )
 
 
 def build_cases(curves: list[ic.Curve], count: int, seed: int, quick: bool):
@@ -297,8 +333,16 @@ def to_run(case: Case, a: dict):
         if name not in a:
             continue
         mask = keep if name in ("loss", "grad_norm") else np.ones(n, bool)  # a skipped step prints no loss / norm
-        cols.append(pl.DataFrame({"step": step[mask], "record": rec[mask], "value": a[name][mask].astype(np.float64),
-                                  "line": rec[mask] + 1}).with_columns(pl.lit(name).alias("name")))
+        cols.append(
+            pl.DataFrame(
+                {
+                    "step": step[mask],
+                    "record": rec[mask],
+                    "value": a[name][mask].astype(np.float64),
+                    "line": rec[mask] + 1,
+                }
+            ).with_columns(pl.lit(name).alias("name"))
+        )
     metrics = pl.concat(cols).with_columns(pl.lit("train.log").alias("source"), pl.lit(0, pl.Int32).alias("attempt"))
     events = None
     if "loss_scale" in a and a["skip"].any():
@@ -306,8 +350,16 @@ def to_run(case: Case, a: dict):
         scale = a["loss_scale"]
         old = np.where(idx > 0, scale[np.maximum(idx - 1, 0)], SCALE0)
         details = [json.dumps({"old_scale": float(o), "new_scale": float(s)}) for o, s in zip(old, scale[idx])]
-        events = pl.DataFrame({"source": "train.log", "line": idx + 1, "step": step[idx], "kind": "overflow",
-                               "detail": details, "attempt": np.zeros(len(idx), np.int32)})
+        events = pl.DataFrame(
+            {
+                "source": "train.log",
+                "line": idx + 1,
+                "step": step[idx],
+                "kind": "overflow",
+                "detail": details,
+                "attempt": np.zeros(len(idx), np.int32),
+            }
+        )
     return RunData.from_frames(re.sub(r"[^A-Za-z0-9._-]", "-", case.id), metrics=metrics, events=events)
 
 
@@ -328,7 +380,9 @@ def score_case(case: Case, a: dict, params) -> Case:
     case.seconds = round(time.perf_counter() - t0, 3)
     incidents = [i for i in diagnosis.get("incidents", []) if i.get("severity") in ("warning", "critical")]
     notes = diagnosis.get("notes", [])
-    failed = [n.get("summary", "") for n in notes if any(e.get("signal") == "detector_error" for e in n.get("evidence", []))]
+    failed = [
+        n.get("summary", "") for n in notes if any(e.get("signal") == "detector_error" for e in n.get("evidence", []))
+    ]
     if failed:  # a detector that raised: the figures of this run are partial, and the table says so
         case.detail["error"] = "; ".join(failed)[:300]
     lo, hi = case.start - case.interval, case.end + case.interval
@@ -356,8 +410,10 @@ def score_case(case: Case, a: dict, params) -> Case:
             case.baselines[name] = {"false": len(incs)}
         else:
             reach = 50 * case.interval
-            case.baselines[name] = {"found": any(_overlaps(i, lo, hi) for i in incs),
-                                    "false": sum(1 for i in incs if not _overlaps(i, lo - reach, hi + reach))}
+            case.baselines[name] = {
+                "found": any(_overlaps(i, lo, hi) for i in incs),
+                "false": sum(1 for i in incs if not _overlaps(i, lo - reach, hi + reach)),
+            }
     return case
 
 
@@ -385,95 +441,155 @@ def summarise(cases: list[Case], n_real: int) -> dict:
     curve = {}
     for b in [bucket(x + 1e-9) for x in BUCKETS]:
         group = [c for c in sized if bucket(c.effect) == b]
-        curve[b] = {"n": len(group), "spikeforensics": [c.found for c in group],
-                    **{name: [c.baselines[name]["found"] for c in group] for name in BASELINES}}
+        curve[b] = {
+            "n": len(group),
+            "spikeforensics": [c.found for c in group],
+            **{name: [c.baselines[name]["found"] for c in group] for name in BASELINES},
+        }
     clean = [c for c in cases if c.kind == "clean"]
     real = clean[:n_real]
     gen = clean[n_real:]
     records = lambda cs: sum(c.steps // c.interval for c in cs)  # noqa: E731
     per10k = lambda k, cs: 1e4 * k / max(1, records(cs))  # noqa: E731
     return {
-        "cases": len(faults), "clean_real": len(real), "clean_generated": len(gen),
+        "cases": len(faults),
+        "clean_real": len(real),
+        "clean_generated": len(gen),
         "curve": curve,
-        "by_kind": {k: {"n": len([c for c in faults if c.kind == k]),
-                        "found": [c.found for c in faults if c.kind == k],
-                        "noted": [bool(c.noted) for c in faults if c.kind == k]} for k in KIND_WEIGHTS},
-        "ge6": {"spikeforensics": [c.found for c in sized if c.effect >= 6],
-                **{b: [c.baselines[b]["found"] for c in sized if c.effect >= 6] for b in BASELINES}},
+        "by_kind": {
+            k: {
+                "n": len([c for c in faults if c.kind == k]),
+                "found": [c.found for c in faults if c.kind == k],
+                "noted": [bool(c.noted) for c in faults if c.kind == k],
+            }
+            for k in KIND_WEIGHTS
+        },
+        "ge6": {
+            "spikeforensics": [c.found for c in sized if c.effect >= 6],
+            **{b: [c.baselines[b]["found"] for c in sized if c.effect >= 6] for b in BASELINES},
+        },
         "false": {
-            "real": {"records": records(real), "incidents": sum(c.false_incidents for c in real),
-                     **{b: sum(c.baselines[b]["false"] for c in real) for b in BASELINES}},
-            "generated": {"records": records(gen), "incidents": sum(c.false_incidents for c in gen),
-                          **{b: sum(c.baselines[b]["false"] for c in gen) for b in BASELINES}},
+            "real": {
+                "records": records(real),
+                "incidents": sum(c.false_incidents for c in real),
+                **{b: sum(c.baselines[b]["false"] for c in real) for b in BASELINES},
+            },
+            "generated": {
+                "records": records(gen),
+                "incidents": sum(c.false_incidents for c in gen),
+                **{b: sum(c.baselines[b]["false"] for c in gen) for b in BASELINES},
+            },
             "away_from_faults": {"records": records(faults), "incidents": sum(c.false_incidents for c in faults)},
         },
-        "per10k": {"clean": per10k(sum(c.false_incidents for c in clean), clean),
-                   **{b: per10k(sum(c.baselines[b]["false"] for c in clean), clean) for b in BASELINES}},
-        "root": {k: {"n": len([c for c in faults if c.kind == k and c.found]),
-                     "ok": [c.root_ok for c in faults if c.kind == k and c.found],
-                     "got": sorted({str(c.root_cause) for c in faults if c.kind == k and c.found})}
-                 for k in ROOT_CAUSE},
+        "per10k": {
+            "clean": per10k(sum(c.false_incidents for c in clean), clean),
+            **{b: per10k(sum(c.baselines[b]["false"] for c in clean), clean) for b in BASELINES},
+        },
+        "root": {
+            k: {
+                "n": len([c for c in faults if c.kind == k and c.found]),
+                "ok": [c.root_ok for c in faults if c.kind == k and c.found],
+                "got": sorted({str(c.root_cause) for c in faults if c.kind == k and c.found}),
+            }
+            for k in ROOT_CAUSE
+        },
         "nan_kind": [c.kind_ok for c in faults if c.kind == "nan" and c.found],
         "errors": sum("error" in c.detail for c in cases),
-        "extended": sum(c.extended for c in faults), "long": sum(c.steps >= 100_000 for c in faults),
+        "extended": sum(c.extended for c in faults),
+        "long": sum(c.steps >= 100_000 for c in faults),
     }
 
 
 def markdown(s: dict, meta: dict) -> str:
-    out = [f"Seed {meta['seed']}, {s['cases']} injected cases ({s['extended']} on extended curves, "
-           f"{s['long']} of >= 100,000 steps), {s['clean_real']} untouched real curves and "
-           f"{s['clean_generated']} clean generated runs; {meta['curves']} healthy real curves; "
-           f"{meta['seconds']:.0f} s." + (f" **{s['errors']} runs raised** (scored as nothing found)." if s["errors"] else ""), "",
-           "Recall by effect size (sigma = the curve's own robust noise at the site; all faults with a size):", "",
-           "| effect (sigma) | cases | spikeforensics | " + " | ".join(BASELINES) + " |",
-           "|---|---|---|" + "---|" * len(BASELINES)]
+    out = [
+        f"Seed {meta['seed']}, {s['cases']} injected cases ({s['extended']} on extended curves, "
+        f"{s['long']} of >= 100,000 steps), {s['clean_real']} untouched real curves and "
+        f"{s['clean_generated']} clean generated runs; {meta['curves']} healthy real curves; "
+        f"{meta['seconds']:.0f} s."
+        + (f" **{s['errors']} runs raised** (scored as nothing found)." if s["errors"] else ""),
+        "",
+        "Recall by effect size (sigma = the curve's own robust noise at the site; all faults with a size):",
+        "",
+        "| effect (sigma) | cases | spikeforensics | " + " | ".join(BASELINES) + " |",
+        "|---|---|---|" + "---|" * len(BASELINES),
+    ]
     for b, row in s["curve"].items():
         if row["n"]:
-            out.append(f"| {b} | {row['n']} | **{_rate(row['spikeforensics'])}** | "
-                       + " | ".join(_rate(row[n]) for n in BASELINES) + " |")
+            out.append(
+                f"| {b} | {row['n']} | **{_rate(row['spikeforensics'])}** | "
+                + " | ".join(_rate(row[n]) for n in BASELINES)
+                + " |"
+            )
     g = s["ge6"]
-    out.append(f"| >= 6 (pooled) | {len(g['spikeforensics'])} | **{_rate(g['spikeforensics'])}** | "
-               + " | ".join(_rate(g[n]) for n in BASELINES) + " |")
-    out += ["", "Recall by fault kind (all sizes; \"or noted\": an info note at the fault counts too):", "",
-            "| fault | cases | found | found or noted |", "|---|---|---|---|"]
+    out.append(
+        f"| >= 6 (pooled) | {len(g['spikeforensics'])} | **{_rate(g['spikeforensics'])}** | "
+        + " | ".join(_rate(g[n]) for n in BASELINES)
+        + " |"
+    )
+    out += [
+        "",
+        'Recall by fault kind (all sizes; "or noted": an info note at the fault counts too):',
+        "",
+        "| fault | cases | found | found or noted |",
+        "|---|---|---|---|",
+    ]
     for k, row in s["by_kind"].items():
         if row["n"]:
             out.append(f"| `{k}` | {row['n']} | {_rate(row['found'])} | {_rate(row['noted'])} |")
     f = s["false"]
-    out += ["", "False incidents (warning+) per 10,000 records on the untouched curves:", "",
-            "| | records | spikeforensics | " + " | ".join(BASELINES) + " |", "|---|---|---|" + "---|" * len(BASELINES)]
+    out += [
+        "",
+        "False incidents (warning+) per 10,000 records on the untouched curves:",
+        "",
+        "| | records | spikeforensics | " + " | ".join(BASELINES) + " |",
+        "|---|---|---|" + "---|" * len(BASELINES),
+    ]
     for name in ("real", "generated"):
         row = f[name]
         rate = lambda k, r=row["records"]: f"{k} ({1e4 * k / max(1, r):.2f})"  # noqa: E731
-        out.append(f"| {name} curves | {row['records']:,} | **{rate(row['incidents'])}** | "
-                   + " | ".join(rate(row[b]) for b in BASELINES) + " |")
+        out.append(
+            f"| {name} curves | {row['records']:,} | **{rate(row['incidents'])}** | "
+            + " | ".join(rate(row[b]) for b in BASELINES)
+            + " |"
+        )
     away = f["away_from_faults"]
-    out += ["", f"Warning+ incidents more than 50 records away from the injected fault, in the {s['cases']} faulty "
-            f"runs: {away['incidents']} over {away['records']:,} records "
-            f"({1e4 * away['incidents'] / max(1, away['records']):.2f} per 10,000).", "",
-            "Root cause top-1 of the found faults where the injection defines it:", ""]
+    out += [
+        "",
+        f"Warning+ incidents more than 50 records away from the injected fault, in the {s['cases']} faulty "
+        f"runs: {away['incidents']} over {away['records']:,} records "
+        f"({1e4 * away['incidents'] / max(1, away['records']):.2f} per 10,000).",
+        "",
+        "Root cause top-1 of the found faults where the injection defines it:",
+        "",
+    ]
     for k, row in s["root"].items():
-        out.append(f"- `{k}` -> `{ROOT_CAUSE[k]}`: {_rate(row['ok'])} of {row['n']} (labels given: {', '.join(row['got'])})")
+        out.append(
+            f"- `{k}` -> `{ROOT_CAUSE[k]}`: {_rate(row['ok'])} of {row['n']} (labels given: {', '.join(row['got'])})"
+        )
     out.append(f"- `nan` -> kind `nonfinite` in the incident: {_rate(s['nan_kind'])} of {len(s['nan_kind'])}")
     return "\n".join(out)
 
 
 def write_readme(text: str, command: str) -> None:
     body = README.read_text(encoding="utf-8")
-    section = (f"{BEGIN}\n## Injected faults on real noise\n\n`{command}` (see the script's docstring for how curves "
-               f"are extended and faults injected; extended runs are synthetic, built from real curves).\n\n{text}\n{END}")
+    section = (
+        f"{BEGIN}\n## Injected faults on real noise\n\n`{command}` (see the script's docstring for how curves "
+        f"are extended and faults injected; extended runs are synthetic, built from real curves).\n\n{text}\n{END}"
+    )
     if BEGIN in body and END in body:
-        body = body[: body.index(BEGIN)] + section + body[body.index(END) + len(END):]
+        body = body[: body.index(BEGIN)] + section + body[body.index(END) + len(END) :]
     else:
         body = body.rstrip("\n") + "\n\n" + section + "\n"
-    row = ("| injected faults | `python benchmarks/injected.py --write-readme` | recall by effect size (in units of "
-           "the curve's own noise) of faults injected into healthy real curves, false incidents per 10,000 records on "
-           "the untouched curves, root cause where the fault defines it, with the five baselines |")
+    row = (
+        "| injected faults | `python benchmarks/injected.py --write-readme` | recall by effect size (in units of "
+        "the curve's own noise) of faults injected into healthy real curves, false incidents per 10,000 records on "
+        "the untouched curves, root cause where the fault defines it, with the five baselines |"
+    )
     if "| injected faults |" not in body:
         anchor = "| diagnosis speed |"
         at = body.index(anchor)
         eol = body.index("\n", at)
-        body = body[: eol + 1] + row + "\n" + body[eol + 1:]
+        body = body[: eol + 1] + row + "\n" + body[eol + 1 :]
     README.write_text(body, encoding="utf-8")
 
 
@@ -499,17 +615,26 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(score_case(case, arrays, params))
         if len(cases) % 50 == 0:
             print(f"  {len(cases)} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    meta = {"seed": args.seed, "curves": len(curves), "seconds": time.perf_counter() - t0,
-            "curve_origins": [c.origin for c in curves]}
+    meta = {
+        "seed": args.seed,
+        "curves": len(curves),
+        "seconds": time.perf_counter() - t0,
+        "curve_origins": [c.origin for c in curves],
+    }
     summary = summarise(cases, len(curves))
     text = markdown(summary, meta)
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "summary": summary, "cases": [asdict(c) for c in cases]},
-                                              indent=1, default=str), encoding="utf-8")
+        Path(args.json).write_text(
+            json.dumps({"meta": meta, "summary": summary, "cases": [asdict(c) for c in cases]}, indent=1, default=str),
+            encoding="utf-8",
+        )
     if args.write_readme:
-        cmd = "python benchmarks/injected.py" + (f" --seed {args.seed}" if args.seed != 12 else "") + (
-            " --quick" if args.quick else f" --cases {count}" if count != 520 else "")
+        cmd = (
+            "python benchmarks/injected.py"
+            + (f" --seed {args.seed}" if args.seed != 12 else "")
+            + (" --quick" if args.quick else f" --cases {count}" if count != 520 else "")
+        )
         write_readme(text, cmd)
     return 0
 

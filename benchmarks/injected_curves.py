@@ -164,7 +164,11 @@ def local_sigma(y: np.ndarray, at: int, reach: int = 250, window: int = 51) -> f
     if len(part) < 10:
         return float("nan")
     resid = part - rolling_median(part, min(window, max(5, len(part) // 4) | 1))
-    core = resid[min(window, len(resid) // 4): len(resid) - min(window, len(resid) // 4)] if len(resid) > 4 * window else resid
+    core = (
+        resid[min(window, len(resid) // 4) : len(resid) - min(window, len(resid) // 4)]
+        if len(resid) > 4 * window
+        else resid
+    )
     return float(MAD_SCALE * np.median(np.abs(core - np.median(core))))
 
 
@@ -174,7 +178,7 @@ def extend(curve: Curve, m: int, rng: np.random.Generator) -> tuple[dict, bool]:
     n = curve.n
     if m <= n:
         start = int(rng.integers(0, n - m + 1))
-        return {s: v[start:start + m].copy() for s, v in curve.values.items()}, False
+        return {s: v[start : start + m].copy() for s, v in curve.values.items()}, False
     w = trend_window(n)
     early = max(w // 2, n // 10)  # the first records' residuals are the start-up transient, not noise
     block = int(max(5, min(50, (n - early) // 10)))

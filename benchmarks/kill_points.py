@@ -47,8 +47,13 @@ POLL_S = 0.002  # how often the report folder is polled for a temporary file
 
 
 def sf(args: list[str], env: dict | None = None, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "spikeforensics", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "spikeforensics", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        **kw,
+    )
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -161,8 +166,11 @@ def main(argv=None) -> int:
     shutil.copytree(base, ref_grow)
     assert finish(sf(["ingest", str(grown), "--run", "base", "--store", str(ref_grow)]))[0] == 0
     ref_grown_base = fingerprint(ref_grow, "base")
-    print(f"setup {time.monotonic() - t0:.1f} s; clean ingest {ingest_s:.1f} s, diagnose {diagnose_s:.1f} s; "
-          f"{len(ref_k)} (table, source) parts in the killed run", file=sys.stderr)
+    print(
+        f"setup {time.monotonic() - t0:.1f} s; clean ingest {ingest_s:.1f} s, diagnose {diagnose_s:.1f} s; "
+        f"{len(ref_k)} (table, source) parts in the killed run",
+        file=sys.stderr,
+    )
 
     ingest_k = ["ingest", str(inputs / "k"), "--run", "k"]
     ingest_grown = ["ingest", str(grown), "--run", "base"]
@@ -240,26 +248,50 @@ def main(argv=None) -> int:
         else:
             recovered = reports_whole(store, "base")
         recovered = recovered and again == 0 and not leftovers(store) and direct_counts(store) == tool_counts(store)
-        ok = (nxt == 0 and not left and direct == tool and base_ok and reports_ok and recovered
-              and not killed_state.startswith("PARTIAL"))
-        row = {"point": name, "killed": killed, "exit": code, "staged_before_next": len(before_next),
-               "staged_after_next": left, "direct_equals_tool": direct == tool,
-               "direct_minus_tool": {f"{t}/{r}": direct.get((t, r), 0) - tool.get((t, r), 0)
-                                     for t, r in set(direct) | set(tool) if direct.get((t, r), 0) != tool.get((t, r), 0)},
-               "earlier_run_intact": base_ok, "reports_whole": reports_ok, "killed_run": killed_state,
-               "rerun_exit": again, "recovered": recovered, "ok": ok}
+        ok = (
+            nxt == 0
+            and not left
+            and direct == tool
+            and base_ok
+            and reports_ok
+            and recovered
+            and not killed_state.startswith("PARTIAL")
+        )
+        row = {
+            "point": name,
+            "killed": killed,
+            "exit": code,
+            "staged_before_next": len(before_next),
+            "staged_after_next": left,
+            "direct_equals_tool": direct == tool,
+            "direct_minus_tool": {
+                f"{t}/{r}": direct.get((t, r), 0) - tool.get((t, r), 0)
+                for t, r in set(direct) | set(tool)
+                if direct.get((t, r), 0) != tool.get((t, r), 0)
+            },
+            "earlier_run_intact": base_ok,
+            "reports_whole": reports_ok,
+            "killed_run": killed_state,
+            "rerun_exit": again,
+            "recovered": recovered,
+            "ok": ok,
+        }
         if nxt != 0:
             row["next_command_error"] = nxt_err.strip()[-300:]
         if again != 0:
             row["rerun_error"] = again_err.strip()[-300:]
         results.append(row)
-        print(f"{('ok  ' if killed else 'late') if ok else 'FAIL'} {name:48s} killed={killed} staged {len(before_next)}->{len(left)} "
-              f"direct=tool:{direct == tool} earlier:{base_ok} reports:{reports_ok} killed run:{killed_state} "
-              f"rerun:{again}/{recovered}")
+        print(
+            f"{('ok  ' if killed else 'late') if ok else 'FAIL'} {name:48s} killed={killed} staged {len(before_next)}->{len(left)} "
+            f"direct=tool:{direct == tool} earlier:{base_ok} reports:{reports_ok} killed run:{killed_state} "
+            f"rerun:{again}/{recovered}"
+        )
     n_ok = sum(r["ok"] for r in results)
     late = [r["point"] for r in results if not r["killed"]]
-    print(f"{n_ok} of {len(results)} kill points ok; {len(results) - len(late)} killed before the command ended"
-          + (f" (ended first: {late})" if late else ""))
+    print(
+        f"{n_ok} of {len(results)} kill points ok; {len(results) - len(late)} killed before the command ended"
+        + (f" (ended first: {late})" if late else "")
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if not args.keep:

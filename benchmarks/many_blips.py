@@ -57,15 +57,17 @@ def generate(path: Path, iterations: int, blips: list[int], moving: list[int], s
     """Write the log; returns its size in bytes. `moving` is the subset of `blips` the loss answers."""
     rng = random.Random(seed)
     blip_set, moving_set = set(blips), set(moving)
-    last_move = -10**9
+    last_move = -(10**9)
     scale, clean = 65536.0, 0
     with open(path, "w", buffering=1 << 22) as fh:
         buf = []
         for it in range(1, iterations + 1):
             sk = 0
             if rng.random() < OVERFLOW_P * scale / 65536.0:
-                buf.append(f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
-                           f"Rank 0 Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n")
+                buf.append(
+                    f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
+                    f"Rank 0 Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n"
+                )
                 scale, clean, sk = max(scale / 2, 1.0), 0, 1
             else:
                 clean += 1
@@ -79,18 +81,35 @@ def generate(path: Path, iterations: int, blips: list[int], moving: list[int], s
                 last_move = it
             if it - last_move < 60:
                 loss *= 1 + 1.5 * math.exp(-(it - last_move) / 5.0)
-            buf.append(LINE.format(
-                mm=(it // 60) % 60, ss=it % 60, us=(it * 7919) % 1_000_000, it=it, total=iterations,
-                cs=it * 1024, ms=1000 + rng.random() * 50, tf=180 + rng.random(), lr=3e-4 * min(1, it / 2000),
-                loss=loss, scale=scale, gn=gn, nz=0.0, pn=200 + it * 1e-4, sk=sk, nn=0,
-            ))
+            buf.append(
+                LINE.format(
+                    mm=(it // 60) % 60,
+                    ss=it % 60,
+                    us=(it * 7919) % 1_000_000,
+                    it=it,
+                    total=iterations,
+                    cs=it * 1024,
+                    ms=1000 + rng.random() * 50,
+                    tf=180 + rng.random(),
+                    lr=3e-4 * min(1, it / 2000),
+                    loss=loss,
+                    scale=scale,
+                    gn=gn,
+                    nz=0.0,
+                    pn=200 + it * 1e-4,
+                    sk=sk,
+                    nn=0,
+                )
+            )
             if it % 50 == 0:
                 buf.append(TIMER)
             if it % 100 == 0:
                 buf.append(WARN)
             if it % 1000 == 0:
-                buf.append("-" * 100 + f"\n validation loss at iteration {it} | lm loss value: {loss:.6E} | "
-                           f"lm loss PPL: {math.exp(min(loss, 50)):.6E} |\n" + "-" * 100 + "\n")
+                buf.append(
+                    "-" * 100 + f"\n validation loss at iteration {it} | lm loss value: {loss:.6E} | "
+                    f"lm loss PPL: {math.exp(min(loss, 50)):.6E} |\n" + "-" * 100 + "\n"
+                )
             if it % 10000 == 0:
                 buf.append(f"[2024-05-01 12:00:00] saving checkpoint at iteration {it:7d} to /ckpt in torch format\n")
             if len(buf) > 4096:
@@ -116,8 +135,10 @@ def summarize(diagnosis: dict, blips: list[int], moving: list[int]) -> tuple[lis
     for i in incs:
         kinds[i["kind"]] = kinds.get(i["kind"], 0) + 1
         causes[i["root_cause"]] = causes.get(i["root_cause"], 0) + 1
-    lines = [f"verdict: {diagnosis['verdict']['status']} ({diagnosis['verdict'].get('root_cause')})",
-             f"incidents: {len(incs)} by severity {by_sev or '{}'}; kinds {kinds or '{}'}; root causes {causes or '{}'}"]
+    lines = [
+        f"verdict: {diagnosis['verdict']['status']} ({diagnosis['verdict'].get('root_cause')})",
+        f"incidents: {len(incs)} by severity {by_sev or '{}'}; kinds {kinds or '{}'}; root causes {causes or '{}'}",
+    ]
     # the blips are judged against the spike incidents (other detectors' incidents, e.g. the loss scale's, may
     # span a blip by chance and are reported above, not scored here)
     spikes = [i for i in incs if "hard_spike" in i["kinds"]]
@@ -127,19 +148,30 @@ def summarize(diagnosis: dict, blips: list[int], moving: list[int]) -> tuple[lis
     crit_spikes = sum(i["severity"] == "critical" for i in spikes)
     notes = blip_note(diagnosis)
     hs_notes = [n for n in diagnosis.get("notes", []) if n.get("kind") == "hard_spike"]
-    lines.append(f"notes: {len(diagnosis.get('notes', []))} ({len(hs_notes)} hard_spike); grouped blip notes: {len(notes)}")
+    lines.append(
+        f"notes: {len(diagnosis.get('notes', []))} ({len(hs_notes)} hard_spike); grouped blip notes: {len(notes)}"
+    )
     for n in notes:
         p = n["pattern"]
-        lines.append(f"  pattern: severity {n['severity']}, count {p['count']}, first {p['first_step']}, last {p['last_step']}, "
-                     f"median {p['median_ratio']}x, max {p['max_ratio']}x, loss moved {p['loss_moved']}, steps listed "
-                     f"{len(p['steps'])}")
+        lines.append(
+            f"  pattern: severity {n['severity']}, count {p['count']}, first {p['first_step']}, last {p['last_step']}, "
+            f"median {p['median_ratio']}x, max {p['max_ratio']}x, loss moved {p['loss_moved']}, steps listed "
+            f"{len(p['steps'])}"
+        )
         lines.append(f"  summary: {n.get('summary', '')[:200]}")
     counted = notes[0]["pattern"]["count"] if notes else 0
-    lines.append(f"hard-spike incidents: {len(spikes)} ({crit_spikes} critical); loss-moving blips found as incidents: "
-                 f"{len(found_moving)}/{len(moving)}; quiet blips inside a spike incident: {len(quiet_as_incident)}/{len(quiet)}; "
-                 f"pattern count {counted} for {len(quiet)} quiet blips")
-    ok = (crit_spikes <= len(moving) and len(found_moving) == len(moving) and not quiet_as_incident
-          and len(notes) == 1 and abs(counted - len(quiet)) <= max(1, len(quiet) // 20))
+    lines.append(
+        f"hard-spike incidents: {len(spikes)} ({crit_spikes} critical); loss-moving blips found as incidents: "
+        f"{len(found_moving)}/{len(moving)}; quiet blips inside a spike incident: {len(quiet_as_incident)}/{len(quiet)}; "
+        f"pattern count {counted} for {len(quiet)} quiet blips"
+    )
+    ok = (
+        crit_spikes <= len(moving)
+        and len(found_moving) == len(moving)
+        and not quiet_as_incident
+        and len(notes) == 1
+        and abs(counted - len(quiet)) <= max(1, len(quiet) // 20)
+    )
     return lines, ok
 
 
@@ -159,8 +191,10 @@ def run_variant(name: str, args, tmp: Path) -> bool:
     t2 = time.perf_counter()
     diagnosis = api.diagnose(f"blips-{name}", store=store)
     t3 = time.perf_counter()
-    print(f"== {name}: {args.iterations:,} iterations, {len(steps)} blips of {BLIP_SIZE:g}x, {len(moving)} moving the loss "
-          f"({size / 1e6:.0f} MB; generate {t1 - t0:.1f} s, ingest {t2 - t1:.1f} s, diagnose {t3 - t2:.1f} s)")
+    print(
+        f"== {name}: {args.iterations:,} iterations, {len(steps)} blips of {BLIP_SIZE:g}x, {len(moving)} moving the loss "
+        f"({size / 1e6:.0f} MB; generate {t1 - t0:.1f} s, ingest {t2 - t1:.1f} s, diagnose {t3 - t2:.1f} s)"
+    )
     lines, ok = summarize(diagnosis, steps, moving)
     for line in lines:
         print("  " + line)
@@ -168,8 +202,10 @@ def run_variant(name: str, args, tmp: Path) -> bool:
         t4 = time.perf_counter()
         paths = api.write_reports(diagnosis, f"blips-{name}", out=tmp / f"report_{name}.html", store=store)
         html, md = paths["html"].read_text(), paths["markdown"].read_text() if "markdown" in paths else ""
-        print(f"  report ({time.perf_counter() - t4:.1f} s): the pattern's sentence appears {html.count('isolated grad-norm blips')}x "
-              f"in the HTML, {md.count('isolated grad-norm blips')}x in the Markdown")
+        print(
+            f"  report ({time.perf_counter() - t4:.1f} s): the pattern's sentence appears {html.count('isolated grad-norm blips')}x "
+            f"in the HTML, {md.count('isolated grad-norm blips')}x in the Markdown"
+        )
     print(f"  {'OK' if ok else 'NOT AS EXPECTED'}")
     return ok
 
@@ -187,13 +223,14 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="many_blips_"))
     ok = True
     try:
-        for name in (["quiet", "mixed"] if args.variant == "both" else [args.variant]):
+        for name in ["quiet", "mixed"] if args.variant == "both" else [args.variant]:
             ok &= run_variant(name, args, tmp)
     finally:
         if args.keep:
             print(f"kept {tmp}")
         else:
             import shutil
+
             shutil.rmtree(tmp, ignore_errors=True)
     return 0 if ok else 1
 

@@ -45,8 +45,10 @@ def write_log(path: Path, steps: int, peaks: list[int], seed: int = 0) -> int:
             if k:
                 loss *= 1 + 1.5 * k
                 gn *= 60 * k
-            buf.append(f"step {it} | loss {loss:.5f} | lr {3e-4 * min(1, it / 2000):.4e} | grad_norm {gn:.4f} | "
-                       f"tokens_per_s {50000 + rng.random() * 100:.1f}\n")
+            buf.append(
+                f"step {it} | loss {loss:.5f} | lr {3e-4 * min(1, it / 2000):.4e} | grad_norm {gn:.4f} | "
+                f"tokens_per_s {50000 + rng.random() * 100:.1f}\n"
+            )
             if len(buf) >= 8192:
                 fh.write("".join(buf))
                 buf = []
@@ -87,22 +89,28 @@ def main() -> None:
             size = write_log(log, args.steps, spike_steps(args.steps, count))
             t0 = time.perf_counter()
             api.ingest([log], run_id=label, store=store)
-            print(f"{label}: {count} spikes, log {size / 1e6:.0f} MB, ingested in {time.perf_counter() - t0:.1f} s",
-                  file=sys.stderr)
+            print(
+                f"{label}: {count} spikes, log {size / 1e6:.0f} MB, ingested in {time.perf_counter() - t0:.1f} s",
+                file=sys.stderr,
+            )
             runs[label] = count
         times: dict[str, list[float]] = {"many": [], "few": []}
         found: dict[str, int] = {}
         for r in range(args.repeat):
-            for label in (("many", "few") if r % 2 == 0 else ("few", "many")):
+            for label in ("many", "few") if r % 2 == 0 else ("few", "many"):
                 elapsed, found[label] = time_once(store, label, tmp)
                 times[label].append(elapsed)
                 print(f"  repeat {r + 1} {label}: {elapsed:.1f} s, {found[label]} incidents", file=sys.stderr)
     many, few = times["many"], times["few"]
     ratio = min(many) / min(few)
-    print(f"many ({found['many']} incidents): {', '.join(f'{t:.1f}' for t in many)} s; "
-          f"few ({found['few']} incidents): {', '.join(f'{t:.1f}' for t in few)} s; best-to-best ratio {ratio:.2f}")
-    print(f"| {args.steps:,} | {found['many']} vs {found['few']} | {min(many):.1f}-{max(many):.1f} s | "
-          f"{min(few):.1f}-{max(few):.1f} s | {ratio:.2f}x |")
+    print(
+        f"many ({found['many']} incidents): {', '.join(f'{t:.1f}' for t in many)} s; "
+        f"few ({found['few']} incidents): {', '.join(f'{t:.1f}' for t in few)} s; best-to-best ratio {ratio:.2f}"
+    )
+    print(
+        f"| {args.steps:,} | {found['many']} vs {found['few']} | {min(many):.1f}-{max(many):.1f} s | "
+        f"{min(few):.1f}-{max(few):.1f} s | {ratio:.2f}x |"
+    )
 
 
 if __name__ == "__main__":

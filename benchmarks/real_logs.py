@@ -104,7 +104,9 @@ def expected_steps(facts: dict) -> list[int]:
 
 def train_records(metrics: pl.DataFrame) -> tuple[int, float | None]:
     """(training-step records read, median step between consecutive records)."""
-    recs = metrics.filter(pl.col("record").is_not_null()).select("source", "record", "step").unique(["source", "record"])
+    recs = (
+        metrics.filter(pl.col("record").is_not_null()).select("source", "record", "step").unique(["source", "record"])
+    )
     steps = recs.get_column("step").drop_nulls().unique().sort()
     interval = float(steps.diff().drop_nulls().median()) if steps.len() > 1 else None
     return recs.height, interval
@@ -114,11 +116,17 @@ def score_case(folder: Path, facts: dict, split: str, store_root: Path) -> CaseS
     from spikeforensics import api
     from spikeforensics.ingest import IngestError
 
-    case = CaseScore(id=facts.get("id", folder.name), split=split, framework=facts.get("framework", "?"),
-                     healthy=bool(facts.get("healthy")), step_records=facts.get("step_records"),
-                     overflow_expected=facts.get("overflow_count"), expected_steps=expected_steps(facts),
-                     stated_label=facts.get("stated_label"),
-                     steps_covered=int((facts.get("last_step") or 0) - (facts.get("first_step") or 0)))
+    case = CaseScore(
+        id=facts.get("id", folder.name),
+        split=split,
+        framework=facts.get("framework", "?"),
+        healthy=bool(facts.get("healthy")),
+        step_records=facts.get("step_records"),
+        overflow_expected=facts.get("overflow_count"),
+        expected_steps=expected_steps(facts),
+        stated_label=facts.get("stated_label"),
+        steps_covered=int((facts.get("last_step") or 0) - (facts.get("first_step") or 0)),
+    )
     start = time.perf_counter()
     files = [folder / f for f in facts.get("files", [])] or [p for p in folder.iterdir() if p.name != "FACTS.toml"]
     run_id = re.sub(r"[^A-Za-z0-9._-]", "-", case.id)[:120]
@@ -272,13 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(f"({len(scores)} logs in {time.perf_counter() - started:.0f} s)", file=sys.stderr)
     if args.json:
-        Path(args.json).write_text(json.dumps({"totals": totals(scores), "cases": [asdict(c) for c in scores]},
-                                              indent=2, default=str) + "\n", encoding="utf-8")
+        Path(args.json).write_text(
+            json.dumps({"totals": totals(scores), "cases": [asdict(c) for c in scores]}, indent=2, default=str) + "\n",
+            encoding="utf-8",
+        )
     if args.write_readme:
         body = README.read_text(encoding="utf-8")
         block = f"{BEGIN}\n{text}{END}"
         if BEGIN in body and END in body:
-            body = body[: body.index(BEGIN)] + block + body[body.index(END) + len(END):]
+            body = body[: body.index(BEGIN)] + block + body[body.index(END) + len(END) :]
         else:
             body += f"\n## Real logs\n\n`python benchmarks/real_logs.py --set {args.set} --write-readme`\n\n{block}\n"
         README.write_text(body, encoding="utf-8")

@@ -35,39 +35,83 @@ def make_run(n: int, seed: int = 0) -> tuple[RunData, dict]:
     for p in peaks:
         grad[p - 1] = 45.0
         loss[p - 1] += 3.0
-    loss[peaks[1]: peaks[1] + 5] = np.nan  # five NaN steps after the second spike
+    loss[peaks[1] : peaks[1] + 5] = np.nan  # five NaN steps after the second spike
     grad[peaks[2]] = np.inf
     scale = np.where(steps < peaks[1], 65536.0, 4096.0)
     cols = []
     for name, values in (("loss", loss), ("grad_norm", grad), ("loss_scale", scale)):
-        cols.append(pl.DataFrame({"step": steps, "value": values}).with_columns(
-            pl.lit("train.log").alias("source"), (pl.col("step") * 3).alias("line"), (pl.col("step") - 1).alias("record"),
-            pl.lit(0).alias("attempt"), pl.lit(name).alias("name")))
+        cols.append(
+            pl.DataFrame({"step": steps, "value": values}).with_columns(
+                pl.lit("train.log").alias("source"),
+                (pl.col("step") * 3).alias("line"),
+                (pl.col("step") - 1).alias("record"),
+                pl.lit(0).alias("attempt"),
+                pl.lit(name).alias("name"),
+            )
+        )
     metrics = pl.concat(cols, how="diagonal_relaxed")
     storm = np.arange(peaks[1] - 2000, peaks[1], 2)
     events = pl.DataFrame({"source": "train.log", "line": storm * 3, "step": storm, "kind": "overflow", "detail": "{}"})
-    events = pl.concat([events, pl.DataFrame({"source": "train.log", "line": [peaks[0] * 3 + 1], "step": [peaks[0] - 500],
-                                               "kind": ["resume"], "detail": ["{}"]})])
+    events = pl.concat(
+        [
+            events,
+            pl.DataFrame(
+                {
+                    "source": "train.log",
+                    "line": [peaks[0] * 3 + 1],
+                    "step": [peaks[0] - 500],
+                    "kind": ["resume"],
+                    "detail": ["{}"],
+                }
+            ),
+        ]
+    )
     lsteps = np.arange(1000, n + 1, 1000, dtype=np.int64)
-    layers = pl.concat([
-        pl.DataFrame({"step": lsteps, "grad_norm": np.abs(rng.normal(0.1, 0.01, len(lsteps))) * (0.9 ** i)}).with_columns(
-            pl.lit(f"model.layers.{i}.mlp").alias("layer"), pl.lit("grads.csv").alias("source"))
-        for i in range(24)])
+    layers = pl.concat(
+        [
+            pl.DataFrame(
+                {"step": lsteps, "grad_norm": np.abs(rng.normal(0.1, 0.01, len(lsteps))) * (0.9**i)}
+            ).with_columns(pl.lit(f"model.layers.{i}.mlp").alias("layer"), pl.lit("grads.csv").alias("source"))
+            for i in range(24)
+        ]
+    )
     run = RunData.from_frames("bench-10m", metrics=metrics, events=events, layers=layers)
     incidents = []
     for k, p in enumerate(peaks, 1):
-        incidents.append({
-            "id": f"inc-{k}", "kind": "hard_spike", "kinds": ["hard_spike"], "severity": "critical",
-            "step_start": p - 2, "step_end": p + 6, "peak_step": p, "ranks": [], "layers": ["model.layers.5.mlp"],
-            "root_cause": "data_outlier", "confidence": 0.8, "alternatives": [{"root_cause": "lr_too_high", "confidence": 0.1}],
-            "explanation": "synthetic", "sample_ids": [f"s-{p}-{i}" for i in range(5)],
-            "evidence": [{"signal": "grad_norm", "step": p, "value": 45.0, "baseline": 0.6, "ratio": 75.0}],
-            "actions": ["skip the batch"]})
-    diagnosis = {"schema_version": 1, "tool_version": "bench", "run_id": "bench-10m",
-                 "steps": {"first": 1, "last": n, "count": n},
-                 "verdict": {"status": "unstable", "root_cause": "data_outlier", "summary": "synthetic benchmark"},
-                 "incidents": incidents,
-                 "calibration": {"recommended_clip_norm": 1.0, "current_clip_norm": 1.0, "clip_rate": 0.001, "basis": "synthetic"}}
+        incidents.append(
+            {
+                "id": f"inc-{k}",
+                "kind": "hard_spike",
+                "kinds": ["hard_spike"],
+                "severity": "critical",
+                "step_start": p - 2,
+                "step_end": p + 6,
+                "peak_step": p,
+                "ranks": [],
+                "layers": ["model.layers.5.mlp"],
+                "root_cause": "data_outlier",
+                "confidence": 0.8,
+                "alternatives": [{"root_cause": "lr_too_high", "confidence": 0.1}],
+                "explanation": "synthetic",
+                "sample_ids": [f"s-{p}-{i}" for i in range(5)],
+                "evidence": [{"signal": "grad_norm", "step": p, "value": 45.0, "baseline": 0.6, "ratio": 75.0}],
+                "actions": ["skip the batch"],
+            }
+        )
+    diagnosis = {
+        "schema_version": 1,
+        "tool_version": "bench",
+        "run_id": "bench-10m",
+        "steps": {"first": 1, "last": n, "count": n},
+        "verdict": {"status": "unstable", "root_cause": "data_outlier", "summary": "synthetic benchmark"},
+        "incidents": incidents,
+        "calibration": {
+            "recommended_clip_norm": 1.0,
+            "current_clip_norm": 1.0,
+            "clip_rate": 0.001,
+            "basis": "synthetic",
+        },
+    }
     return run, diagnosis
 
 

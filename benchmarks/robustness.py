@@ -43,8 +43,11 @@ from spikeforensics.params import ParamError, Params  # noqa: E402
 try:  # the checked ranges (issue 12); an older tree without them: any non-negative value
     from spikeforensics.params import allowed_range
 except ImportError:  # pragma: no cover - only for measuring an older tree
+
     def allowed_range(dotted, default=None):
         return 0.0, float("inf"), False, False
+
+
 from spikeforensics.rundata import RunData  # noqa: E402
 from spikeforensics.store import Store  # noqa: E402
 
@@ -55,8 +58,14 @@ JOINT_TARGET = 0.05
 # sections detection never reads: a change there only re-runs the diagnosis stage
 DIAGNOSIS_ONLY = ("attribution", "calibration", "coverage")
 QUICK_PARAMS = (
-    "series.mad_window", "series.window", "hard_spike.corroborate_chance", "attribution.lr_rise_after_decay",
-    "hard_spike.z_threshold", "hard_spike.bump_z", "attribution.drift_ratio", "calibration.quantile",
+    "series.mad_window",
+    "series.window",
+    "hard_spike.corroborate_chance",
+    "attribution.lr_rise_after_decay",
+    "hard_spike.z_threshold",
+    "hard_spike.bump_z",
+    "attribution.drift_ratio",
+    "calibration.quantile",
 )
 QUICK_SETS = ("holdout", "fresh", "sealed")  # the sets whose faint recurring-sample hits sat on the cliff
 
@@ -113,8 +122,15 @@ def settings(quick: bool, draws: int, seed: int, rel: float) -> list[dict]:
             value, clipped = moved(dotted, default, factor)
             if value is None:
                 continue
-            out.append({"name": f"{dotted} {default:g} -> {value:g}", "kind": "one", "param": dotted,
-                        "values": {dotted: value}, "clipped": [dotted] if clipped else []})
+            out.append(
+                {
+                    "name": f"{dotted} {default:g} -> {value:g}",
+                    "kind": "one",
+                    "param": dotted,
+                    "values": {dotted: value},
+                    "clipped": [dotted] if clipped else [],
+                }
+            )
     rng = random.Random(seed)
     for d in range(draws):
         values, clipped = {}, []
@@ -124,7 +140,9 @@ def settings(quick: bool, draws: int, seed: int, rel: float) -> list[dict]:
                 clipped.append(dotted)
             if value is not None:
                 values[dotted] = value
-        out.append({"name": f"joint draw {d + 1}", "kind": "joint", "param": None, "values": values, "clipped": clipped})
+        out.append(
+            {"name": f"joint draw {d + 1}", "kind": "joint", "param": None, "values": values, "clipped": clipped}
+        )
     return out
 
 
@@ -222,8 +240,9 @@ def deltas(result: dict, default: dict) -> dict:
     out = {}
     for set_name, base in default["sets"].items():
         got = result["sets"].get(set_name, {})
-        out[set_name] = {m: (None if got.get(m) is None or base.get(m) is None else round(got[m] - base[m], 4))
-                         for m in METRICS}
+        out[set_name] = {
+            m: (None if got.get(m) is None or base.get(m) is None else round(got[m] - base[m], 4)) for m in METRICS
+        }
     return out
 
 
@@ -234,26 +253,43 @@ def summarise(default: dict, results: list[tuple[dict, dict]]) -> dict:
         for set_name in sets:
             row = {}
             for m in METRICS:
-                ds = [r["delta"][set_name][m] for s, r in results if s["kind"] == kind and r["delta"][set_name][m] is not None]
-                row[m] = {"max_drop": abs(round(min([0.0, *ds]), 4)), "max_rise": round(max([0.0, *ds]), 4),
-                          "min": None if not ds else round(default["sets"][set_name][m] + min(ds), 4),
-                          "max": None if not ds else round(default["sets"][set_name][m] + max(ds), 4)}
+                ds = [
+                    r["delta"][set_name][m]
+                    for s, r in results
+                    if s["kind"] == kind and r["delta"][set_name][m] is not None
+                ]
+                row[m] = {
+                    "max_drop": abs(round(min([0.0, *ds]), 4)),
+                    "max_rise": round(max([0.0, *ds]), 4),
+                    "min": None if not ds else round(default["sets"][set_name][m] + min(ds), 4),
+                    "max": None if not ds else round(default["sets"][set_name][m] + max(ds), 4),
+                }
             summary[kind][set_name] = row
     for s, r in results:
         worst = max((abs(v) for d in r["delta"].values() for v in d.values() if v is not None), default=0.0)
         limit = ONE_AT_A_TIME_TARGET if s["kind"] == "one" else JOINT_TARGET
         if worst > ONE_AT_A_TIME_TARGET:
-            summary["movers"].append({"setting": s["name"], "kind": s["kind"], "worst": worst, "over_target": worst > limit,
-                                      "delta": {k: v for k, v in r["delta"].items() if any(x for x in v.values())},
-                                      "errors": r["errors"][:3]})
+            summary["movers"].append(
+                {
+                    "setting": s["name"],
+                    "kind": s["kind"],
+                    "worst": worst,
+                    "over_target": worst > limit,
+                    "delta": {k: v for k, v in r["delta"].items() if any(x for x in v.values())},
+                    "errors": r["errors"][:3],
+                }
+            )
     return summary
 
 
 def render(summary: dict, meta: dict) -> str:
-    lines = [f"{meta['runs']} labelled runs, {meta['settings']} settings ({meta['one']} one-at-a-time, "
-             f"{meta['joint']} joint draws, seed {meta['seed']}, +/-{meta['rel']:.0%}), {meta['seconds']:.0f} s.", "",
-             "| set | default spike F1 / top-1 | one at a time: max drop F1 / top-1 | joint draws: F1 range / top-1 range | joint: max drop F1 / top-1 |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"{meta['runs']} labelled runs, {meta['settings']} settings ({meta['one']} one-at-a-time, "
+        f"{meta['joint']} joint draws, seed {meta['seed']}, +/-{meta['rel']:.0%}), {meta['seconds']:.0f} s.",
+        "",
+        "| set | default spike F1 / top-1 | one at a time: max drop F1 / top-1 | joint draws: F1 range / top-1 range | joint: max drop F1 / top-1 |",
+        "|---|---|---|---|---|",
+    ]
     f = evaluate._fmt
     for set_name, base in summary["default"].items():
         one, joint = summary["one"].get(set_name, {}), summary["joint"].get(set_name, {})
@@ -263,19 +299,32 @@ def render(summary: dict, meta: dict) -> str:
 
         def drop(row):
             return "-" if not row else f"{row['hard_spike_f1']['max_drop']:.2f} / {row['top1']['max_drop']:.2f}"
-        lines.append(f"| {set_name} | {f(base['hard_spike_f1'])} / {f(base['top1'])} | {drop(one)} | "
-                     f"{rng(joint, 'hard_spike_f1')} / {rng(joint, 'top1')} | {drop(joint)} |")
-    lines += ["", f"Settings that move spike F1 or top-1 by more than {ONE_AT_A_TIME_TARGET} on some set "
-              f"(target: none one at a time; joint draws within {JOINT_TARGET}):", ""]
+
+        lines.append(
+            f"| {set_name} | {f(base['hard_spike_f1'])} / {f(base['top1'])} | {drop(one)} | "
+            f"{rng(joint, 'hard_spike_f1')} / {rng(joint, 'top1')} | {drop(joint)} |"
+        )
+    lines += [
+        "",
+        f"Settings that move spike F1 or top-1 by more than {ONE_AT_A_TIME_TARGET} on some set "
+        f"(target: none one at a time; joint draws within {JOINT_TARGET}):",
+        "",
+    ]
     if not summary["movers"]:
         lines.append("- none")
     for m in summary["movers"]:
-        parts = "; ".join(f"{s}: " + ", ".join(f"{k} {v:+.2f}" for k, v in d.items() if v) for s, d in m["delta"].items())
+        parts = "; ".join(
+            f"{s}: " + ", ".join(f"{k} {v:+.2f}" for k, v in d.items() if v) for s, d in m["delta"].items()
+        )
         flag = "" if m["over_target"] else " (within the joint target)"
         lines.append(f"- `{m['setting']}`{flag}: {parts}" + (f" (errors: {m['errors']})" if m["errors"] else ""))
     if meta.get("not_moved"):
-        lines += ["", f"Not moved by +/-{meta['rel']:.0%} (integer rounding or a default of 0): "
-                  + ", ".join(f"`{n}`" for n in meta["not_moved"]) + "."]
+        lines += [
+            "",
+            f"Not moved by +/-{meta['rel']:.0%} (integer rounding or a default of 0): "
+            + ", ".join(f"`{n}`" for n in meta["not_moved"])
+            + ".",
+        ]
     if meta.get("clipped"):
         lines += ["", "Clipped to the allowed range: " + ", ".join(f"`{n}`" for n in meta["clipped"]) + "."]
     return "\n".join(lines) + "\n"
@@ -298,15 +347,28 @@ def write_readme(text: str, path: Path = README) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", dest="which", choices=[*accuracy.SETS, "all"], default="all")
-    ap.add_argument("--sets", nargs="*", default=None, help="only these sets (default: --set; with --quick: %s)" % ", ".join(QUICK_SETS))
+    ap.add_argument(
+        "--sets",
+        nargs="*",
+        default=None,
+        help="only these sets (default: --set; with --quick: %s)" % ", ".join(QUICK_SETS),
+    )
     ap.add_argument("--runs", default="sample_logs")
-    ap.add_argument("--quick", action="store_true", help=f"only {len(QUICK_PARAMS)} parameters and the sets {QUICK_SETS}")
+    ap.add_argument(
+        "--quick", action="store_true", help=f"only {len(QUICK_PARAMS)} parameters and the sets {QUICK_SETS}"
+    )
     ap.add_argument("--draws", type=int, default=20, help="random joint draws")
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--rel", type=float, default=0.15, help="relative change of each parameter")
     ap.add_argument("--only", nargs="*", default=None, help="sweep only these dotted parameters (and the joint draws)")
-    ap.add_argument("--draw-range", nargs=2, type=int, metavar=("FIRST", "LAST"), default=None,
-                    help="only joint draws FIRST..LAST (1-based, same seed): to split the sweep over processes")
+    ap.add_argument(
+        "--draw-range",
+        nargs=2,
+        type=int,
+        metavar=("FIRST", "LAST"),
+        default=None,
+        help="only joint draws FIRST..LAST (1-based, same seed): to split the sweep over processes",
+    )
     ap.add_argument("--no-one", action="store_true", help="joint draws only (no one-at-a-time settings)")
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--write-readme", action="store_true")
@@ -322,8 +384,15 @@ def main(argv: list[str] | None = None) -> int:
         first, last = args.draw_range
         todo = [s for s in todo if s["kind"] == "one" or first <= int(s["name"].rsplit(" ", 1)[1]) <= last]
     swept = {s["param"] for s in todo if s["kind"] == "one"}
-    not_moved = [] if args.no_one else [d for d, _ in numeric_params() if d not in swept and (args.only is None or d in args.only)
-                                        and not (args.quick and d not in QUICK_PARAMS)]
+    not_moved = (
+        []
+        if args.no_one
+        else [
+            d
+            for d, _ in numeric_params()
+            if d not in swept and (args.only is None or d in args.only) and not (args.quick and d not in QUICK_PARAMS)
+        ]
+    )
     try:
         for s in todo:
             make_params(s["values"])
@@ -345,16 +414,33 @@ def main(argv: list[str] | None = None) -> int:
     for _, r in results:
         r["delta"] = deltas(r, default)
     summary = summarise(default, results)
-    meta = {"runs": len(RUNS), "settings": len(todo), "one": sum(s["kind"] == "one" for s in todo),
-            "joint": sum(s["kind"] == "joint" for s in todo), "seed": args.seed, "rel": args.rel,
-            "seconds": time.perf_counter() - started, "not_moved": not_moved,
-            "clipped": sorted({c for s in todo if s["kind"] == "one" for c in s["clipped"]})}
+    meta = {
+        "runs": len(RUNS),
+        "settings": len(todo),
+        "one": sum(s["kind"] == "one" for s in todo),
+        "joint": sum(s["kind"] == "joint" for s in todo),
+        "seed": args.seed,
+        "rel": args.rel,
+        "seconds": time.perf_counter() - started,
+        "not_moved": not_moved,
+        "clipped": sorted({c for s in todo if s["kind"] == "one" for c in s["clipped"]}),
+    }
     text = render(summary, meta)
     print(text)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"meta": meta, "summary": summary, "default": default,
-                                                   "results": [{"setting": s, **r} for s, r in results]},
-                                                  indent=1, default=str), encoding="utf-8")
+        Path(args.json_out).write_text(
+            json.dumps(
+                {
+                    "meta": meta,
+                    "summary": summary,
+                    "default": default,
+                    "results": [{"setting": s, **r} for s, r in results],
+                },
+                indent=1,
+                default=str,
+            ),
+            encoding="utf-8",
+        )
     if args.write_readme:
         cmd = "python benchmarks/robustness.py --set all" + (" --quick" if args.quick else "")
         write_readme(f"Generated by `{cmd} --write-readme`.\n\n{text}")

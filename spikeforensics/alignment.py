@@ -30,22 +30,34 @@ class Alignment:
 
     @property
     def summary(self) -> str:
-        return (f"The batch manifest's step numbers are {abs(self.offset)} step(s) "
-                f"{'behind' if self.offset > 0 else 'ahead of'} the log's: its per-step mean sample loss follows "
-                f"the logged loss with step shifted by {self.offset:+d} (correlation of step-to-step changes "
-                f"{self.corr:.2f}, {self.corr_as_written:.2f} as written, over {self.steps} steps); "
-                "tracing used the shifted steps.")
+        return (
+            f"The batch manifest's step numbers are {abs(self.offset)} step(s) "
+            f"{'behind' if self.offset > 0 else 'ahead of'} the log's: its per-step mean sample loss follows "
+            f"the logged loss with step shifted by {self.offset:+d} (correlation of step-to-step changes "
+            f"{self.corr:.2f}, {self.corr_as_written:.2f} as written, over {self.steps} steps); "
+            "tracing used the shifted steps."
+        )
 
 
 def _changes(frame: pl.DataFrame, name: str) -> pl.DataFrame:
     """step, d_<name>: change from the previous step, only where the previous step is step - 1."""
-    return frame.sort("step").with_columns(
-        pl.when(pl.col("step").diff() == 1).then(pl.col(name).log().diff()).alias(f"d_{name}")
-    ).select("step", f"d_{name}").drop_nulls()
+    return (
+        frame.sort("step")
+        .with_columns(pl.when(pl.col("step").diff() == 1).then(pl.col(name).log().diff()).alias(f"d_{name}"))
+        .select("step", f"d_{name}")
+        .drop_nulls()
+    )
 
 
-def manifest_offset(manifest: pl.DataFrame, loss: pl.DataFrame, max_offset: int = 2, min_corr: float = 0.5,
-                    min_gain: float = 0.3, window: int = 2000, min_steps: int = 20) -> Alignment | None:
+def manifest_offset(
+    manifest: pl.DataFrame,
+    loss: pl.DataFrame,
+    max_offset: int = 2,
+    min_corr: float = 0.5,
+    min_gain: float = 0.3,
+    window: int = 2000,
+    min_steps: int = 20,
+) -> Alignment | None:
     """The step offset that makes the manifest's per-step mean sample loss track the log's loss.
 
     `manifest`: rows with `step`, `sample_loss`; `loss`: the log's loss records with `step`, `value`.
@@ -57,10 +69,14 @@ def manifest_offset(manifest: pl.DataFrame, loss: pl.DataFrame, max_offset: int 
     if finite.height == 0:
         return None
     first = int(finite.get_column("step").min())
-    per_step = (finite.filter(pl.col("step") < first + window)
-                .group_by("step").agg(pl.col("sample_loss").mean().alias("m")))
-    logged = (loss.filter(pl.col("value").is_finite() & (pl.col("value") > 0) & pl.col("step").is_not_null())
-              .group_by("step").agg(pl.col("value").mean().alias("l")))
+    per_step = (
+        finite.filter(pl.col("step") < first + window).group_by("step").agg(pl.col("sample_loss").mean().alias("m"))
+    )
+    logged = (
+        loss.filter(pl.col("value").is_finite() & (pl.col("value") > 0) & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(pl.col("value").mean().alias("l"))
+    )
     if logged.height < min_steps or per_step.height < min_steps:
         return None
     steps = logged.get_column("step").sort()

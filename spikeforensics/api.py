@@ -1,9 +1,9 @@
 """The library entry points. Every CLI command is a few lines over one of these.
 
-    from spikeforensics import api
-    report = api.ingest(["train.log", "grads.csv"], run_id="r1")
-    diagnosis = api.diagnose("r1")
-    paths = api.write_reports(diagnosis, "r1")
+from spikeforensics import api
+report = api.ingest(["train.log", "grads.csv"], run_id="r1")
+diagnosis = api.diagnose("r1")
+paths = api.write_reports(diagnosis, "r1")
 """
 
 from __future__ import annotations
@@ -26,9 +26,13 @@ class RunConflictError(ValueError):
     """`diagnose PATH --run X` where run X already holds other sources (and no `--append`)."""
 
 
-def run_for_paths(paths: list[str | os.PathLike], run_id: str | None = None,
-                  store: str | os.PathLike | Store | None = None, append: bool = False,
-                  follow_symlinks: bool = False) -> tuple[str, str | None]:
+def run_for_paths(
+    paths: list[str | os.PathLike],
+    run_id: str | None = None,
+    store: str | os.PathLike | Store | None = None,
+    append: bool = False,
+    follow_symlinks: bool = False,
+) -> tuple[str, str | None]:
     """The run that `diagnose PATH` ingests into, and a note when it is not the obvious one.
 
     CONTRACT.md: `diagnose PATH` never adds files to a run that already holds other sources.
@@ -59,12 +63,17 @@ def run_for_paths(paths: list[str | os.PathLike], run_id: str | None = None,
     if holds_only_these(base):
         return base, None
     if explicit:
-        raise RunConflictError(f"run {base!r} already holds other sources; diagnose it with --run {base} alone, "
-                               f"add these files to it with --append, or pick another --run")
+        raise RunConflictError(
+            f"run {base!r} already holds other sources; diagnose it with --run {base} alone, "
+            f"add these files to it with --append, or pick another --run"
+        )
     for k in range(2, 1000):
         candidate = validate_run_id(f"{base[:120]}-{k}")
         if holds_only_these(candidate):
-            return candidate, f"run {base!r} already holds other sources: ingesting into run {candidate!r} (use --append to add to {base!r})"
+            return (
+                candidate,
+                f"run {base!r} already holds other sources: ingesting into run {candidate!r} (use --append to add to {base!r})",
+            )
     raise RunConflictError(f"no free run name after {base}-999; pick one with --run")
 
 
@@ -90,8 +99,9 @@ def ingest(
 
     run_id = validate_run_id(run_id or run_id_from_path(paths[0]))
     with user_aliases(aliases):
-        return ingest_paths(list(paths), run_id, open_store(store), fmt=fmt, progress=progress,
-                            follow_symlinks=follow_symlinks)
+        return ingest_paths(
+            list(paths), run_id, open_store(store), fmt=fmt, progress=progress, follow_symlinks=follow_symlinks
+        )
 
 
 @dataclass
@@ -112,19 +122,24 @@ def runs(store: str | os.PathLike | Store | None = None) -> list[RunSummary]:
     for run_id in st.runs():
         src = st.sources(run_id)
         first, last = (
-            st.scan(run_id, "metrics").filter(pl.col("record").is_not_null())
-            .select(pl.col("step").min().alias("first"), pl.col("step").max().alias("last")).collect().row(0)
+            st.scan(run_id, "metrics")
+            .filter(pl.col("record").is_not_null())
+            .select(pl.col("step").min().alias("first"), pl.col("step").max().alias("last"))
+            .collect()
+            .row(0)
         )
-        out.append(RunSummary(
-            run_id=run_id,
-            sources=src.height,
-            formats=sorted(set(src.get_column("format").to_list())),
-            records=int(src.get_column("records").sum()),
-            unparsed=int(src.get_column("unparsed").sum()),
-            first_step=first,
-            last_step=last,
-            ingested_at=str(src.get_column("ingested_at").max()),
-        ))
+        out.append(
+            RunSummary(
+                run_id=run_id,
+                sources=src.height,
+                formats=sorted(set(src.get_column("format").to_list())),
+                records=int(src.get_column("records").sum()),
+                unparsed=int(src.get_column("unparsed").sum()),
+                first_step=first,
+                last_step=last,
+                ingested_at=str(src.get_column("ingested_at").max()),
+            )
+        )
     return out
 
 
@@ -171,8 +186,12 @@ def diagnose(
     return diagnose_run(run, params or Params.load(), rule_dirs=[Path(d) for d in rule_dirs or []])
 
 
-def default_report_paths(run_id: str, store: str | os.PathLike | Store | None = None,
-                         out: str | os.PathLike | None = None, json_path: str | os.PathLike | None = None):
+def default_report_paths(
+    run_id: str,
+    store: str | os.PathLike | Store | None = None,
+    out: str | os.PathLike | None = None,
+    json_path: str | os.PathLike | None = None,
+):
     st = open_store(store)
     html = Path(out) if out else st.run_dir(run_id) / "report.html"
     js = Path(json_path) if json_path else html.with_suffix(".json")  # X.html -> X.json (CONTRACT.md)

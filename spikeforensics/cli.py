@@ -20,9 +20,13 @@ from spikeforensics import __version__
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 EXIT_INPUT, EXIT_USAGE, EXIT_INCIDENTS, EXIT_INTERNAL = 1, 2, 3, 4
-EPILOG = ("Exit codes: 0 success, 1 input could not be used, 2 usage error, 3 incidents at or above --fail-on, "
-          "4 internal error (a bug in spikeforensics, or an incomplete diagnosis).")
-EPILOG_PLAIN = "Exit codes: 0 success, 1 input could not be used, 2 usage error, 4 internal error (a bug in spikeforensics)."
+EPILOG = (
+    "Exit codes: 0 success, 1 input could not be used, 2 usage error, 3 incidents at or above --fail-on, "
+    "4 internal error (a bug in spikeforensics, or an incomplete diagnosis)."
+)
+EPILOG_PLAIN = (
+    "Exit codes: 0 success, 1 input could not be used, 2 usage error, 4 internal error (a bug in spikeforensics)."
+)
 
 
 class InputError(click.ClickException):
@@ -88,8 +92,10 @@ def handle_errors(func):
             if debug:
                 traceback.print_exc()
             first = str(exc).splitlines()[0] if str(exc) else ""
-            raise InternalError(f"internal error (a bug in spikeforensics, not in your input): {type(exc).__name__}: "
-                                f"{first}" + ("" if debug else " (re-run with --debug for the traceback)")) from None
+            raise InternalError(
+                f"internal error (a bug in spikeforensics, not in your input): {type(exc).__name__}: "
+                f"{first}" + ("" if debug else " (re-run with --debug for the traceback)")
+            ) from None
 
     return wrapper
 
@@ -121,13 +127,18 @@ def _plain(text: str) -> str:
 
 
 store_option = click.option(
-    "--store", type=click.Path(), metavar="DIRECTORY", default=None,
+    "--store",
+    type=click.Path(),
+    metavar="DIRECTORY",
+    default=None,
     help="Run store folder. Default: $SPIKEFORENSICS_STORE, else ./.spikeforensics",
 )
 debug_option = click.option("--debug", is_flag=True, hidden=True, help="Show tracebacks.")
 follow_symlinks_option = click.option(
-    "--follow-symlinks", is_flag=True,
-    help="In a folder PATH, also read symlinks that lead outside the folder (not followed by default).")
+    "--follow-symlinks",
+    is_flag=True,
+    help="In a folder PATH, also read symlinks that lead outside the folder (not followed by default).",
+)
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress messages on stderr.")
 
 
@@ -154,12 +165,20 @@ def cli(ctx):
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--run", "run_id", help="Run id. Default: the stem of the first PATH (folder name for a folder).")
 @store_option
-@click.option("--format", "fmt", default=None,
-              help="Force a parser instead of detecting the format (a name from docs/formats.md, e.g. megatron, "
-                   "hf_trainer, jsonl_metrics; an unknown name lists them all). Turns off mixing grammars in one file.")
+@click.option(
+    "--format",
+    "fmt",
+    default=None,
+    help="Force a parser instead of detecting the format (a name from docs/formats.md, e.g. megatron, "
+    "hf_trainer, jsonl_metrics; an unknown name lists them all). Turns off mixing grammars in one file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the ingest summary as JSON on stdout.")
-@click.option("--aliases", type=click.Path(dir_okay=False), default=None,
-              help="TOML file extending the metric/column alias table (also $SPIKEFORENSICS_ALIASES).")
+@click.option(
+    "--aliases",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML file extending the metric/column alias table (also $SPIKEFORENSICS_ALIASES).",
+)
 @follow_symlinks_option
 @quiet_option
 @debug_option
@@ -182,8 +201,14 @@ def ingest(paths, run_id, store, fmt, as_json, aliases, follow_symlinks, quiet, 
     load_user_aliases(aliases)
     if run_id == "":
         raise click.UsageError("--run needs a run id (letters, digits, '.', '_', '-')")
-    report = api.ingest(list(paths), run_id=run_id, store=store, fmt=fmt, follow_symlinks=follow_symlinks,
-                        progress=None if quiet else (lambda m: note(f"reading {m}")))
+    report = api.ingest(
+        list(paths),
+        run_id=run_id,
+        store=store,
+        fmt=fmt,
+        follow_symlinks=follow_symlinks,
+        progress=None if quiet else (lambda m: note(f"reading {m}")),
+    )
     for f in report.files:
         if f.status == "failed":
             warn(f"skipped {f.message}")
@@ -226,29 +251,83 @@ def _ingest_summary(report) -> str:
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--run", "run_id", help="Run to diagnose (with PATHs: the run to ingest them into).")
 @store_option
-@click.option("--out", type=click.Path(dir_okay=False), help="HTML report path. Default: <store>/runs/<RUN>/report.html")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False),
-              help="Diagnosis JSON path (its skip list goes beside it as X.skiplist.json). Default: the report's path with .json.")
-@click.option("--rules", "rule_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
-              help="Extra folder of rule files (*.toml), added to the bundled rules. Repeatable.")
-@click.option("--params", "params_file", type=click.Path(exists=True, dir_okay=False),
-              help="TOML file overriding detection/attribution parameters.")
-@click.option("--set", "overrides", multiple=True, metavar="SECTION.NAME=VALUE", help="Override one parameter. Repeatable.")
-@click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]), default=None,
-              help="Exit 3 when an incident at or above this severity is found (for CI gates).")
-@click.option("--max-points", type=int, default=2000, show_default=True,
-              help="Points per chart series before min/max downsampling (0 = all).")
-@click.option("--format", "out_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Summary on stdout: text, or the diagnosis as JSON.")
-@click.option("--aliases", type=click.Path(dir_okay=False), default=None,
-              help="With PATHs: TOML file extending the alias tables, as for ingest (also $SPIKEFORENSICS_ALIASES).")
-@click.option("--append", is_flag=True, help="With PATHs: add them to the run even when it already holds other sources.")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="HTML report path. Default: <store>/runs/<RUN>/report.html"
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    help="Diagnosis JSON path (its skip list goes beside it as X.skiplist.json). Default: the report's path with .json.",
+)
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Extra folder of rule files (*.toml), added to the bundled rules. Repeatable.",
+)
+@click.option(
+    "--params",
+    "params_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="TOML file overriding detection/attribution parameters.",
+)
+@click.option(
+    "--set", "overrides", multiple=True, metavar="SECTION.NAME=VALUE", help="Override one parameter. Repeatable."
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["info", "warning", "critical"]),
+    default=None,
+    help="Exit 3 when an incident at or above this severity is found (for CI gates).",
+)
+@click.option(
+    "--max-points",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="Points per chart series before min/max downsampling (0 = all).",
+)
+@click.option(
+    "--format",
+    "out_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Summary on stdout: text, or the diagnosis as JSON.",
+)
+@click.option(
+    "--aliases",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With PATHs: TOML file extending the alias tables, as for ingest (also $SPIKEFORENSICS_ALIASES).",
+)
+@click.option(
+    "--append", is_flag=True, help="With PATHs: add them to the run even when it already holds other sources."
+)
 @follow_symlinks_option
 @quiet_option
 @debug_option
 @handle_errors
-def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overrides, fail_on, max_points,
-             out_format, aliases, append, follow_symlinks, quiet, debug):
+def diagnose(
+    paths,
+    run_id,
+    store,
+    out,
+    json_path,
+    rule_dirs,
+    params_file,
+    overrides,
+    fail_on,
+    max_points,
+    out_format,
+    aliases,
+    append,
+    follow_symlinks,
+    quiet,
+    debug,
+):
     """Detect, attribute and report the instabilities of a run.
 
     Writes the HTML postmortem X.html (--out), X.json, X.skiplist.json and a Markdown
@@ -283,14 +362,20 @@ def diagnose(paths, run_id, store, out, json_path, rule_dirs, params_file, overr
 
         load_user_aliases(aliases)
         try:
-            run_id, moved = api.run_for_paths(list(paths), run_id, store, append=append,
-                                              follow_symlinks=follow_symlinks)
+            run_id, moved = api.run_for_paths(
+                list(paths), run_id, store, append=append, follow_symlinks=follow_symlinks
+            )
         except api.RunConflictError as exc:
             raise click.UsageError(str(exc)) from None
         if moved:
             warn(moved)
-        report = api.ingest(list(paths), run_id=run_id, store=store, follow_symlinks=follow_symlinks,
-                            progress=None if quiet else (lambda m: note(f"reading {m}")))
+        report = api.ingest(
+            list(paths),
+            run_id=run_id,
+            store=store,
+            follow_symlinks=follow_symlinks,
+            progress=None if quiet else (lambda m: note(f"reading {m}")),
+        )
         for f in report.files:
             if f.status == "failed":
                 warn(f"skipped {f.message}")
@@ -319,10 +404,12 @@ def _report_internal_failure(diagnosis: dict, written: dict, debug) -> None:
     failed = [n for n in diagnosis.get("notes") or [] if isinstance(n, dict) and n.get("traceback")]
     names = ", ".join(str(n.get("detector")) for n in failed) or "a stage"
     where = written.get("json")
-    click.echo(f"spikeforensics: internal error: {names} failed - this is a bug in spikeforensics, not in your run; "
-               "the diagnosis is incomplete (the other detectors ran)."
-               + ("" if debug else f" The traceback is in the notes of {where} (or re-run with --debug to print it)."),
-               err=True)
+    click.echo(
+        f"spikeforensics: internal error: {names} failed - this is a bug in spikeforensics, not in your run; "
+        "the diagnosis is incomplete (the other detectors ran)."
+        + ("" if debug else f" The traceback is in the notes of {where} (or re-run with --debug to print it)."),
+        err=True,
+    )
     if debug:
         for n in failed:
             click.echo(str(n["traceback"]).rstrip(), err=True)
@@ -356,14 +443,19 @@ def runs(store, out_format, debug):
     click.echo(f"{'run':<{width}} {'sources':>7} {'records':>8} {'unparsed':>8}  {'steps':<14} formats")
     for r in found:
         steps = f"{r.first_step}-{r.last_step}" if r.first_step is not None else "-"
-        click.echo(f"{r.run_id:<{width}} {r.sources:>7} {r.records:>8} {r.unparsed:>8}  {steps:<14} {','.join(r.formats)}")
+        click.echo(
+            f"{r.run_id:<{width}} {r.sources:>7} {r.records:>8} {r.unparsed:>8}  {steps:<14} {','.join(r.formats)}"
+        )
 
 
 @cli.command(epilog=EPILOG_PLAIN)
 @click.option("--run", "run_id", required=True, help="Run to export from.")
-@click.option("--table", required=True,
-              type=click.Choice(["metrics", "events", "layers", "batches", "telemetry", "sources"]))
-@click.option("--format", "out_format", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True)
+@click.option(
+    "--table", required=True, type=click.Choice(["metrics", "events", "layers", "batches", "telemetry", "sources"])
+)
+@click.option(
+    "--format", "out_format", type=click.Choice(["jsonl", "csv", "parquet"]), default="jsonl", show_default=True
+)
 @click.option("--out", type=click.Path(dir_okay=False), help="Output file. Default: stdout.")
 @store_option
 @debug_option

@@ -213,7 +213,9 @@ def score_run(
     error: str | None = None,
 ) -> RunScore:
     """Score one run's diagnosis against its ground truth (see the module docstring)."""
-    raw_preds = [i for i in (diagnosis or {}).get("incidents", []) if i.get("severity", "warning") in COUNTED_SEVERITIES]
+    raw_preds = [
+        i for i in (diagnosis or {}).get("incidents", []) if i.get("severity", "warning") in COUNTED_SEVERITIES
+    ]
     preds = [_pred(item, n) for n, item in enumerate(raw_preds)]
     raw_truths = truth.get("incidents") or []
     truths = [_truth(item) for item in raw_truths]
@@ -291,6 +293,7 @@ def detection_rows(scores: list[RunScore]) -> dict[str, dict]:
     kinds = sorted({t.kind for s in scores for t in s.truths} | {p.kind for s in scores for p in s.preds})
     rows = {}
     for kind in kinds + ["all"]:
+
         def of(x, kind=kind) -> bool:
             return kind == "all" or x.kind == kind
 
@@ -319,7 +322,9 @@ def clean_row(scores: list[RunScore]) -> dict:
         "runs": len(clean),
         "false_incidents": sum(s.false_on_clean for s in clean),
         "runs_with_false": sum(s.false_on_clean > 0 for s in clean),
-        "worst": max(clean, key=lambda s: s.false_on_clean).run if clean and any(s.false_on_clean for s in clean) else None,
+        "worst": max(clean, key=lambda s: s.false_on_clean).run
+        if clean and any(s.false_on_clean for s in clean)
+        else None,
     }
 
 
@@ -363,8 +368,10 @@ def _sample_recall_row(group: list[RunScore]) -> dict:
         "matched": len(recalls),
         "mean": sum(recalls) / len(recalls) if recalls else None,
         # the same, split by whether the manifest had per-sample losses (an input property)
-        "with_sample_losses": _mean(with_losses), "n_with_sample_losses": len(with_losses),
-        "without_sample_losses": _mean(without_losses), "n_without_sample_losses": len(without_losses),
+        "with_sample_losses": _mean(with_losses),
+        "n_with_sample_losses": len(with_losses),
+        "without_sample_losses": _mean(without_losses),
+        "n_without_sample_losses": len(without_losses),
         # the same with tied suspects in random order (what the ranking knows, without the tie-break's luck)
         "mean_ties_random": _mean([t.sample_recall_ties for t in traced if t.sample_recall_ties is not None]),
         # the skip list is what a user acts on: how many culprits it holds, and at what size
@@ -411,8 +418,14 @@ def targets(table: dict, product: str = "spikeforensics") -> list[dict]:
     found = []
     for kind in HEADLINE_KINDS:
         f1 = me["detection"].get(kind, {}).get("f1")
-        found.append({"name": f"F1 {kind}", "value": f1, "target": f">= {TARGET_F1}",
-                      "met": None if f1 is None else f1 >= TARGET_F1})
+        found.append(
+            {
+                "name": f"F1 {kind}",
+                "value": f1,
+                "target": f">= {TARGET_F1}",
+                "met": None if f1 is None else f1 >= TARGET_F1,
+            }
+        )
         for base, block in dets.items():
             if base == product:
                 continue
@@ -421,18 +434,42 @@ def targets(table: dict, product: str = "spikeforensics") -> list[dict]:
             met = None if f1 is None else (f1 > (other or 0.0) or f1 == other == 1.0)
             found.append({"name": f"F1 {kind} > {base}", "value": f1, "target": f"> {_fmt(other)}", "met": met})
     clean = me["clean"]
-    found.append({"name": "false incidents on clean runs", "value": clean["false_incidents"], "target": "0",
-                  "met": clean["false_incidents"] == 0 if clean["runs"] else None})
+    found.append(
+        {
+            "name": "false incidents on clean runs",
+            "value": clean["false_incidents"],
+            "target": "0",
+            "met": clean["false_incidents"] == 0 if clean["runs"] else None,
+        }
+    )
     if me["has_root_cause"]:
         top1 = me["root_cause"].get("all", {}).get("accuracy")
-        found.append({"name": "root cause top-1", "value": top1, "target": f">= {TARGET_TOP1:.0%}",
-                      "met": None if top1 is None else top1 >= TARGET_TOP1})
+        found.append(
+            {
+                "name": "root cause top-1",
+                "value": top1,
+                "target": f">= {TARGET_TOP1:.0%}",
+                "met": None if top1 is None else top1 >= TARGET_TOP1,
+            }
+        )
         hw = me["hardware_blamed_on_data"]
-        found.append({"name": "hardware faults blamed on data", "value": hw["blamed_on_data"], "target": "0",
-                      "met": hw["blamed_on_data"] == 0 if hw["matched"] else None})
+        found.append(
+            {
+                "name": "hardware faults blamed on data",
+                "value": hw["blamed_on_data"],
+                "target": "0",
+                "met": hw["blamed_on_data"] == 0 if hw["matched"] else None,
+            }
+        )
         rec = me["sample_recall"]["mean"]
-        found.append({"name": "sample recall@5 (data_outlier)", "value": rec, "target": f">= {TARGET_SAMPLE_RECALL:.0%}",
-                      "met": None if rec is None else rec >= TARGET_SAMPLE_RECALL})
+        found.append(
+            {
+                "name": "sample recall@5 (data_outlier)",
+                "value": rec,
+                "target": f">= {TARGET_SAMPLE_RECALL:.0%}",
+                "met": None if rec is None else rec >= TARGET_SAMPLE_RECALL,
+            }
+        )
     return found
 
 
@@ -465,14 +502,22 @@ def render_markdown(table: dict, title: str = "", product: str = "spikeforensics
         lines.append("")
     # detection: the product and the baselines on the headline kinds
     order = ([product] if product in dets else []) + sorted(d for d in dets if d != product)
-    lines += ["| detector | kind | truth | detected | recall | predicted | precision | F1 | false on clean (runs) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| detector | kind | truth | detected | recall | predicted | precision | F1 | false on clean (runs) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in order:
         block = dets[name]
         clean = block["clean"]
         for kind in HEADLINE_KINDS:
-            r = block["detection"].get(kind) or {"n_truth": 0, "detected": 0, "recall": None, "n_pred": 0,
-                                                  "precision": None, "f1": None}
+            r = block["detection"].get(kind) or {
+                "n_truth": 0,
+                "detected": 0,
+                "recall": None,
+                "n_pred": 0,
+                "precision": None,
+                "f1": None,
+            }
             lines.append(
                 f"| {name} | {kind} | {r['n_truth']} | {r['detected']} | {_fmt(r['recall'])} | {r['n_pred']} | "
                 f"{_fmt(r['precision'])} | {_fmt(r['f1'])} | {clean['false_incidents']} ({clean['runs_with_false']}/{clean['runs']}) |"
@@ -480,9 +525,12 @@ def render_markdown(table: dict, title: str = "", product: str = "spikeforensics
     lines.append("")
     if product in dets:
         me = dets[product]
-        lines += [f"{product}, every kind:", "",
-                  "| kind | truth | detected | recall | predicted | correct | precision | F1 | split | peak error (median steps) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"{product}, every kind:",
+            "",
+            "| kind | truth | detected | recall | predicted | correct | precision | F1 | split | peak error (median steps) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for kind, r in me["detection"].items():
             lines.append(
                 f"| {kind} | {r['n_truth']} | {r['detected']} | {_fmt(r['recall'])} | {r['n_pred']} | {r['correct']} | "
@@ -490,22 +538,30 @@ def render_markdown(table: dict, title: str = "", product: str = "spikeforensics
             )
         lines.append("")
         if me["has_root_cause"]:
-            lines += ["| truth root cause | incidents | matched | top-1 correct | accuracy | predicted instead |",
-                      "|---|---|---|---|---|---|"]
+            lines += [
+                "| truth root cause | incidents | matched | top-1 correct | accuracy | predicted instead |",
+                "|---|---|---|---|---|---|",
+            ]
             for label, r in me["root_cause"].items():
                 instead = ", ".join(f"{k} x{v}" for k, v in r["predicted_instead"].items()) or "-"
-                lines.append(f"| {label} | {r['n_truth']} | {r['matched']} | {r['correct']} | {_fmt(r['accuracy'])} | {instead} |")
+                lines.append(
+                    f"| {label} | {r['n_truth']} | {r['matched']} | {r['correct']} | {_fmt(r['accuracy'])} | {instead} |"
+                )
             hw, sr = me["hardware_blamed_on_data"], me["sample_recall"]
-            lines += ["", f"Hardware faults blamed on data: {hw['blamed_on_data']} of {hw['matched']} matched. "
-                          f"Sample recall@5: {_fmt(sr['mean'])} over {sr['matched']} matched of {sr['eligible']} "
-                          "data_outlier incidents with labelled samples"
-                          f" ({_fmt(sr.get('with_sample_losses'))} over {sr.get('n_with_sample_losses', 0)} whose manifest has "
-                          f"per-sample losses, {_fmt(sr.get('without_sample_losses'))} over {sr.get('n_without_sample_losses', 0)} "
-                          "without); expected with tied suspects in random order "
-                          f"{_fmt(sr.get('mean_ties_random'))}. "
-                          f"Skip list: holds {sr.get('skip_held', 0)} of the {sr.get('skip_labelled', 0)} labelled samples "
-                          f"(mean per incident {_fmt(sr.get('skip_recall'))}) and "
-                          f"{sr.get('skip_size', 0) - sr.get('skip_held', 0)} unlabelled ones.", ""]
+            lines += [
+                "",
+                f"Hardware faults blamed on data: {hw['blamed_on_data']} of {hw['matched']} matched. "
+                f"Sample recall@5: {_fmt(sr['mean'])} over {sr['matched']} matched of {sr['eligible']} "
+                "data_outlier incidents with labelled samples"
+                f" ({_fmt(sr.get('with_sample_losses'))} over {sr.get('n_with_sample_losses', 0)} whose manifest has "
+                f"per-sample losses, {_fmt(sr.get('without_sample_losses'))} over {sr.get('n_without_sample_losses', 0)} "
+                "without); expected with tied suspects in random order "
+                f"{_fmt(sr.get('mean_ties_random'))}. "
+                f"Skip list: holds {sr.get('skip_held', 0)} of the {sr.get('skip_labelled', 0)} labelled samples "
+                f"(mean per incident {_fmt(sr.get('skip_recall'))}) and "
+                f"{sr.get('skip_size', 0) - sr.get('skip_held', 0)} unlabelled ones.",
+                "",
+            ]
         else:
             lines += ["(No root causes in these diagnoses: attribution not available, detection only.)", ""]
     return "\n".join(lines).strip("\n") + "\n"

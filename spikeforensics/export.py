@@ -21,8 +21,20 @@ EXPORT_TABLES = ("metrics", "events", "layers", "batches", "telemetry", "sources
 EXPORT_COLUMNS = {
     "metrics": ["source", "line", "step", "record", "attempt", "rank", "name", "value", "time"],
     "events": ["source", "line", "step", "rank", "kind", "time", "detail", "attempt"],
-    "layers": ["source", "line", "step", "rank", "layer", "grad_norm", "zero_frac", "pos_frac", "max_abs",
-               "numel", "param_norm", "update_norm"],
+    "layers": [
+        "source",
+        "line",
+        "step",
+        "rank",
+        "layer",
+        "grad_norm",
+        "zero_frac",
+        "pos_frac",
+        "max_abs",
+        "numel",
+        "param_norm",
+        "update_norm",
+    ],
     "batches": ["source", "line", "step", "rank", "micro", "sample_id", "sample_loss", "tokens", "sample_source"],
     "sources": list(schema.TABLES["sources"]),
 }
@@ -48,10 +60,14 @@ def _json_literal(name: str, dtype: pl.DataType) -> pl.Expr:
         value = col.fill_null("null")
     elif dtype.is_float():
         value = (
-            pl.when(col.is_null()).then(pl.lit("null"))
-            .when(col.is_nan()).then(pl.lit('"nan"'))
-            .when(col == float("inf")).then(pl.lit('"inf"'))
-            .when(col == float("-inf")).then(pl.lit('"-inf"'))
+            pl.when(col.is_null())
+            .then(pl.lit("null"))
+            .when(col.is_nan())
+            .then(pl.lit('"nan"'))
+            .when(col == float("inf"))
+            .then(pl.lit('"inf"'))
+            .when(col == float("-inf"))
+            .then(pl.lit('"-inf"'))
             .otherwise(col.cast(pl.String))
         )
         return pl.concat_str(key, value)
@@ -75,10 +91,14 @@ def _csv_ready(frame: pl.DataFrame) -> pl.DataFrame:
         col = pl.col(name)
         if dtype.is_float():
             exprs.append(
-                pl.when(col.is_nan()).then(pl.lit("nan"))
-                .when(col == float("inf")).then(pl.lit("inf"))
-                .when(col == float("-inf")).then(pl.lit("-inf"))
-                .otherwise(col.cast(pl.String)).alias(name)
+                pl.when(col.is_nan())
+                .then(pl.lit("nan"))
+                .when(col == float("inf"))
+                .then(pl.lit("inf"))
+                .when(col == float("-inf"))
+                .then(pl.lit("-inf"))
+                .otherwise(col.cast(pl.String))
+                .alias(name)
             )
         else:
             exprs.append(col)

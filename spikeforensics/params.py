@@ -38,41 +38,136 @@ _MAXI, _MAXF = f"{MAX_INT_PARAM:g}", f"{MAX_FLOAT_PARAM:g}"
 RANGES: dict[str, tuple[str, str]] = {
     # integers: counts, windows, spans in records or steps
     "int": (f"[1, {_MAXI}]", "a window, count or span of no records means nothing (a rolling window of 0 fails)"),
-    **{k: (f"[0, {_MAXI}]", "0 is meaningful: no gap, no guard band, no padding, or the check turned off")
-       for k in ("guard", "short_series_records", "start_max_step", "joint_reach", "group_gap", "merge_gap",
-                 "fast_recovery", "lead_max", "calibration_steps", "min_numel", "early_min", "reach",
-                 "max_alternatives", "pad_steps", "start_records", "steps_before", "after_peak_span",
-                 "align_max_offset", "skip_max_outliers")},
+    **{
+        k: (f"[0, {_MAXI}]", "0 is meaningful: no gap, no guard band, no padding, or the check turned off")
+        for k in (
+            "guard",
+            "short_series_records",
+            "start_max_step",
+            "joint_reach",
+            "group_gap",
+            "merge_gap",
+            "fast_recovery",
+            "lead_max",
+            "calibration_steps",
+            "min_numel",
+            "early_min",
+            "reach",
+            "max_alternatives",
+            "pad_steps",
+            "start_records",
+            "steps_before",
+            "after_peak_span",
+            "align_max_offset",
+            "skip_max_outliers",
+        )
+    },
     "mad_window": (f"[5, {_MAXI}]", "a robust scale from fewer than 5 residuals is the event itself"),
     **{k: (f"[4, {_MAXI}]", "a trend test over fewer than 4 bins has no p-value") for k in ("bins", "max_bins")},
     # floats: shares and probabilities
     "fraction": ("[0, 1]", "a share or probability outside [0, 1] means nothing"),
-    **{k: ("(0, 1)", "a quantile, p-value or chance of exactly 0 or 1 is no threshold (all or nothing passes)")
-       for k in ("quantile", "own_outlier_tail_quantile", "loss_ref_quantile", "trend_p", "corroborate_chance")},
-    **{k: ("[0, 1]", "a rate, band or relative tolerance: a share of steps or of a value")
-       for k in ("tolerance", "healthy_high", "healthy_low", "lr_band", "tight_band", "loose_band", "unscale_rate",
-                 "high", "very_high", "too_loose", "rank_agree_rtol", "align_min_corr",
-                 "align_min_gain", "plateau_tol")},
-    **{k: ("[0.5, 1]", "'nearly all zeros / one sign' is a share above one half") for k in ("zero_frac_stuck", "sign_stuck")},
-    **{k: ("(0, 0.5)", "the distance of a sign share from 0 or 1: at 0.5 every layer is 'one-signed'")
-       for k in ("sign_ratio.extreme", "sign_ratio.mild")},
-    **{k: ("(0, 1)", "a fall to a fraction of the reference level: 1 or more is no fall")
-       for k in ("vanishing.ratio", "vanishing.severe_ratio")},
+    **{
+        k: ("(0, 1)", "a quantile, p-value or chance of exactly 0 or 1 is no threshold (all or nothing passes)")
+        for k in ("quantile", "own_outlier_tail_quantile", "loss_ref_quantile", "trend_p", "corroborate_chance")
+    },
+    **{
+        k: ("[0, 1]", "a rate, band or relative tolerance: a share of steps or of a value")
+        for k in (
+            "tolerance",
+            "healthy_high",
+            "healthy_low",
+            "lr_band",
+            "tight_band",
+            "loose_band",
+            "unscale_rate",
+            "high",
+            "very_high",
+            "too_loose",
+            "rank_agree_rtol",
+            "align_min_corr",
+            "align_min_gain",
+            "plateau_tol",
+        )
+    },
+    **{
+        k: ("[0.5, 1]", "'nearly all zeros / one sign' is a share above one half")
+        for k in ("zero_frac_stuck", "sign_stuck")
+    },
+    **{
+        k: ("(0, 0.5)", "the distance of a sign share from 0 or 1: at 0.5 every layer is 'one-signed'")
+        for k in ("sign_ratio.extreme", "sign_ratio.mild")
+    },
+    **{
+        k: ("(0, 1)", "a fall to a fraction of the reference level: 1 or more is no fall")
+        for k in ("vanishing.ratio", "vanishing.severe_ratio")
+    },
     # floats: rise ratios (x times a baseline)
-    **{k: (f"[1, {_MAXF}]", "a rise over a baseline: below 1 a fall would count as a rise")
-       for k in ("loss_ratio_floor", "grad_ratio_floor", "loss_ratio_critical", "grad_ratio_critical",
-                 "recurring_ratio", "joint_loss_ratio", "joint_grad_ratio", "layer_ratio_min", "bump_loss_ratio",
-                 "bump_grad_ratio", "corroborate_sample_ratio", "rise_ratio", "layer_outlier.ratio", "shift_excess",
-                 "sustained_ratio_alone", "global_ratio_max", "vol_ratio", "grad_rise", "settle_factor",
-                 "unscale_factor", "band_ratio", "min_ratio", "critical_ratio", "loss_effect_ratio",
-                 "rank_outlier_ratio", "replay_spike_ratio", "drift_ratio", "lr_rise_after_decay",
-                 "lr_rise_no_decay", "loss_explode_ratio", "sample_outlier_ratio", "nan_rise_ratio", "back_at_once_ratio",
-                 "own_outlier_ratio", "margin", "min_halvings")},
+    **{
+        k: (f"[1, {_MAXF}]", "a rise over a baseline: below 1 a fall would count as a rise")
+        for k in (
+            "loss_ratio_floor",
+            "grad_ratio_floor",
+            "loss_ratio_critical",
+            "grad_ratio_critical",
+            "recurring_ratio",
+            "joint_loss_ratio",
+            "joint_grad_ratio",
+            "layer_ratio_min",
+            "bump_loss_ratio",
+            "bump_grad_ratio",
+            "corroborate_sample_ratio",
+            "rise_ratio",
+            "layer_outlier.ratio",
+            "shift_excess",
+            "sustained_ratio_alone",
+            "global_ratio_max",
+            "vol_ratio",
+            "grad_rise",
+            "settle_factor",
+            "unscale_factor",
+            "band_ratio",
+            "min_ratio",
+            "critical_ratio",
+            "loss_effect_ratio",
+            "rank_outlier_ratio",
+            "replay_spike_ratio",
+            "drift_ratio",
+            "lr_rise_after_decay",
+            "lr_rise_no_decay",
+            "loss_explode_ratio",
+            "sample_outlier_ratio",
+            "nan_rise_ratio",
+            "back_at_once_ratio",
+            "own_outlier_ratio",
+            "margin",
+            "min_halvings",
+        )
+    },
     # floats: thresholds in noise units, and scales that divide
-    **{k: (f"(0, {_MAXF}]", "a threshold in noise units (sigma) or a scale that divides: at 0 every record passes")
-       for k in ("z_threshold", "grad_only_z", "recurring_z", "joint_z", "bump_z", "onset_z", "recover_z",
-                 "band_z", "loss_effect_z", "jump_z", "level_c", "loss_noise_c", "sigma_floor_loss", "sigma_floor_grad",
-                 "absurd_grad_norm", "astronomical_norm", "unscaled_norm_median", "scaled_ratio_lo", "scaled_ratio_hi")},
+    **{
+        k: (f"(0, {_MAXF}]", "a threshold in noise units (sigma) or a scale that divides: at 0 every record passes")
+        for k in (
+            "z_threshold",
+            "grad_only_z",
+            "recurring_z",
+            "joint_z",
+            "bump_z",
+            "onset_z",
+            "recover_z",
+            "band_z",
+            "loss_effect_z",
+            "jump_z",
+            "level_c",
+            "loss_noise_c",
+            "sigma_floor_loss",
+            "sigma_floor_grad",
+            "absurd_grad_norm",
+            "astronomical_norm",
+            "unscaled_norm_median",
+            "scaled_ratio_lo",
+            "scaled_ratio_hi",
+        )
+    },
     "float": (f"[0, {_MAXF}]", "a threshold, weight or norm: not negative, and finite arithmetic on it"),
 }
 _KINDS = ("int", "fraction", "float")
@@ -136,6 +231,7 @@ def read_small_toml(path: str | Path, cap: int, what: str) -> dict:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
         raise ValueError(f"{path}: cannot read {what}: {reason}") from None
 
+
 # --- detection sections (owned by the detectors; one dataclass per detector) ------------
 
 
@@ -154,7 +250,9 @@ class SeriesParams:
 
 @dataclass
 class HardSpikeParams:
-    z_threshold: float = 5.0  # why: robust (MAD) z; OLMo-core skips at 6 non-robust sigma, the ratio floors below do the rest
+    z_threshold: float = (
+        5.0  # why: robust (MAD) z; OLMo-core skips at 6 non-robust sigma, the ratio floors below do the rest
+    )
     loss_ratio_floor: float = 1.3  # why: a loss step under 30% above both sides is noise or drift, not a hard spike
     grad_ratio_floor: float = 3.0  # why: grad norms are heavy-tailed; under 3x of both sides is ordinary variation
     loss_ratio_critical: float = 2.0  # why: DOMAIN: loss >= 2x its recent level is a hard spike (LLM Foundry 2x)
@@ -164,10 +262,14 @@ class HardSpikeParams:
     short_series_records: int = 50  # why: below one baseline window W of records (a pasted excerpt) the robust sigma is taken over the spike itself; the ratio rule alone (loss_ratio_critical / grad_ratio_critical over the past median) decides a jump there
     early_frac: float = 0.1  # why: the unstable-start check looks at the first 10% of records (>= 10) ...
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
-    recurring_count: int = 3  # why: three or more grad-only spikes in one run are a pattern (LR too high), not noise ...
+    recurring_count: int = (
+        3  # why: three or more grad-only spikes in one run are a pattern (LR too high), not noise ...
+    )
     recurring_ratio: float = 5.0  # why: ... counting spikes of at least 5x their baseline
     recurring_z: float = 2.5  # why: ... and 2.5 robust sigma: a run that spikes all the time inflates its own sigma; 5x in a series whose noise makes it < 2.5 sigma is ordinary
-    joint_z: float = 3.5  # why: loss and grad norm each >= 3.5 sigma at the same step is as unlikely by chance as one at 6
+    joint_z: float = (
+        3.5  # why: loss and grad norm each >= 3.5 sigma at the same step is as unlikely by chance as one at 6
+    )
     joint_loss_ratio: float = 1.15  # why: ... with the loss at least 15% up
     joint_grad_ratio: float = 2.0  # why: ... and the grad norm at least doubled
     joint_reach: int = 1  # why: grad norm and loss of one bad batch land in the same or the next record
@@ -178,12 +280,20 @@ class HardSpikeParams:
     sustained_records: int = 3  # why: 3+ consecutive records each >= joint_z over both sides (one of them >= z_threshold) are no heavy-tail draw: three at 3.5 sigma are rarer by chance than one at 6; flagged without the ratio floor, which exists for single records
     # corroboration by a recurring sample (detect/recurrence.py): small bumps one sample explains
     bump_z: float = 2.0  # why: a candidate bump stands 2 robust sigma over both sides: common alone; the chance test below does the rest
-    bump_loss_ratio: float = 1.1  # why: ... with the loss >= 10% up (one bad sample in a batch of n lifts it by ~(r-1)/n)
+    bump_loss_ratio: float = (
+        1.1  # why: ... with the loss >= 10% up (one bad sample in a batch of n lifts it by ~(r-1)/n)
+    )
     bump_grad_ratio: float = 1.8  # why: ... or the grad norm about doubled (DOMAIN's recurring-sample hits are 2-3x)
     corroborate_min_events: int = 2  # why: DOMAIN: a sample that recurs and spikes again is data: two separate bumps
-    corroborate_sample_ratio: float = 1.5  # why: with per-sample losses, the sample's loss >= 1.5x its step's median in the bump
-    corroborate_min_share: float = 0.5  # why: at least half of the sample's appearances are bumps (seen in calm steps = exonerated)
-    corroborate_chance: float = 0.05  # why: expected chance recurrences (binomial tail x samples tested) must stay under 5%
+    corroborate_sample_ratio: float = (
+        1.5  # why: with per-sample losses, the sample's loss >= 1.5x its step's median in the bump
+    )
+    corroborate_min_share: float = (
+        0.5  # why: at least half of the sample's appearances are bumps (seen in calm steps = exonerated)
+    )
+    corroborate_chance: float = (
+        0.05  # why: expected chance recurrences (binomial tail x samples tested) must stay under 5%
+    )
 
 
 @dataclass
@@ -199,7 +309,13 @@ class ShapeParams:
 
 @dataclass
 class NonfiniteParams:
-    signals: tuple = ("loss", "grad_norm", "grad_norm_clipped", "eval_loss", "lr")  # why: NaN in any of these is an incident
+    signals: tuple = (
+        "loss",
+        "grad_norm",
+        "grad_norm_clipped",
+        "eval_loss",
+        "lr",
+    )  # why: NaN in any of these is an incident
     group_gap: int = 10  # why: NaN steps closer than this are one outbreak
     ignore_handled_overflow: bool = True  # why: an fp16 overflow step the scaler skipped is loss_scale's business
     masked_zero_from: float = 0.1  # why: a loss printed as exactly 0 right after a loss >= 0.1 is a masked NaN (HF Trainer prints NaN losses as 0.0): no model falls from 0.1 to below the printed precision (1e-4) in one logging interval
@@ -236,7 +352,9 @@ class SignRatioParams:
     sustain_frac: float = 0.5  # why: the layer must sit in the band for half of a window
     window: int = 50  # why: judged over 50-record windows, not single steps
     min_numel: int = 64  # why: tiny tensors (a bias of 4 elements) can be one-signed legitimately
-    max_zero_frac: float = 0.5  # why: with over half the elements exactly zero, the sign share of the rest is not judged
+    max_zero_frac: float = (
+        0.5  # why: with over half the elements exactly zero, the sign share of the rest is not judged
+    )
 
 
 @dataclass
@@ -254,8 +372,12 @@ class ClippingParams:
     unscale_rate: float = 0.9  # why: "nearly every step clipped"
     scaled_ratio_lo: float = 0.01  # why: without a threshold, logged norm / loss scale between 0.01 ...
     scaled_ratio_hi: float = 10.0  # why: ... and 10 (healthy unscaled norms are 0.1-5) means norms taken before unscaling; 104B's ~20 is large in itself
-    unscaled_norm_median: float = 1e3  # why: no scale logged: a median norm >= 1e3 (a 2^10-2^16 scale x a normal norm) on every step ...
-    unscaled_loss_fall: float = 0.05  # why: ... while the loss trains normally (last quarter >= 5% below the first): clip before unscale
+    unscaled_norm_median: float = (
+        1e3  # why: no scale logged: a median norm >= 1e3 (a 2^10-2^16 scale x a normal norm) on every step ...
+    )
+    unscaled_loss_fall: float = (
+        0.05  # why: ... while the loss trains normally (last quarter >= 5% below the first): clip before unscale
+    )
     dominant_share: float = 0.5  # why: one layer carrying > 50% of the squared norm on clipped steps dominates it
     min_steps: int = 50  # why: a clip rate over fewer steps says nothing
     settle_factor: float = 1.25  # why: the early phase (initial norms above the run median) clips by design ...
@@ -271,10 +393,14 @@ class LayerOutlierParams:
     shift_window: int = 50  # why: sustained shifts compare the medians of 50 records after vs before
     shift_excess: float = 5.0  # why: the layer's level rises >= 5x more than the global norm's: the layer carries it
     early_min: int = 30  # why: the first records (norms still settling) are no reference
-    dominant_share: float = 0.5  # why: a risen layer carrying > 50% of the squared global norm dominates it (and clipping)
+    dominant_share: float = (
+        0.5  # why: a risen layer carrying > 50% of the squared global norm dominates it (and clipping)
+    )
     sustained_ratio_alone: float = 100.0  # why: a layer up 100x is an incident even while still small
     update_ratio: float = 10.0  # why: under Adam each layer's update per element is ~the LR; one >= 10x the other layers' median has its own too-high LR (healthy spread measured <= 4.4x, tests/capture_train.py)
-    update_min_records: int = 3  # why: update norms come every ~10 steps: 3 records in a row are a sustained condition, not one noisy step
+    update_min_records: int = (
+        3  # why: update norms come every ~10 steps: 3 records in a row are a sustained condition, not one noisy step
+    )
     update_min_layers: int = 4  # why: the median of fewer layers is no peer level
 
 
@@ -287,7 +413,9 @@ class VanishingParams:
     reference_window: int = 500  # why: the reference is the highest 500-record median level seen since the early phase
     early_frac: float = 0.1  # why: the first 10% of a run (large initial norms falling) is never a reference
     early_min: int = 100  # why: and at least the first 100 records
-    max_run_frac: float = 0.2  # why: on a short run, windows shrink to at most 20% of its records (a 400-step run still gets a test)
+    max_run_frac: float = (
+        0.2  # why: on a short run, windows shrink to at most 20% of its records (a 400-step run still gets a test)
+    )
 
 
 @dataclass
@@ -322,11 +450,25 @@ class EventsParams:
 
     floor_scale: float = 1.0  # why: DeepSpeed/apex min_loss_scale default; an overflow that leaves the scale at 1 has nowhere left to go (OPT: "loss scale hitting the minimum")
     floor_pattern: str = r"(?i)already at minimum|minimum loss scale reached|loss scale (?:is )?at (?:its )?minimum"  # why: the wordings DeepSpeed/apex, fairseq and Megatron print when the scale cannot fall further
-    all_overflow_frac: float = 0.9  # why: "every logged step overflowing": >= 90% of the logged steps are overflow-skipped ...
+    all_overflow_frac: float = (
+        0.9  # why: "every logged step overflowing": >= 90% of the logged steps are overflow-skipped ...
+    )
     all_overflow_min_steps: int = 33  # why: ... over more steps than a scaler starting at 2^32 needs to find its level (32 halvings): not calibration
     all_overflow_stuck_skips: int = 3  # why: ... or fewer steps when >= 3 consecutive skipped steps keep one loss scale: a dynamic scaler halves by its 2nd consecutive overflow (hysteresis 2, DeepSpeed/Megatron), so a scale that does not fall is static or at its floor, not calibrating
     floor_formats_pattern: str = r'"source_format":\s*"deepspeed"|"inferred_from":\s*"(?:loss_scale|skipped_iters)"'  # why: the overflow events of the scalers whose default min_loss_scale is 1 (DeepSpeed; Megatron, whose events are inferred from its loss-scale column): only there is a scale of 1 the floor (fairseq halves on to 1e-4; apex and torch have no minimum)
-    hardware_xid_codes: tuple = (48, 63, 64, 74, 79, 92, 94, 95, 62, 119, 120)  # why: the strong and medium Xid codes of attribution (ECC, row remap, NVLink, off the bus, GSP); application-level Xids (13, 31, 43, 45) do not convict
+    hardware_xid_codes: tuple = (
+        48,
+        63,
+        64,
+        74,
+        79,
+        92,
+        94,
+        95,
+        62,
+        119,
+        120,
+    )  # why: the strong and medium Xid codes of attribution (ECC, row remap, NVLink, off the bus, GSP); application-level Xids (13, 31, 43, 45) do not convict
     hardware_pattern: str = r"(?i)\becc\b|uncorrectable|fallen off the bus|\bxid\b|double.bit|CUDA error: unknown error|cudaErrorUnknown|\bGPU is lost"  # why: an `error` event whose message names ECC / an Xid / a GPU off the bus is a hardware error; so is the driver's cudaErrorUnknown ("CUDA error: unknown error") in a job that ran: the device failed under it (BLOOM-176B chronicles: "One of the GPUs crashed")
     stop_pattern: str = r"(?i)stopping training|training (?:stopped|aborted|halted|terminated)|exiting run|\babort"  # why: "Loss is nan, stopping training" (MAE/DeiT), "... Exiting run." (apex)
     nonfinite_pattern: str = r"(?i)\b(?:nan|inf|infinite|non-?finite)\b"  # why: the stop message must name a non-finite value to convict as nonfinite
@@ -357,7 +499,9 @@ class StallParams:
 @dataclass
 class SignedJumpParams:
     jump_z: float = 50.0  # why: a signed objective (NLL, ELBO, PPO loss) has no ratio scale; only a value 50 robust deviations past the whole range of the records before it is judged (WaveGlow NLL -5.4 -> 40490); RL losses' heavy tails stay far below it
-    window: int = 50  # why: the records before a value that define its range and noise (the hard-spike baseline's window)
+    window: int = (
+        50  # why: the records before a value that define its range and noise (the hard-spike baseline's window)
+    )
     min_records: int = 8  # why: a range and a MAD from fewer than 8 records is no baseline to call a value impossible
 
 
@@ -366,7 +510,9 @@ class BlipParams:
     """Isolated grad-norm blips on long runs (detect/hard_spike.py): notes, not incidents."""
 
     long_run_records: int = 5000  # why: on a run of >= 5000 records a few single-step grad-norm blips are the norm's heavy tail (BLOOM, OPT logbooks), not incidents
-    loss_effect_ratio: float = 1.1  # why: the loss "moved" when a record within blip_reach is >= 10% above its pre-blip median ...
+    loss_effect_ratio: float = (
+        1.1  # why: the loss "moved" when a record within blip_reach is >= 10% above its pre-blip median ...
+    )
     loss_effect_z: float = 3.0  # why: ... or >= 3 robust sigma above it
     reach: int = 3  # why: a bad update shows in the loss within the next few records
     loss_effect_records: int = 2  # why: the loss answered a blip when >= 2 records within reach rise: a bad update's damage lasts; one record of loss noise at z >= 3 among reach+1 comes by chance (0.5% a blip: 40% over 100 blips), two almost never (1e-5)
@@ -381,19 +527,32 @@ class BlipParams:
 class CoverageParams:
     """What counts as "read" for the verdict (attribute/diagnosis.py)."""
 
-    min_series_records: int = 2  # why: a series needs >= 2 step records with a finite value (one record is a point, not a run seen)
+    min_series_records: int = (
+        2  # why: a series needs >= 2 step records with a finite value (one record is a point, not a run seen)
+    )
 
 
 @dataclass
 class IncidentParams:
     merge_gap: int = 5  # why: findings within 5 steps of each other are one incident
     kind_priority: tuple = (
-        "hard_spike", "loss_scale_collapse", "nonfinite", "layer_outlier", "vanishing_gradients", "underflow_zeros",
-        "sign_ratio_anomaly", "clip_rate_anomaly", "soft_drift", "loss_oscillation", "hardware_error", "divergence",
+        "hard_spike",
+        "loss_scale_collapse",
+        "nonfinite",
+        "layer_outlier",
+        "vanishing_gradients",
+        "underflow_zeros",
+        "sign_ratio_anomaly",
+        "clip_rate_anomaly",
+        "soft_drift",
+        "loss_oscillation",
+        "hardware_error",
+        "divergence",
     )  # why: at equal severity the incident's kind is the most specific mechanism; drift and oscillation are generic symptoms
 
 
 # --- attribution / calibration sections ----------------------------------------------
+
 
 @dataclass
 class AttributionParams:
@@ -417,7 +576,9 @@ class AttributionParams:
     layer_share_high: float = 0.8  # why: one layer holding >= 80% of the peak squared norm dominates the spike (a layer fault, not a run-wide instability; rules/structure.toml, optimization.toml)
     zero_frac_stuck: float = 0.99  # a layer whose gradient is >= 99% exact zeros is masked / frozen
     sign_stuck: float = 0.95  # pos_frac >= 0.95 or <= 0.05: nearly all one sign (structural bias; DOMAIN 40-60%)
-    sign_max_zero_frac: float = 0.5  # a layer over half exact zeros has no meaningful sign share (as sign_ratio.max_zero_frac)
+    sign_max_zero_frac: float = (
+        0.5  # a layer over half exact zeros has no meaningful sign share (as sign_ratio.max_zero_frac)
+    )
     astronomical_norm: float = 1e4  # why: a logged grad norm >= 1e4 before a NaN means clipping was not in effect
     loss_scale_floor: float = 1.0  # why: dynamic loss scaling halves down to 1 (DeepSpeed min_loss_scale default 1, apex/torch the same); a scale at 1 that still overflows means fp16 cannot hold the values at all
     start_records: int = 10  # why: a NaN within the first 10 records of a log that starts at step <= hard_spike.start_max_step is "from the first updates": the setup (precision, LR, init), not a late event
@@ -425,12 +586,25 @@ class AttributionParams:
     component_exclude_pattern: str = r"(?i)^(?:session|epoch|iter\w*|step\w*|\w*time\w*|data|eta|\w*mem\w*|lr|learning_rate|grad_norm|loss_scale|\w*tokens?\w*|\w*samples?\w*|\w*per_sec\w*|throughput\w*|batch\w*|[ge]pu\w*)$"  # why: the record's counters, timings, memory, throughput and optimizer state are no loss terms
     nan_rise_ratio: float = 1.5  # why: before an LR-driven NaN the loss and grad norm climb for a few records (the update grows each step); a last finite value within 1.5x of the median before it means the NaN came without a build-up, in one update (a value out of fp16 range, a bad element), not from growth
     back_at_once_ratio: float = 1.5  # why: a loss within 1.5x of its level before the incident at the very next record came straight back: the spike was in that batch's loss, not carried by the weights (the optimisation did not leave its basin)
-    nan_rise_min_records: int = 3  # why: the median of fewer than 3 finite records before the NaN is no baseline to call a build-up absent
+    nan_rise_min_records: int = (
+        3  # why: the median of fewer than 3 finite records before the NaN is no baseline to call a build-up absent
+    )
     loss_explode_ratio: float = 100.0  # why: a loss 100x its first logged value is no spike of a healthy run (spikes are 1.5-10x; DOMAIN hard spike >= 2x): the optimisation left its basin
-    sample_outlier_ratio: float = 3.0  # a sample >= 3x normal per-sample loss stands out (healthy batches peak near 2x: mixed sources/lengths)
+    sample_outlier_ratio: float = (
+        3.0  # a sample >= 3x normal per-sample loss stands out (healthy batches peak near 2x: mixed sources/lengths)
+    )
     enrichment_min_batches: int = 3  # need >= 3 spike-batch samples before an enrichment ratio means anything
     oscillation_spikes: int = 4  # why: >= 4 spike incidents in a run = recurring, systematic instability
-    xid_strong_codes: tuple = (48, 63, 64, 74, 79, 92, 94, 95)  # ECC / row remap / NVLink / off the bus (DETECTION-ANCHORS 4)
+    xid_strong_codes: tuple = (
+        48,
+        63,
+        64,
+        74,
+        79,
+        92,
+        94,
+        95,
+    )  # ECC / row remap / NVLink / off the bus (DETECTION-ANCHORS 4)
     xid_medium_codes: tuple = (62, 119, 120)  # micro-controller halt, GSP timeout/error: hardware or firmware
     xid_weak_codes: tuple = (13, 31, 43, 45)  # engine exception, MMU fault, cleanup: usually the application
     xid_strong_weight: float = 1.0  # hardware weight of a strong Xid
@@ -453,17 +627,29 @@ class TracingParams:
     own_outlier_tail_quantile: float = 0.999  # why: the bar is raised to the P99.9 of healthy samples' loss over their step median (near the incident): mixed sources put healthy samples up to 2-2.8x
     align_max_offset: int = 2  # why: a batch manifest counted 1-2 steps off the log (0- vs 1-based, counted before vs after the step) is found and shifted; 0 turns the check off (spikeforensics/alignment.py)
     align_min_corr: float = 0.5  # why: ... only when the shifted manifest's step-to-step mean-loss changes correlate >= 0.5 with the log's (aligned: ~1; one step off, white noise: ~-0.5)
-    align_min_gain: float = 0.3  # why: ... and beat the manifest as written by 0.3, so noise never moves a manifest that is right
-    align_window: int = 2000  # why: checked on the first 2000 manifest steps: plenty of evidence, and cheap on an 8M-row manifest
+    align_min_gain: float = (
+        0.3  # why: ... and beat the manifest as written by 0.3, so noise never moves a manifest that is right
+    )
+    align_window: int = (
+        2000  # why: checked on the first 2000 manifest steps: plenty of evidence, and cheap on an 8M-row manifest
+    )
     skip_max_outliers: int = 256  # why: at most this many own-evidence samples per incident in the skip list (a whole bad shard is a data-pipeline fix, not a skip list)
     w_recurrence: float = 2.0  # per other spike incident the sample also appears in (DOMAIN: recurrence = data)
     w_healthy: float = 0.75  # penalty per healthy step the sample was seen in (exoneration; OLMo 2 caveat: soft)
-    w_loss: float = 1.5  # per log2 of the sample's loss over its reference (healthy per-sample loss / step's lower quartile)
+    w_loss: float = (
+        1.5  # per log2 of the sample's loss over its reference (healthy per-sample loss / step's lower quartile)
+    )
     w_loss_abs: float = 1.0  # why: per log2 of the sample's loss over the healthy per-sample loss alone: when every sample of a step is bad, the step's own quantile hides them, the healthy level does not
-    loss_ref_window: int = 50  # healthy per-sample loss reference: the 50 steps before the incident (DETECTION-ANCHORS W=50)
-    loss_ref_quantile: float = 0.1  # the step's 10th percentile follows a batch-wide rise (LR, hardware) yet ignores up to 90% bad samples
+    loss_ref_window: int = (
+        50  # healthy per-sample loss reference: the 50 steps before the incident (DETECTION-ANCHORS W=50)
+    )
+    loss_ref_quantile: float = (
+        0.1  # the step's 10th percentile follows a batch-wide rise (LR, hardware) yet ignores up to 90% bad samples
+    )
     w_nonfinite_loss: float = 6.0  # a sample whose own loss is NaN/Inf is the prime suspect
-    w_replay_clean: float = 4.0  # the same sample in the replayed step had a normal loss: exonerated (DETECTION-ANCHORS 3: replay)
+    w_replay_clean: float = (
+        4.0  # the same sample in the replayed step had a normal loss: exonerated (DETECTION-ANCHORS 3: replay)
+    )
     replay_clean_frac: float = 0.5  # "normal on replay": finite and under half its first-pass loss
     w_rank: float = 1.0  # the sample sat on the rank the incident is confined to
     w_corroborated: float = 4.0  # the hard-spike detector's chance test (recurrence.py) tied this sample to several bumps: the strongest data evidence short of its own NaN

@@ -64,16 +64,27 @@ class RunData:
         if key not in self._cache:
             self._cache[key] = name
             # a signed objective (an RL policy loss) is the loss only when no non-negative one is printed
-            names = self.metrics.filter(pl.col("record").is_not_null()).group_by("name").agg(
-                pl.len(), (pl.col("value").filter(pl.col("value").is_finite()).min() < 0).fill_null(False).alias("signed"),
-                (pl.col("value").filter(pl.col("value").is_finite()).abs().max() == 0).fill_null(False).alias("off"))
+            names = (
+                self.metrics.filter(pl.col("record").is_not_null())
+                .group_by("name")
+                .agg(
+                    pl.len(),
+                    (pl.col("value").filter(pl.col("value").is_finite()).min() < 0).fill_null(False).alias("signed"),
+                    (pl.col("value").filter(pl.col("value").is_finite()).abs().max() == 0)
+                    .fill_null(False)
+                    .alias("off"),
+                )
+            )
             if names.filter(pl.col("name") == "loss").height == 0:
-                train = names.filter(~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
-                                     & ~pl.col("name").str.starts_with("loss_scale"))
+                train = names.filter(
+                    ~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
+                    & ~pl.col("name").str.starts_with("loss_scale")
+                )
                 # a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
                 for pattern in (r"loss$", r"(?:^|_)loss(?:_|$)"):
-                    lossy = train.filter(pl.col("name").str.contains(pattern)).sort(["off", "signed", "len", "name"],
-                                                                                   descending=[False, False, True, False])
+                    lossy = train.filter(pl.col("name").str.contains(pattern)).sort(
+                        ["off", "signed", "len", "name"], descending=[False, False, True, False]
+                    )
                     if lossy.height:
                         self._cache[key] = lossy.get_column("name")[0]
                         break
@@ -102,8 +113,18 @@ class RunData:
         source = self.primary_source(name)
         name = self.resolve(name)
         if source is None:
-            out = pl.DataFrame(schema={"t": pl.Int64, "step": pl.Int64, "attempt": pl.Int32, "rank": pl.Int32,
-                                       "value": pl.Float64, "line": pl.Int64, "source": pl.String, "time": schema.TIME})
+            out = pl.DataFrame(
+                schema={
+                    "t": pl.Int64,
+                    "step": pl.Int64,
+                    "attempt": pl.Int32,
+                    "rank": pl.Int32,
+                    "value": pl.Float64,
+                    "line": pl.Int64,
+                    "source": pl.String,
+                    "time": schema.TIME,
+                }
+            )
         else:
             rows = self.metrics.filter(
                 (pl.col("name") == name) & (pl.col("source") == source) & pl.col("record").is_not_null()
@@ -111,9 +132,9 @@ class RunData:
             if not per_rank and rows.get_column("rank").null_count() > 0:
                 rows = rows.filter(pl.col("rank").is_null())
             rows = rows.sort(["attempt", "record"])
-            out = rows.with_columns(pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t")).select(
-                "t", "step", "attempt", "rank", "value", "line", "source", "time"
-            )
+            out = rows.with_columns(
+                pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t")
+            ).select("t", "step", "attempt", "rank", "value", "line", "source", "time")
         self._cache[key] = out
         return out
 
@@ -133,9 +154,11 @@ class RunData:
         if ranks.len() > 1:
             # global norm after all-reduce is not the sum over ranks: keep per rank, and
             # expose the mean over ranks as the global view
-            derived = derived.group_by("step", maintain_order=True).agg(
-                pl.col("value").mean(), pl.col("line").min(), pl.col("source").first()
-            ).with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
+            derived = (
+                derived.group_by("step", maintain_order=True)
+                .agg(pl.col("value").mean(), pl.col("line").min(), pl.col("source").first())
+                .with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
+            )
         derived = derived.with_columns(
             pl.int_range(pl.len(), dtype=pl.Int64).alias("t"),
             pl.lit(0, dtype=pl.Int32).alias("attempt"),
@@ -153,8 +176,11 @@ class RunData:
         if key not in self._cache:
             self._cache[key] = (
                 self.layers.group_by("step", "rank", maintain_order=True)
-                .agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value"), pl.col("line").min(),
-                     pl.col("source").first())
+                .agg(
+                    (pl.col("grad_norm") ** 2).sum().sqrt().alias("value"),
+                    pl.col("line").min(),
+                    pl.col("source").first(),
+                )
                 .sort("step", "rank", nulls_last=True)
             )
         return self._cache[key]

@@ -74,8 +74,17 @@ _REPORT_TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_.]+)-(?P<pid>
 PENDING_SUFFIX = ".pending"
 KILL_ENV = "SPIKEFORENSICS_KILL_AT"
 # the named points of the kill hook, in commit order (see the module docstring)
-KILL_POINTS = ("staging_append", "staging_finished", "manifest_staged", "data_pending", "before_manifest",
-               "after_manifest", "data_renamed", "before_drop", "drop_data_removed")
+KILL_POINTS = (
+    "staging_append",
+    "staging_finished",
+    "manifest_staged",
+    "data_pending",
+    "before_manifest",
+    "after_manifest",
+    "data_renamed",
+    "before_drop",
+    "drop_data_removed",
+)
 _HOST = re.sub(r"[^A-Za-z0-9_.]+", "_", socket.gethostname())[:64] or "host"
 
 
@@ -124,8 +133,7 @@ def store_os_error(exc: OSError, root: Path, doing: str) -> StoreError:
 def validate_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id) or run_id in (".", ".."):
         raise StoreError(
-            f"invalid run id {run_id!r}: use 1-128 characters from A-Z a-z 0-9 . _ -, "
-            "starting with a letter or digit"
+            f"invalid run id {run_id!r}: use 1-128 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"
         )
     return run_id
 
@@ -555,4 +563,6 @@ def _with_metadata(arrow: pa.Table) -> pa.Table:
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
-    pq.write_table(_with_metadata(frame.to_arrow()), path, compression="zstd", use_dictionary=_dictionary_columns("sources"))
+    pq.write_table(
+        _with_metadata(frame.to_arrow()), path, compression="zstd", use_dictionary=_dictionary_columns("sources")
+    )

@@ -7,6 +7,7 @@
 
 Prints `POISON <sample id> <step> <rank>` for the injected sample and `FLUSHED <step>` after a
 flush when asked. Seeded: the same arguments give the same run."""
+
 from __future__ import annotations
 
 import argparse

@@ -21,9 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
-    "--disable-features=MediaRouter,OptimizationHints,Translate", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-extensions",
+    "--mute-audio",
+    "--disable-features=MediaRouter,OptimizationHints,Translate",
+    "--hide-scrollbars",
     # belt and braces: any host name resolves nowhere, so a stray request fails fast instead of leaving the machine
     "--host-resolver-rules=MAP * ~NOTFOUND",
 ]
@@ -59,8 +68,13 @@ class PageStatus:
 def _run(binary: str, args: list[str], timeout: float) -> tuple[str, float]:
     with tempfile.TemporaryDirectory(prefix="sf-chromium-") as profile:
         start = time.perf_counter()
-        proc = subprocess.run([binary, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [binary, *FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         return proc.stdout, time.perf_counter() - start
 
 
@@ -71,7 +85,9 @@ def _attr(tag: str, name: str) -> str | None:
 
 def load(page: Path, binary: str | None = None, budget_ms: int = 20000, timeout: float = 120) -> PageStatus:
     binary = binary or find()
-    dom, seconds = _run(binary, [f"--virtual-time-budget={budget_ms}", "--dump-dom", Path(page).resolve().as_uri()], timeout)
+    dom, seconds = _run(
+        binary, [f"--virtual-time-budget={budget_ms}", "--dump-dom", Path(page).resolve().as_uri()], timeout
+    )
     m = re.search(r'<div id="sf-status"[^>]*>', dom)
     tag = m.group(0) if m else ""
     errors = _attr(tag, "data-errors") or ""
@@ -89,11 +105,26 @@ def load(page: Path, binary: str | None = None, budget_ms: int = 20000, timeout:
     )
 
 
-def screenshot(page: Path, png: Path, binary: str | None = None, width: int = 1280, height: int = 4000,
-               budget_ms: int = 20000, timeout: float = 120) -> Path:
+def screenshot(
+    page: Path,
+    png: Path,
+    binary: str | None = None,
+    width: int = 1280,
+    height: int = 4000,
+    budget_ms: int = 20000,
+    timeout: float = 120,
+) -> Path:
     binary = binary or find()
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
-    _run(binary, [f"--virtual-time-budget={budget_ms}", f"--window-size={width},{height}", f"--screenshot={png.resolve()}",
-                  Path(page).resolve().as_uri()], timeout)
+    _run(
+        binary,
+        [
+            f"--virtual-time-budget={budget_ms}",
+            f"--window-size={width},{height}",
+            f"--screenshot={png.resolve()}",
+            Path(page).resolve().as_uri(),
+        ],
+        timeout,
+    )
     return png

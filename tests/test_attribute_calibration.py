@@ -35,8 +35,12 @@ def test_current_clip_norm_inferred_from_logged_clipped_norm():
     run = make_run(n=300)
     g = run.metrics.filter(pl.col("name") == "grad_norm").sort("step").get_column("value").to_numpy()
     clipped = np.minimum(g, 0.52)
-    run = RunData.from_frames("c", metrics=pl.concat([run.metrics, metric_rows("grad_norm_clipped", range(1, 301), clipped)],
-                                                     how="diagonal_relaxed"))
+    run = RunData.from_frames(
+        "c",
+        metrics=pl.concat(
+            [run.metrics, metric_rows("grad_norm_clipped", range(1, 301), clipped)], how="diagonal_relaxed"
+        ),
+    )
     out = calib(run, [])
     assert out["current_clip_norm"] == pytest.approx(0.52)
     assert out["clip_rate"] == pytest.approx(float((g > 0.52).mean()))
@@ -44,8 +48,10 @@ def test_current_clip_norm_inferred_from_logged_clipped_norm():
     assert out["current_clip_source"] == "logged post-clip grad norm"
 
 
-@pytest.mark.parametrize("rate, words", [
-    (0.85, "far too small"), (0.3, "LR too high"), (0.05, "healthy"), (0.0001, "too loose"), (None, "unknown")])
+@pytest.mark.parametrize(
+    "rate, words",
+    [(0.85, "far too small"), (0.3, "LR too high"), (0.05, "healthy"), (0.0001, "too loose"), (None, "unknown")],
+)
 def test_clip_rate_bands(rate, words):
     assert words in clip_rate_meaning(rate, CalibrationParams())
 
@@ -54,8 +60,13 @@ def test_regime_change_warnings_and_layer_thresholds():
     run = make_run(n=200, ranks=2, micro=2)
     # world size halves at step 101
     b = run.batches.filter(~((pl.col("step") > 100) & (pl.col("rank") == 1)))
-    layers = pl.DataFrame([{"step": s, "layer": name, "grad_norm": v} for s in range(1, 201)
-                           for name, v in (("wte", 0.1), ("h.0", 0.3 + 0.001 * (s % 10)))])
+    layers = pl.DataFrame(
+        [
+            {"step": s, "layer": name, "grad_norm": v}
+            for s in range(1, 201)
+            for name, v in (("wte", 0.1), ("h.0", 0.3 + 0.001 * (s % 10)))
+        ]
+    )
     run = RunData.from_frames("w", metrics=run.metrics, batches=b, layers=layers)
     out = calib(run, [])
     assert any("world size" in w and "step 101" in w for w in out["warnings"])

@@ -35,7 +35,9 @@ def test_a_single_record_is_not_a_series_and_nothing_read_is_inconclusive():
     one = run_from({"step": [1], "loss": [2.0]})
     assert diagnose_run(one, Params())["verdict"]["status"] == "inconclusive"
     empty = diagnose_run(RunData.from_frames(), Params())
-    assert empty["verdict"]["status"] == "inconclusive" and empty["verdict"]["summary"].startswith("Inconclusive: no loss")
+    assert empty["verdict"]["status"] == "inconclusive" and empty["verdict"]["summary"].startswith(
+        "Inconclusive: no loss"
+    )
     assert "Inconclusive" in render_markdown(empty) and "Not read: loss, grad_norm, lr" in render_markdown(empty)
 
 
@@ -67,17 +69,33 @@ def test_failed_attribution_stage_makes_the_diagnosis_incomplete(monkeypatch):
 
 
 def test_verdict_headline_is_the_first_nonfinite_step():
-    incs = [{"id": "inc-1", "kind": "hard_spike", "severity": "critical", "peak_step": 10, "root_cause": "unknown",
-             "confidence": 0.5},
-            {"id": "inc-2", "kind": "nonfinite", "severity": "critical", "peak_step": 90, "root_cause": "fp16_overflow",
-             "confidence": 0.7, "first_nonfinite_step": 88}]
+    incs = [
+        {
+            "id": "inc-1",
+            "kind": "hard_spike",
+            "severity": "critical",
+            "peak_step": 10,
+            "root_cause": "unknown",
+            "confidence": 0.5,
+        },
+        {
+            "id": "inc-2",
+            "kind": "nonfinite",
+            "severity": "critical",
+            "peak_step": 90,
+            "root_cause": "fp16_overflow",
+            "confidence": 0.7,
+            "first_nonfinite_step": 88,
+        },
+    ]
     v = verdict(incs, {"count": 100}, {"signals": ["loss"], "detectors_failed": []})
     assert v["root_cause"] == "fp16_overflow" and "first non-finite value at step 88" in v["summary"]
 
 
 def _cli(tmp_path, path, *extra):
-    return CliRunner().invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "s"), "-q",
-                                    "--out", str(tmp_path / "r.html"), *extra])
+    return CliRunner().invoke(
+        cli, ["diagnose", str(path), "--store", str(tmp_path / "s"), "-q", "--out", str(tmp_path / "r.html"), *extra]
+    )
 
 
 def test_real_ecc_crash_with_one_record_is_unstable_hardware(tmp_path):
@@ -119,6 +137,18 @@ def test_incomplete_exits_4_and_says_where_the_traceback_is(tmp_path, monkeypatc
     res = _cli(tmp_path, log)
     assert res.exit_code == 4
     assert "bug in spikeforensics" in res.stderr and "r.json" in res.stderr and "Traceback" not in res.stderr
-    res = CliRunner().invoke(cli, ["diagnose", "--run", "train", "--store", str(tmp_path / "s"), "-q",
-                                   "--out", str(tmp_path / "r2.html"), "--debug"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "diagnose",
+            "--run",
+            "train",
+            "--store",
+            str(tmp_path / "s"),
+            "-q",
+            "--out",
+            str(tmp_path / "r2.html"),
+            "--debug",
+        ],
+    )
     assert res.exit_code == 4 and "Traceback" in res.stderr

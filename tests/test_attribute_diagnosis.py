@@ -24,8 +24,24 @@ from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
-CONTRACT_INCIDENT_KEYS = ("id", "kind", "kinds", "severity", "step_start", "step_end", "peak_step", "ranks", "layers",
-                          "root_cause", "confidence", "alternatives", "explanation", "sample_ids", "evidence", "actions")
+CONTRACT_INCIDENT_KEYS = (
+    "id",
+    "kind",
+    "kinds",
+    "severity",
+    "step_start",
+    "step_end",
+    "peak_step",
+    "ranks",
+    "layers",
+    "root_cause",
+    "confidence",
+    "alternatives",
+    "explanation",
+    "sample_ids",
+    "evidence",
+    "actions",
+)
 
 
 def check_contract(d: dict) -> None:
@@ -58,7 +74,11 @@ def test_data_outlier_with_manifest():
     assert inc["root_cause"] == "data_outlier" and inc["confidence"] >= 0.7
     assert inc["sample_ids"][0] == bad
     assert bad in inc["explanation"] and any(bad in a for a in inc["actions"])
-    assert {k: v for k, v in d["verdict"].items() if k != "coverage"} == {"status": "unstable", "root_cause": "data_outlier", "summary": d["verdict"]["summary"]}
+    assert {k: v for k, v in d["verdict"].items() if k != "coverage"} == {
+        "status": "unstable",
+        "root_cause": "data_outlier",
+        "summary": d["verdict"]["summary"],
+    }
     assert "loss" in d["verdict"]["coverage"]["signals"]
     assert d["skiplist"]["steps"] == [149, 150] and d["skiplist"]["sample_ids"] == [bad]
     assert inc["samples"][0]["sample_id"] == bad and inc["features"]["top_sample_loss_ratio"] > 10
@@ -66,8 +86,14 @@ def test_data_outlier_with_manifest():
 
 def test_hardware_fault_from_rank_mismatch_and_xid_is_not_blamed_on_data():
     xid = ("xid", None, step_time(150), json.dumps({"code": 79, "pci": "0000:cb:00"}))
-    run = make_run(spike_at=150, ranks=4, per_rank_grad=True, spike_rank=2, per_rank_mode="mismatch",
-                   extra={"events": events([xid])})
+    run = make_run(
+        spike_at=150,
+        ranks=4,
+        per_rank_grad=True,
+        spike_rank=2,
+        per_rank_mode="mismatch",
+        extra={"events": events([xid])},
+    )
     d = build_diagnosis(run, [incident(150)], [], Params())
     check_contract(d)
     inc = d["incidents"][0]
@@ -88,11 +114,22 @@ def test_single_rank_nan_without_telemetry_is_not_hardware():
 
 
 def test_zero_layer_without_low_precision_is_model_bug():
-    layers = pl.DataFrame([{"step": s, "layer": name, "grad_norm": 0.0 if (name == "h.1" and s >= 100) else 0.2,
-                            "zero_frac": 1.0 if (name == "h.1" and s >= 100) else 0.0}
-                           for s in range(1, 301) for name in ("h.0", "h.1")])
+    layers = pl.DataFrame(
+        [
+            {
+                "step": s,
+                "layer": name,
+                "grad_norm": 0.0 if (name == "h.1" and s >= 100) else 0.2,
+                "zero_frac": 1.0 if (name == "h.1" and s >= 100) else 0.0,
+            }
+            for s in range(1, 301)
+            for name in ("h.0", "h.1")
+        ]
+    )
     run = make_run(extra={"layers": layers})
-    d = build_diagnosis(run, [incident(200, kind="underflow_zeros", severity="warning", start=100, end=300)], [], Params())
+    d = build_diagnosis(
+        run, [incident(200, kind="underflow_zeros", severity="warning", start=100, end=300)], [], Params()
+    )
     check_contract(d)
     assert d["incidents"][0]["root_cause"] == "model_bug"
     assert d["verdict"]["status"] == "degraded"
@@ -103,7 +140,11 @@ def test_healthy_run_notes_and_fail_on():
     note = Finding("clip_rate_anomaly", 10, 20, 15, "info", 1.0, "3 clipped steps in a row")
     d = build_diagnosis(run, [], [note], Params())
     check_contract(d)
-    assert {k: v for k, v in d["verdict"].items() if k != "coverage"} == {"status": "healthy", "root_cause": None, "summary": d["verdict"]["summary"]}
+    assert {k: v for k, v in d["verdict"].items() if k != "coverage"} == {
+        "status": "healthy",
+        "root_cause": None,
+        "summary": d["verdict"]["summary"],
+    }
     assert d["notes"][0]["summary"] == "3 clipped steps in a row"
     assert fail_on_exit_code(d, "warning") == 0 and fail_on_exit_code(d, "info") == 0
     bad = build_diagnosis(make_run(spike_at=150), [incident(150, severity="warning")], [], Params())
@@ -133,8 +174,9 @@ def test_write_outputs_and_log_lines(tmp_path):
 
 
 def test_user_rules_change_the_attribution(tmp_path):
-    (tmp_path / "mine.toml").write_text(rule_toml("everything-is-lr", "lr_too_high", 50, "has_hard_spike", "site policy"),
-                                        encoding="utf-8")
+    (tmp_path / "mine.toml").write_text(
+        rule_toml("everything-is-lr", "lr_too_high", 50, "has_hard_spike", "site policy"), encoding="utf-8"
+    )
     run = make_run(spike_at=150, bad_sample_loss=40.0)
     d = build_diagnosis(run, [incident(150)], [], Params(), rule_dirs=[tmp_path])
     assert d["incidents"][0]["root_cause"] == "lr_too_high"
@@ -153,6 +195,7 @@ def test_diagnose_run_end_to_end_with_the_detector():
 
 def test_tied_suspects_are_said_to_tie():
     from spikeforensics.attribute.diagnosis import sample_ranking_note
+
     tied = pl.DataFrame({"sample_id": ["a", "b", "c", "d"], "score": [3.0, 3.0, 3.0, 1.0]})
     note = sample_ranking_note(tied, has_sample_losses=False, tie_tol=0.1)
     assert note.startswith("the top 3 samples tie (the manifest has no per-sample losses)")
@@ -161,21 +204,39 @@ def test_tied_suspects_are_said_to_tie():
     # end to end: a clear bad sample by its own loss is not a tie; without per-sample losses it is
     run = make_run(spike_at=150, bad_sample_loss=40.0, micro=1, per_micro=4)
     assert build_diagnosis(run, [incident(150)], [], Params())["incidents"][0]["sample_ranking_note"] is None
-    blind = RunData.from_frames("r", metrics=run.metrics, batches=run.batches.with_columns(
-        pl.lit(None, pl.Float64).alias("sample_loss"), pl.lit(100).alias("tokens")))
+    blind = RunData.from_frames(
+        "r",
+        metrics=run.metrics,
+        batches=run.batches.with_columns(pl.lit(None, pl.Float64).alias("sample_loss"), pl.lit(100).alias("tokens")),
+    )
     inc = build_diagnosis(blind, [incident(150)], [], Params())["incidents"][0]
     assert "4 samples tie" in inc["sample_ranking_note"]
 
 
 def test_evidence_order_is_the_runs_series_then_derived_rows_per_rank_after_global():
     # the order a detector may hand over when its rows come from polars groups in no fixed order
-    given = [Evidence("layer_grad_norm", 9, 5.0, layer="h.1"), Evidence("grad_norm", 9, 4.0, rank=3),
-             Evidence("clip_rate", 9, 0.5), Evidence("grad_norm", 9, 3.0, rank=1), Evidence("loss", 9, 2.0),
-             Evidence("layer_grad_norm", 9, 4.5, layer="h.0"), Evidence("grad_norm", 9, 3.5)]
+    given = [
+        Evidence("layer_grad_norm", 9, 5.0, layer="h.1"),
+        Evidence("grad_norm", 9, 4.0, rank=3),
+        Evidence("clip_rate", 9, 0.5),
+        Evidence("grad_norm", 9, 3.0, rank=1),
+        Evidence("loss", 9, 2.0),
+        Evidence("layer_grad_norm", 9, 4.5, layer="h.0"),
+        Evidence("grad_norm", 9, 3.5),
+    ]
     f = Finding("hard_spike", 9, 9, 9, "critical", 3.0, "spike", evidence=given)
     got = [(e.signal, e.rank, e.layer) for e in ordered_evidence(f)]
-    assert got == [("loss", None, None), ("grad_norm", None, None), ("grad_norm", 1, None), ("grad_norm", 3, None),
-                   # derived rows keep the detector's order (strongest layer first)
-                   ("layer_grad_norm", None, "h.1"), ("clip_rate", None, None), ("layer_grad_norm", None, "h.0")]
-    shuffled = Finding("hard_spike", 9, 9, 9, "critical", 3.0, "spike", evidence=[given[i] for i in (4, 6, 3, 1, 0, 2, 5)])
+    assert got == [
+        ("loss", None, None),
+        ("grad_norm", None, None),
+        ("grad_norm", 1, None),
+        ("grad_norm", 3, None),
+        # derived rows keep the detector's order (strongest layer first)
+        ("layer_grad_norm", None, "h.1"),
+        ("clip_rate", None, None),
+        ("layer_grad_norm", None, "h.0"),
+    ]
+    shuffled = Finding(
+        "hard_spike", 9, 9, 9, "critical", 3.0, "spike", evidence=[given[i] for i in (4, 6, 3, 1, 0, 2, 5)]
+    )
     assert [(e.signal, e.rank) for e in ordered_evidence(shuffled)][:4] == [(s, r) for s, r, _ in got[:4]]

@@ -24,7 +24,11 @@ def _set_losses(run: RunData, step: int, n_bad: int, bad_loss: float) -> tuple[R
     at = run.batches.filter(pl.col("step") == step)
     bad = at.head(n_bad).get_column("sample_id").to_list()
     b = run.batches.with_columns(
-        pl.when(pl.col("sample_id").is_in(bad)).then(pl.lit(bad_loss)).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+        pl.when(pl.col("sample_id").is_in(bad))
+        .then(pl.lit(bad_loss))
+        .otherwise(pl.col("sample_loss"))
+        .alias("sample_loss")
+    )
     return RunData.from_frames(run.run_id, metrics=run.metrics, batches=b), bad
 
 
@@ -42,7 +46,11 @@ def test_a_batch_wide_loss_rise_is_not_a_sample_outlier():
     # every sample's loss x4 (LR or hardware): no sample stands out from its own batch
     run = make_run(spike_at=150, micro=2, per_micro=4)
     b = run.batches.with_columns(
-        pl.when(pl.col("step") == 150).then(pl.col("sample_loss") * 4).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+        pl.when(pl.col("step") == 150)
+        .then(pl.col("sample_loss") * 4)
+        .otherwise(pl.col("sample_loss"))
+        .alias("sample_loss")
+    )
     run = RunData.from_frames("r", metrics=run.metrics, batches=b)
     f = feats(run, incident(150))
     assert f["top_sample_loss_ratio"] < 1.5 and f["sample_loss_outlier"] is False
@@ -51,7 +59,8 @@ def test_a_batch_wide_loss_rise_is_not_a_sample_outlier():
 def test_all_nan_step_is_not_one_sample_nonfinite():
     run = make_run(spike_at=150)
     b = run.batches.with_columns(
-        pl.when(pl.col("step") == 150).then(float("nan")).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+        pl.when(pl.col("step") == 150).then(float("nan")).otherwise(pl.col("sample_loss")).alias("sample_loss")
+    )
     run = RunData.from_frames("r", metrics=run.metrics, batches=b)
     assert feats(run, incident(150))["sample_loss_nonfinite"] is False
 
@@ -60,9 +69,17 @@ def _replayed(run: RunData, step: int, replay_loss: float) -> RunData:
     """The manifest of steps step-1..step again (a resume), the bad sample with `replay_loss`."""
     b = run.batches
     again = b.filter(pl.col("step").is_between(step - 1, step))
-    top = b.filter(pl.col("step") == step).sort("sample_loss", descending=True, nulls_last=False).get_column("sample_id")[0]
+    top = (
+        b.filter(pl.col("step") == step)
+        .sort("sample_loss", descending=True, nulls_last=False)
+        .get_column("sample_id")[0]
+    )
     again = again.with_columns(
-        pl.when(pl.col("sample_id") == top).then(pl.lit(replay_loss)).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+        pl.when(pl.col("sample_id") == top)
+        .then(pl.lit(replay_loss))
+        .otherwise(pl.col("sample_loss"))
+        .alias("sample_loss")
+    )
     return RunData.from_frames(run.run_id, metrics=run.metrics, batches=pl.concat([b, again]))
 
 
@@ -95,22 +112,34 @@ def test_loss_scale_reset_at_relaunch_is_not_an_overflow_storm():
     scale = [65536.0] * 150 + [1.0] * 150
     skipped = metric_rows("skipped_iters", range(1, 301), [0.0] * 300)
     ev = events([("resume", 150, None, '{"message": "loading checkpoint"}')])
-    run = RunData.from_frames("r", metrics=pl.concat([run.metrics, metric_rows("loss_scale", range(1, 301), scale), skipped],
-                                                    how="diagonal_relaxed"), batches=run.batches, events=ev)
+    run = RunData.from_frames(
+        "r",
+        metrics=pl.concat(
+            [run.metrics, metric_rows("loss_scale", range(1, 301), scale), skipped], how="diagonal_relaxed"
+        ),
+        batches=run.batches,
+        events=ev,
+    )
     f = feats(run, incident(151, kind="underflow_zeros", start=151, end=300))
     assert f["fp16"] is True and f["scale_drop_at_resume"] is True and f["loss_scale_halvings"] == 16
     # the same drop spread over overflow-skipped steps is what a real storm looks like
     skipped = metric_rows("skipped_iters", range(1, 301), [0.0] * 148 + [float(i) for i in range(1, 153)])
-    run = RunData.from_frames("r", metrics=pl.concat([make_run(n=300).metrics, metric_rows("loss_scale", range(1, 301), scale),
-                                                     skipped], how="diagonal_relaxed"), events=ev)
+    run = RunData.from_frames(
+        "r",
+        metrics=pl.concat(
+            [make_run(n=300).metrics, metric_rows("loss_scale", range(1, 301), scale), skipped], how="diagonal_relaxed"
+        ),
+        events=ev,
+    )
     assert feats(run, incident(151, kind="loss_scale_collapse"))["scale_drop_at_resume"] is False
 
 
 def test_startup_halvings_do_not_count_toward_the_incident():
     scale = [2.0 ** (32 - min(s, 16)) for s in range(1, 301)]  # 2^32 down to 2^16 in the first 16 steps
     run = make_run(spike_at=200)
-    run = RunData.from_frames("r", metrics=pl.concat([run.metrics, metric_rows("loss_scale", range(1, 301), scale)],
-                                                    how="diagonal_relaxed"))
+    run = RunData.from_frames(
+        "r", metrics=pl.concat([run.metrics, metric_rows("loss_scale", range(1, 301), scale)], how="diagonal_relaxed")
+    )
     assert feats(run, incident(200))["loss_scale_halvings"] == 0
 
 
@@ -129,7 +158,9 @@ def test_lr_rising_without_any_decay_is_a_schedule_fault():
 def test_no_warmup_with_an_early_spike_is_a_schedule_fault():
     n = 400
     lr = 0.3 * (0.5 + 0.5 * np.cos(np.pi * np.arange(n) / n))  # starts at the peak: no warmup
-    f = feats(make_run(n=n, spike_at=3, spike_loss=12.0, lr=lr), incident(3, start=2, end=3, facts={"recovery": "fast"}))
+    f = feats(
+        make_run(n=n, spike_at=3, spike_loss=12.0, lr=lr), incident(3, start=2, end=3, facts={"recovery": "fast"})
+    )
     assert f["warmup_steps"] == 0 and f["early"] is True
     assert verdict(f) == "lr_schedule"
 
@@ -142,10 +173,19 @@ def test_recurring_grad_spikes_grouped_by_the_detector_point_at_lr():
 
 
 def test_all_zero_layer_is_not_a_stuck_sign():
-    rows = [{"source": "g", "line": s, "step": s, "layer": lay, "grad_norm": 0.25,
-             "zero_frac": 0.999 if (lay == "h.1" and s >= 100) else 0.0,
-             "pos_frac": 0.0005 if (lay == "h.1" and s >= 100) else 0.5}
-            for s in range(1, 201) for lay in ("h.0", "h.1")]
+    rows = [
+        {
+            "source": "g",
+            "line": s,
+            "step": s,
+            "layer": lay,
+            "grad_norm": 0.25,
+            "zero_frac": 0.999 if (lay == "h.1" and s >= 100) else 0.0,
+            "pos_frac": 0.0005 if (lay == "h.1" and s >= 100) else 0.5,
+        }
+        for s in range(1, 201)
+        for lay in ("h.0", "h.1")
+    ]
     run = make_run(n=200, extra={"layers": pl.DataFrame(rows)})
     f = feats(run, incident(150, kind="underflow_zeros", start=100, end=200))
     assert f["layer_all_zero"] is True and f["sign_stuck"] is False

@@ -21,8 +21,11 @@ def test_every_feature_is_documented_and_computed():
     for name, (ftype, doc) in FEATURES.items():
         assert ftype in ("bool", "number", "str") and doc
         v = f[name]
-        assert v is None or {"bool": bool, "number": (int, float), "str": str}[ftype] in (type(v),) or isinstance(
-            v, {"bool": bool, "number": (int, float), "str": str}[ftype]), name
+        assert (
+            v is None
+            or {"bool": bool, "number": (int, float), "str": str}[ftype] in (type(v),)
+            or isinstance(v, {"bool": bool, "number": (int, float), "str": str}[ftype])
+        ), name
     assert f["peak_grad_ratio"] == pytest.approx(60, rel=0.2)
     assert f["nonfinite"] is False and f["duration_steps"] == 1
 
@@ -67,6 +70,7 @@ def test_ecc_counters_use_the_change_across_the_window():
             rows.append((step_time(s), "node1", 2, "ecc_corrected", value))
             rows.append((step_time(s), "node1", 2, "temperature", 60))
         return telemetry(rows)
+
     f = feats(make_run(spike_at=150, extra={"telemetry": tel(None)}), incident(150))
     assert f["ecc_delta"] == 0  # a high but constant counter is history, not this incident
     f = feats(make_run(spike_at=150, extra={"telemetry": tel(150)}), incident(150))
@@ -85,8 +89,9 @@ def _with_replay(run: RunData, spike_again: bool) -> RunData:
         if not spike_again:
             vals[150 - 140] = vals[149 - 140]
         rows.append(metric_rows(name, steps, vals, attempt=1, record0=400))
-    return RunData.from_frames(run.run_id, metrics=pl.concat([run.metrics, *rows], how="diagonal_relaxed"),
-                               batches=run.batches)
+    return RunData.from_frames(
+        run.run_id, metrics=pl.concat([run.metrics, *rows], how="diagonal_relaxed"), batches=run.batches
+    )
 
 
 def test_replay_recurrence():
@@ -108,8 +113,17 @@ def _layers(n=200, hidden_at=None, zero_layer=None, stuck_layer=None):
                 g = 5.0
             zf = 0.999 if (zero_layer == layer and s >= 100) else 0.0
             pf = 0.99 if (stuck_layer == layer and s >= 100) else 0.5
-            rows.append({"source": "grads.csv", "line": s, "step": s, "layer": layer, "grad_norm": g,
-                         "zero_frac": zf, "pos_frac": pf})
+            rows.append(
+                {
+                    "source": "grads.csv",
+                    "line": s,
+                    "step": s,
+                    "layer": layer,
+                    "grad_norm": g,
+                    "zero_frac": zf,
+                    "pos_frac": pf,
+                }
+            )
     return pl.DataFrame(rows)
 
 
@@ -134,7 +148,8 @@ def test_lr_schedule_features():
 def test_clip_before_unscale_signature():
     run = make_run(spike_at=150)
     scaled = run.metrics.with_columns(
-        pl.when(pl.col("name") == "grad_norm").then(pl.col("value") * 65536).otherwise(pl.col("value")).alias("value"))
+        pl.when(pl.col("name") == "grad_norm").then(pl.col("value") * 65536).otherwise(pl.col("value")).alias("value")
+    )
     run = RunData.from_frames("c", metrics=scaled)
     params = Params()
     params.calibration.current_clip_norm = 1.0
@@ -144,9 +159,10 @@ def test_clip_before_unscale_signature():
 
 def test_fp16_loss_scale_halvings():
     run = make_run(spike_at=150)
-    scale = [65536.0] * 140 + [65536.0 / 2 ** k for k in range(1, 11)] + [64.0] * 150
-    run = RunData.from_frames("fp", metrics=pl.concat([run.metrics, metric_rows("loss_scale", range(1, 301), scale)],
-                                                      how="diagonal_relaxed"))
+    scale = [65536.0] * 140 + [65536.0 / 2**k for k in range(1, 11)] + [64.0] * 150
+    run = RunData.from_frames(
+        "fp", metrics=pl.concat([run.metrics, metric_rows("loss_scale", range(1, 301), scale)], how="diagonal_relaxed")
+    )
     f = feats(run, incident(150, kind="loss_scale_collapse"))
     assert f["fp16"] is True and f["loss_scale_halvings"] == 10 and f["loss_scale_min"] == 64.0
 
@@ -166,6 +182,7 @@ def test_an_excerpt_from_mid_training_has_no_start_to_judge(tmp_path):
     from conftest import REAL
 
     from spikeforensics import api
+
     store = tmp_path / "s"
     api.ingest([REAL / "megatron" / "bigscience_tr8_104b_exp1_glitch_with_validation.log"], run_id="x", store=store)
     [inc] = api.diagnose("x", store=store)["incidents"]

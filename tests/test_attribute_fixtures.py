@@ -37,7 +37,9 @@ def score(run: RunData, name: str) -> evaluate.RunScore:
 
 
 def without_sample_losses(run: RunData) -> RunData:
-    return dataclasses.replace(run, batches=run.batches.with_columns(pl.lit(None, dtype=pl.Float64).alias("sample_loss")))
+    return dataclasses.replace(
+        run, batches=run.batches.with_columns(pl.lit(None, dtype=pl.Float64).alias("sample_loss"))
+    )
 
 
 @pytest.mark.skipif(not LABELLED, reason="no tune fixtures")

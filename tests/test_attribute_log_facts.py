@@ -26,9 +26,22 @@ def run_of(loss=None, grad=None, scale=None, events=None, first_step=1):
             frames.append(metric_rows(name, range(first_step, first_step + len(values)), values))
     ev = None
     if events:
-        ev = pl.DataFrame([{"source": "train.log", "line": i, "step": None, "rank": None, "attempt": 0,
-                            "kind": k, "time": None, "detail": d} for i, (k, d) in enumerate(events)],
-                          schema_overrides={"step": pl.Int64, "rank": pl.Int32, "attempt": pl.Int32, "time": pl.Datetime("us")})
+        ev = pl.DataFrame(
+            [
+                {
+                    "source": "train.log",
+                    "line": i,
+                    "step": None,
+                    "rank": None,
+                    "attempt": 0,
+                    "kind": k,
+                    "time": None,
+                    "detail": d,
+                }
+                for i, (k, d) in enumerate(events)
+            ],
+            schema_overrides={"step": pl.Int64, "rank": pl.Int32, "attempt": pl.Int32, "time": pl.Datetime("us")},
+        )
     return RunData.from_frames(metrics=pl.concat(frames) if frames else None, events=ev)
 
 
@@ -107,8 +120,12 @@ def test_a_nan_out_of_a_flat_loss_has_no_build_up():
 def test_a_nonfinite_grad_norm_beside_a_finite_loss_that_goes_on_is_a_skipped_update():
     nan = float("nan")
     # xtuner#187's shape: grad_norm nan on the last two records, the loss finite and falling
-    assert log_facts(run_of(loss=[2.75, 2.62, 2.67, 2.77, 2.51, 2.46], grad=[3.06, 2.76, 2.76, 2.51, nan, nan]), P)[
-        "grad_nonfinite_skipped"] is True
+    assert (
+        log_facts(run_of(loss=[2.75, 2.62, 2.67, 2.77, 2.51, 2.46], grad=[3.06, 2.76, 2.76, 2.51, nan, nan]), P)[
+            "grad_nonfinite_skipped"
+        ]
+        is True
+    )
     # the loss goes NaN too: an applied bad update, not a skip
     assert log_facts(run_of(loss=[2.7, 2.6, nan, nan], grad=[3.0, 2.8, nan, nan]), P)["grad_nonfinite_skipped"] is False
     # the NaN grad norm is the last thing the log prints: nothing shows the run went on

@@ -21,7 +21,8 @@ def peak_manifest(losses, tokens=None):
         pl.Series("sample_id", IDS),
         pl.Series("sample_loss", losses if losses is not None else [None] * 6, dtype=pl.Float64),
         pl.Series("tokens", tokens or [110] * 6, dtype=b.schema["tokens"]),
-        pl.lit("web").alias("sample_source"))
+        pl.lit("web").alias("sample_source"),
+    )
     b = pl.concat([b.filter(pl.col("step") != 150), peak]).sort("step", maintain_order=True)
     if losses is None:
         b = b.with_columns(pl.lit(None, pl.Float64).alias("sample_loss"))
@@ -34,7 +35,10 @@ def test_samples_without_distinguishing_evidence_share_a_place_in_neither_id_nor
     assert top.get_column("place").to_list() == [1] * 6  # one tie, said so
     order = top.get_column("sample_id").to_list()
     assert sorted(order) == sorted(IDS) and order not in (sorted(IDS), IDS)  # not by ID, not by batch position
-    assert ranked(peak_manifest(None), incident(150)).filter(pl.col("step") == 150).get_column("sample_id").to_list() == order
+    assert (
+        ranked(peak_manifest(None), incident(150)).filter(pl.col("step") == 150).get_column("sample_id").to_list()
+        == order
+    )
     assert out.filter(pl.col("step") == 149).get_column("place").min() == 7  # the step before ranks after the tie
 
 
@@ -51,8 +55,9 @@ def test_a_tie_is_broken_by_the_samples_own_loss_not_by_id():
 
 
 def test_skip_list_never_cuts_a_place_apart():
-    samples = pl.DataFrame({"sample_id": list("abcdefg"), "score": [5.0, 4.8, 4.6, 4.4, 4.2, 4.0, 3.8],
-                            "place": [1, 2, 3, 4, 5, 5, 5]})
+    samples = pl.DataFrame(
+        {"sample_id": list("abcdefg"), "score": [5.0, 4.8, 4.6, 4.4, 4.2, 4.0, 3.8], "place": [1, 2, 3, 4, 5, 5, 5]}
+    )
     assert skip_candidates(samples, 0.75) == list("abcdefg")  # the 5th shares its place with two more
     distinct = samples.with_columns(pl.Series("place", [1, 2, 3, 4, 5, 6, 7]))
     assert skip_candidates(distinct, 0.75) == list("abcde")

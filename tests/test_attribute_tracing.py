@@ -24,8 +24,12 @@ def test_every_grouped_event_of_an_incident_is_implicated():
     # a small corroborated bump at 156 grouped with a louder spike at 219 into one incident
     tp = Params().tracing
     inc = incident(219, start=155, end=228)
-    inc.findings.append(dataclasses.replace(inc.findings[0], step_start=156, step_end=156, peak_step=156, severity="warning"))
-    inc.findings.append(dataclasses.replace(inc.findings[0], step_start=190, step_end=190, peak_step=190, severity="info"))
+    inc.findings.append(
+        dataclasses.replace(inc.findings[0], step_start=156, step_end=156, peak_step=156, severity="warning")
+    )
+    inc.findings.append(
+        dataclasses.replace(inc.findings[0], step_start=190, step_end=190, peak_step=190, severity="info")
+    )
     steps = implicated_steps(inc, tp)
     assert 155 in steps and 156 in steps and 219 in steps and 218 in steps
     assert 190 not in steps and 157 not in steps  # an info note is not an event; nothing between is implicated
@@ -64,10 +68,26 @@ def test_recurrence_and_exoneration_without_sample_losses():
     # "evil" sits in the batches of steps 100 and 200 (two spikes); "seen" in 200 and two healthy steps
     b = b.with_columns(
         pl.when((pl.col("step").is_in([100, 200])) & (pl.col("rank") == 0) & (pl.col("micro") == 0))
-        .then(pl.lit("evil")).otherwise(pl.col("sample_id")).alias("sample_id"))
-    b = pl.concat([b, pl.DataFrame({"step": [200, 20, 40], "rank": [0, 0, 0], "micro": [1, 1, 1],
-                                    "sample_id": ["seen"] * 3, "tokens": [110] * 3, "sample_source": ["web"] * 3})],
-                  how="diagonal_relaxed")
+        .then(pl.lit("evil"))
+        .otherwise(pl.col("sample_id"))
+        .alias("sample_id")
+    )
+    b = pl.concat(
+        [
+            b,
+            pl.DataFrame(
+                {
+                    "step": [200, 20, 40],
+                    "rank": [0, 0, 0],
+                    "micro": [1, 1, 1],
+                    "sample_id": ["seen"] * 3,
+                    "tokens": [110] * 3,
+                    "sample_source": ["web"] * 3,
+                }
+            ),
+        ],
+        how="diagonal_relaxed",
+    )
     run = RunData.from_frames("r", metrics=run.metrics, batches=b)
     incs = [incident(100, iid="inc-1"), incident(200, iid="inc-2")]
     out = ranked(run, incs[1], incs)
@@ -102,8 +122,13 @@ def test_logging_interval_implicates_every_step_since_the_previous_record():
     run = make_run(spike_at=150, bad_sample_loss=30.0)
     bad_step = 144
     b = run.batches.with_columns(
-        pl.when(pl.col("step") == 150).then(2.0).when((pl.col("step") == bad_step) & (pl.col("micro") == 0))
-        .then(pl.lit(30.0)).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+        pl.when(pl.col("step") == 150)
+        .then(2.0)
+        .when((pl.col("step") == bad_step) & (pl.col("micro") == 0))
+        .then(pl.lit(30.0))
+        .otherwise(pl.col("sample_loss"))
+        .alias("sample_loss")
+    )
     logged = run.metrics.filter(pl.col("step") % 10 == 0)
     run = RunData.from_frames("r", metrics=logged, batches=b)
     out = ranked(run, incident(150))
@@ -130,10 +155,16 @@ def test_a_step_whose_every_sample_is_bad_outranks_the_step_before():
     # own low quantile is junk too, so against it they look ordinary; against healthy data they do not
     run = make_run(spike_at=150, micro=2, per_micro=3)
     b = run.batches.with_columns(
-        pl.when(pl.col("step") == 150).then(pl.col("sample_loss") * 5).otherwise(pl.col("sample_loss")).alias("sample_loss"),
+        pl.when(pl.col("step") == 150)
+        .then(pl.col("sample_loss") * 5)
+        .otherwise(pl.col("sample_loss"))
+        .alias("sample_loss"),
     ).with_columns(  # and the step before is a little noisy, so its samples stand out within their own step
-        pl.when((pl.col("step") == 149) & (pl.col("micro") == 0)).then(pl.col("sample_loss") * 1.6)
-        .otherwise(pl.col("sample_loss")).alias("sample_loss"))
+        pl.when((pl.col("step") == 149) & (pl.col("micro") == 0))
+        .then(pl.col("sample_loss") * 1.6)
+        .otherwise(pl.col("sample_loss"))
+        .alias("sample_loss")
+    )
     run = RunData.from_frames("r", metrics=run.metrics, batches=b)
     out = ranked(run, incident(150))
     top6 = out.head(6)
@@ -142,8 +173,7 @@ def test_a_step_whose_every_sample_is_bad_outranks_the_step_before():
 
 
 def test_skip_list_keeps_a_whole_tie_group():
-    tie = pl.DataFrame({"sample_id": [f"s{i}" for i in range(8)] + ["x", "y"],
-                        "score": [3.0] * 8 + [1.0, 0.5]})
+    tie = pl.DataFrame({"sample_id": [f"s{i}" for i in range(8)] + ["x", "y"], "score": [3.0] * 8 + [1.0, 0.5]})
     assert skip_candidates(tie, 0.75) == [f"s{i}" for i in range(8)]  # 8 tied: none cut off at 5
     ranked_ = pl.DataFrame({"sample_id": list("abcdefg"), "score": [5.0, 4.9, 4.8, 4.7, 4.6, 4.5, 4.4]})
     assert skip_candidates(ranked_, 0.75) == list("abcde")  # distinct scores: at most 5
@@ -155,7 +185,9 @@ def _empty_document_run(kind_tokens=0):
     run = make_run(spike_at=150, micro=2, per_micro=8)
     b = run.batches.with_columns(pl.lit(None, dtype=pl.Float64).alias("sample_loss"))
     empty = b.filter(pl.col("step") == 150).get_column("sample_id")[5]
-    b = b.with_columns(pl.when(pl.col("sample_id") == empty).then(kind_tokens).otherwise(pl.col("tokens")).alias("tokens"))
+    b = b.with_columns(
+        pl.when(pl.col("sample_id") == empty).then(kind_tokens).otherwise(pl.col("tokens")).alias("tokens")
+    )
     return RunData.from_frames("r", metrics=run.metrics, batches=b), empty
 
 
@@ -196,12 +228,22 @@ def _bad_batches_run(bad: dict[int, float], victims: dict[int, float] | None = N
     b = run.batches
     first6 = pl.int_range(pl.len()).over("step") < 6
     for step, loss in bad.items():
-        b = b.with_columns(pl.when((pl.col("step") == step) & first6).then(pl.lit(loss)).otherwise(pl.col("sample_loss"))
-                           .alias("sample_loss"))
+        b = b.with_columns(
+            pl.when((pl.col("step") == step) & first6)
+            .then(pl.lit(loss))
+            .otherwise(pl.col("sample_loss"))
+            .alias("sample_loss")
+        )
     for step, factor in (victims or {}).items():
-        b = b.with_columns(pl.when(pl.col("step") == step).then(pl.col("sample_loss") * factor).otherwise(pl.col("sample_loss"))
-                           .alias("sample_loss"))
-    culprits = set(b.filter(pl.col("step").is_in(list(bad)) & first6.over("step")).get_column("sample_id")) if bad else set()
+        b = b.with_columns(
+            pl.when(pl.col("step") == step)
+            .then(pl.col("sample_loss") * factor)
+            .otherwise(pl.col("sample_loss"))
+            .alias("sample_loss")
+        )
+    culprits = (
+        set(b.filter(pl.col("step").is_in(list(bad)) & first6.over("step")).get_column("sample_id")) if bad else set()
+    )
     return RunData.from_frames("r", metrics=run.metrics, batches=b), culprits
 
 
@@ -229,7 +271,9 @@ def test_victims_after_the_peak_are_not_outliers():
 
 def test_a_step_of_nothing_but_junk_is_all_outliers_at_the_peak():
     run = make_run(spike_at=150, micro=2, per_micro=4)
-    b = run.batches.with_columns(pl.when(pl.col("step") == 150).then(9.0).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+    b = run.batches.with_columns(
+        pl.when(pl.col("step") == 150).then(9.0).otherwise(pl.col("sample_loss")).alias("sample_loss")
+    )
     run = RunData.from_frames("r", metrics=run.metrics, batches=b)
     out = ranked(run, incident(150))
     # its own 10th percentile is junk too (loss ratio ~1), but each sample is 4.5x the healthy level
@@ -240,8 +284,10 @@ def test_a_step_of_nothing_but_junk_is_all_outliers_at_the_peak():
 def test_the_outlier_bar_rises_with_the_healthy_tail():
     # a source whose healthy samples sit at 2.6x the step median: at 2.6x a sample is not an outlier
     run = make_run(spike_at=150, micro=2, per_micro=4)
-    tail = (pl.int_range(pl.len()).over("step") == 0)
-    b = run.batches.with_columns(pl.when(tail).then(pl.col("sample_loss") * 2.6).otherwise(pl.col("sample_loss")).alias("sample_loss"))
+    tail = pl.int_range(pl.len()).over("step") == 0
+    b = run.batches.with_columns(
+        pl.when(tail).then(pl.col("sample_loss") * 2.6).otherwise(pl.col("sample_loss")).alias("sample_loss")
+    )
     run = RunData.from_frames("r", metrics=run.metrics, batches=b)
     out = ranked(run, incident(150))
     assert not out.get_column("own_outlier").any()

@@ -1,6 +1,7 @@
 """Unit tests of spikeforensics.capture: statistics checked by hand, the files a flush writes,
 what ingest reads from them, crash safety (a run killed mid-way), AMP skipped steps, and the
 HF / Lightning callbacks driven by fake trainer loops (neither framework is installed)."""
+
 from __future__ import annotations
 
 import json
@@ -75,7 +76,9 @@ def test_recorder_writes_hand_checked_rows_and_undoes_clipping(tmp_path):
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     rec = Recorder(tmp_path, m, every=1, flush_every=100)
     _set_grads(m)
-    rec.after_backward(torch.tensor(2.5), 1, sample_ids=["x", "y"], sample_losses=torch.tensor([4.0, 1.0]), tokens=[3, 5])
+    rec.after_backward(
+        torch.tensor(2.5), 1, sample_ids=["x", "y"], sample_losses=torch.tensor([4.0, 1.0]), tokens=[3, 5]
+    )
     # the loop clipped by 0.5 before after_step: the recorder divides the measured norms by it
     for p in m.parameters():
         p.grad.mul_(0.5)
@@ -85,14 +88,23 @@ def test_recorder_writes_hand_checked_rows_and_undoes_clipping(tmp_path):
     a = lay.row(by_predicate=pl.col("layer") == "a", named=True)
     b = lay.row(by_predicate=pl.col("layer") == "b", named=True)
     assert a["grad_norm"] == pytest.approx(math.sqrt(26.0), rel=1e-6)
-    assert (a["zero_frac"], a["pos_frac"], a["max_abs"], a["numel"]) == (pytest.approx(0.5), pytest.approx(1 / 3), pytest.approx(4.0), 6)
+    assert (a["zero_frac"], a["pos_frac"], a["max_abs"], a["numel"]) == (
+        pytest.approx(0.5),
+        pytest.approx(1 / 3),
+        pytest.approx(4.0),
+        6,
+    )
     assert (b["grad_norm"], b["zero_frac"], b["pos_frac"]) == (pytest.approx(math.sqrt(0.5)), 0.0, 0.5)
     (row,) = _metrics(tmp_path)
     assert row["step"] == 1 and row["loss"] == pytest.approx(2.5) and row["lr"] == pytest.approx(0.1)
     assert row["grad_norm"] == pytest.approx(math.sqrt(26.5), rel=1e-6)
-    assert row["clip_coef"] == pytest.approx(0.5) and row["grad_norm_clipped"] == pytest.approx(math.sqrt(26.5) / 2, rel=1e-6)
+    assert row["clip_coef"] == pytest.approx(0.5) and row["grad_norm_clipped"] == pytest.approx(
+        math.sqrt(26.5) / 2, rel=1e-6
+    )
     bat = pl.read_parquet(next(tmp_path.glob("batches-*.parquet")))
-    assert bat.to_dicts() == [dict(step=1, rank=0, micro=0, sample_ids=["x", "y"], sample_losses=[4.0, 1.0], tokens=[3, 5])]
+    assert bat.to_dicts() == [
+        dict(step=1, rank=0, micro=0, sample_ids=["x", "y"], sample_losses=[4.0, 1.0], tokens=[3, 5])
+    ]
 
 
 def _loop(rec, model, opt, steps, start=1, n_micro=1, clip=None):
@@ -102,8 +114,9 @@ def _loop(rec, model, opt, steps, start=1, n_micro=1, clip=None):
             x = torch.randn(4, 2, generator=g)
             per = model(x).squeeze(1).pow(2)
             (per.mean() / n_micro).backward()
-            rec.after_backward(per.mean(), step, sample_ids=[f"s{step}-{micro}-{i}" for i in range(4)],
-                               sample_losses=per, tokens=7)
+            rec.after_backward(
+                per.mean(), step, sample_ids=[f"s{step}-{micro}-{i}" for i in range(4)], sample_losses=per, tokens=7
+            )
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
         opt.step()
         rec.after_step(opt, grad_norm=gn, max_norm=clip)
@@ -119,7 +132,9 @@ def test_flushes_are_new_files_and_ingest_reads_them(tmp_path):
     rec.close()
     rec.close()  # idempotent
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == [f"{k}-rank0-00000{i}.parquet" for k in ("batches", "layers") for i in (1, 2, 3)] + ["metrics-rank0.jsonl"]
+    assert names == [f"{k}-rank0-00000{i}.parquet" for k in ("batches", "layers") for i in (1, 2, 3)] + [
+        "metrics-rank0.jsonl"
+    ]
     rows = _metrics(tmp_path)
     assert [r["step"] for r in rows] == list(range(1, 13))
     assert all(r["lr"] == 0.05 and r["lr_pg1"] == 0.5 for r in rows)
@@ -177,15 +192,27 @@ def test_amp_overflow_is_a_skipped_step(tmp_path):
 
 
 def test_import_spikeforensics_does_not_load_torch():
-    code = ("import sys, spikeforensics, spikeforensics.cli, spikeforensics.api; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, spikeforensics, spikeforensics.cli, spikeforensics.api; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_killed_run_leaves_every_flushed_step_readable(tmp_path):
     out = tmp_path / "cap"
-    cmd = [sys.executable, str(ROOT / "tests" / "capture_train.py"), str(out), "--steps", "100000",
-           "--flush-every", "10", "--every", "5", "--print-flush"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "tests" / "capture_train.py"),
+        str(out),
+        "--steps",
+        "100000",
+        "--flush-every",
+        "10",
+        "--every",
+        "5",
+        "--print-flush",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     flushed = 0
     deadline = time.time() + 300  # a guard against a hung subprocess, not a speed target (the machine may be loaded)
@@ -203,12 +230,13 @@ def test_killed_run_leaves_every_flushed_step_readable(tmp_path):
     report = api.ingest([out], run_id="killed", store=tmp_path / "store")
     assert all(f.status == "ingested" for f in report.files), [(f.path, f.message) for f in report.files]
     steps = [r["step"] for r in _metrics(out)]
-    assert steps[: flushed] == list(range(1, flushed + 1))
+    assert steps[:flushed] == list(range(1, flushed + 1))
     assert set(range(5, flushed + 1, 5)) <= set(_layers(out)["step"].to_list())
     assert not [p for p in out.iterdir() if p.name.startswith(".")] or True  # a temp file may be left: ingest skips it
 
 
 # -- callbacks: fake trainer loops with the frameworks' call order -----------------------------
+
 
 def _train_data(n):
     g = torch.Generator().manual_seed(1)
@@ -264,8 +292,14 @@ def test_lightning_callback_same_output_as_recorder(tmp_path):
     m = Tiny()
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
     cb = LightningCallback(tmp_path / "pl", every=2, flush_every=3)
-    trainer = SimpleNamespace(global_step=0, optimizers=[opt], global_rank=0, world_size=1,
-                              gradient_clip_val=None, default_root_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        global_step=0,
+        optimizers=[opt],
+        global_rank=0,
+        world_size=1,
+        gradient_clip_val=None,
+        default_root_dir=str(tmp_path),
+    )
     cb.setup(trainer, m, "fit")
     cb.on_fit_start(trainer, m)
     cb.on_train_start(trainer, m)

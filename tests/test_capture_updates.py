@@ -1,5 +1,6 @@
 """layer_outlier on per-layer update norms (the `update_norm` column that spikeforensics.capture
 writes): a layer whose optimizer update per element stands out from the other layers'."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,17 @@ from spikeforensics.detect import layer_outlier
 from spikeforensics.params import Params
 
 NAMES = ["wte", "h.0.ln_1", "h.0.attn", "h.0.mlp", "h.1.ln_1", "h.1.attn", "h.1.mlp", "ln_f", "lm_head"]
-NUMEL = {"wte": 3072, "h.0.ln_1": 96, "h.0.attn": 7056, "h.0.mlp": 9408, "h.1.ln_1": 96, "h.1.attn": 7056,
-         "h.1.mlp": 9408, "ln_f": 96, "lm_head": 3072}
+NUMEL = {
+    "wte": 3072,
+    "h.0.ln_1": 96,
+    "h.0.attn": 7056,
+    "h.0.mlp": 9408,
+    "h.1.ln_1": 96,
+    "h.1.attn": 7056,
+    "h.1.mlp": 9408,
+    "ln_f": 96,
+    "lm_head": 3072,
+}
 
 
 def update_dump(steps, lr, seed=0, spread=4.0, hot=None, factor=40.0, hot_from=0, with_numel=True):
@@ -31,8 +41,17 @@ def update_dump(steps, lr, seed=0, spread=4.0, hot=None, factor=40.0, hot_from=0
             if name == hot and s >= hot_from:
                 per *= factor
                 pn *= 1 + (s - hot_from) / 100
-            rows.append(dict(step=int(s), rank=None, layer=name, grad_norm=0.05 * np.exp(rng.normal(0, 0.2)),
-                             numel=n if with_numel else None, param_norm=pn, update_norm=per * np.sqrt(n)))
+            rows.append(
+                dict(
+                    step=int(s),
+                    rank=None,
+                    layer=name,
+                    grad_norm=0.05 * np.exp(rng.normal(0, 0.2)),
+                    numel=n if with_numel else None,
+                    param_norm=pn,
+                    update_norm=per * np.sqrt(n),
+                )
+            )
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int64, "numel": pl.Int64})
 
 
@@ -82,11 +101,14 @@ def test_without_numel_uses_update_over_weight_norm():
 
 def test_no_update_norm_no_finding():
     run = _run(hot="h.0.attn", factor=40.0, hot_from=400)
-    plain = run_from(curves(1000, seed=0), layers=run.layers.with_columns(pl.lit(None, pl.Float64).alias("update_norm")))
+    plain = run_from(
+        curves(1000, seed=0), layers=run.layers.with_columns(pl.lit(None, pl.Float64).alias("update_norm"))
+    )
     assert _update_findings(plain) == []
 
 
 # -- the recorder's update norms (torch) ------------------------------------------------------------
+
 
 def _sgd_run(tmp_path, order: str):
     torch = __import__("pytest").importorskip("torch")
@@ -101,10 +123,10 @@ def _sgd_run(tmp_path, order: str):
         x = torch.randn(4, 8)
         loss = model(x).pow(2).mean()
         loss.backward()
-        if order == "loop":       # plain loop: after_backward before the step
+        if order == "loop":  # plain loop: after_backward before the step
             rec.after_backward(loss, step)
             opt.step()
-        else:                     # Lightning order: statistics before the step, the loss after it
+        else:  # Lightning order: statistics before the step, the loss after it
             rec.capture_grads(step, pre_clip=True)
             opt.step()
             rec.after_backward(loss, step)
@@ -122,8 +144,11 @@ def test_recorder_update_norm_is_the_optimizer_step(tmp_path):
         assert with_norms.get_column("step").unique().sort().to_list() == [2, 4], order
         assert lay.filter(pl.col("step").is_in([1, 3])).get_column("param_norm").null_count() == lay.height // 2
         # SGD without momentum moves each layer by lr x its gradient
-        np.testing.assert_allclose(with_norms.get_column("update_norm").to_numpy(),
-                                   lr * with_norms.get_column("grad_norm").to_numpy(), rtol=1e-4)
+        np.testing.assert_allclose(
+            with_norms.get_column("update_norm").to_numpy(),
+            lr * with_norms.get_column("grad_norm").to_numpy(),
+            rtol=1e-4,
+        )
         assert (with_norms.get_column("param_norm") > 0).all()
 
 

@@ -89,8 +89,10 @@ def test_diagnose_path_writes_every_output_and_fail_on_gates(runner, tmp_path):
 
     run_dir = SAMPLE_LOGS / "tune" / "data_outlier_clip"
     out = tmp_path / "r" / "report.html"
-    result = runner.invoke(cli, ["diagnose", str(run_dir), "--store", str(tmp_path / "s"), "--out", str(out),
-                                 "--fail-on", "critical", "-q"])
+    result = runner.invoke(
+        cli,
+        ["diagnose", str(run_dir), "--store", str(tmp_path / "s"), "--out", str(out), "--fail-on", "critical", "-q"],
+    )
     assert result.exit_code == 3, result.stderr
     for name in ("report.html", "report.json", "report.skiplist.json", "report.md"):
         assert (out.parent / name).stat().st_size > 0, name
@@ -101,8 +103,21 @@ def test_diagnose_path_writes_every_output_and_fail_on_gates(runner, tmp_path):
     assert set(skip) >= {"run_id", "steps", "sample_ids"} and skip["steps"]
     assert "inc-1" in result.stdout  # the terminal summary names the incident
     # the same run, already ingested, as JSON on stdout; exit 0 without --fail-on
-    again = runner.invoke(cli, ["diagnose", "--run", "data_outlier_clip", "--store", str(tmp_path / "s"),
-                                "--out", str(out), "--format", "json", "-q"])
+    again = runner.invoke(
+        cli,
+        [
+            "diagnose",
+            "--run",
+            "data_outlier_clip",
+            "--store",
+            str(tmp_path / "s"),
+            "--out",
+            str(out),
+            "--format",
+            "json",
+            "-q",
+        ],
+    )
     assert again.exit_code == 0
     assert json.loads(again.stdout)["incidents"][0]["id"] == "inc-1"
 
@@ -110,8 +125,20 @@ def test_diagnose_path_writes_every_output_and_fail_on_gates(runner, tmp_path):
 def test_healthy_run_passes_the_gate(runner, tmp_path):
     from conftest import SAMPLE_LOGS
 
-    result = runner.invoke(cli, ["diagnose", str(SAMPLE_LOGS / "tune" / "clean"), "--store", str(tmp_path / "s"),
-                                 "--out", str(tmp_path / "report.html"), "--fail-on", "warning", "-q"])
+    result = runner.invoke(
+        cli,
+        [
+            "diagnose",
+            str(SAMPLE_LOGS / "tune" / "clean"),
+            "--store",
+            str(tmp_path / "s"),
+            "--out",
+            str(tmp_path / "report.html"),
+            "--fail-on",
+            "warning",
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     assert "Healthy" in result.stdout
 
@@ -120,8 +147,18 @@ def test_two_reports_in_one_folder_keep_their_own_json(runner, tmp_path):
     from conftest import SAMPLE_LOGS
 
     for name, run in (("a", "data_outlier_clip"), ("b", "clean")):
-        res = runner.invoke(cli, ["diagnose", str(SAMPLE_LOGS / "tune" / run), "--store", str(tmp_path / "s"),
-                                  "--out", str(tmp_path / f"{name}.html"), "-q"])
+        res = runner.invoke(
+            cli,
+            [
+                "diagnose",
+                str(SAMPLE_LOGS / "tune" / run),
+                "--store",
+                str(tmp_path / "s"),
+                "--out",
+                str(tmp_path / f"{name}.html"),
+                "-q",
+            ],
+        )
         assert res.exit_code == 0, res.stderr
     a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")
     assert a["run_id"] == "data_outlier_clip" and b["run_id"] == "clean"
@@ -134,24 +171,41 @@ def test_diagnose_path_never_merges_into_a_run_holding_other_sources(runner, tmp
     for sub_dir, loss in (("a", 3.0), ("b", 5.0)):
         (tmp_path / sub_dir).mkdir()
         (tmp_path / sub_dir / "train.log").write_text(
-            "".join(f"step {s} | loss {loss - s / 1000:.4f} | lr 1e-4 | grad_norm 0.5\n" for s in range(1, 60)))
+            "".join(f"step {s} | loss {loss - s / 1000:.4f} | lr 1e-4 | grad_norm 0.5\n" for s in range(1, 60))
+        )
     store = str(tmp_path / "s")
-    first = runner.invoke(cli, ["diagnose", str(tmp_path / "a" / "train.log"), "--store", store, "-q",
-                                "--out", str(tmp_path / "a.html")])
-    second = runner.invoke(cli, ["diagnose", str(tmp_path / "b" / "train.log"), "--store", store, "-q",
-                                 "--out", str(tmp_path / "b.html")])
+    first = runner.invoke(
+        cli, ["diagnose", str(tmp_path / "a" / "train.log"), "--store", store, "-q", "--out", str(tmp_path / "a.html")]
+    )
+    second = runner.invoke(
+        cli, ["diagnose", str(tmp_path / "b" / "train.log"), "--store", store, "-q", "--out", str(tmp_path / "b.html")]
+    )
     assert first.exit_code == 0 and second.exit_code == 0, second.stderr
     assert "train-2" in second.stderr and "--append" in second.stderr
     assert json.loads((tmp_path / "b.json").read_text())["run_id"] == "train-2"
     # the same file again reuses its run; an explicit --run that holds other sources is refused
-    again = runner.invoke(cli, ["diagnose", str(tmp_path / "a" / "train.log"), "--store", store, "-q",
-                                "--out", str(tmp_path / "a2.html")])
+    again = runner.invoke(
+        cli, ["diagnose", str(tmp_path / "a" / "train.log"), "--store", store, "-q", "--out", str(tmp_path / "a2.html")]
+    )
     assert again.exit_code == 0, again.stderr
     assert json.loads((tmp_path / "a2.json").read_text())["run_id"] == "train"
     refused = runner.invoke(cli, ["diagnose", str(tmp_path / "b" / "train.log"), "--run", "train", "--store", store])
     assert refused.exit_code == 2 and "--append" in refused.stderr
-    appended = runner.invoke(cli, ["diagnose", str(tmp_path / "b" / "train.log"), "--run", "train", "--append",
-                                   "--store", store, "-q", "--out", str(tmp_path / "ab.html")])
+    appended = runner.invoke(
+        cli,
+        [
+            "diagnose",
+            str(tmp_path / "b" / "train.log"),
+            "--run",
+            "train",
+            "--append",
+            "--store",
+            store,
+            "-q",
+            "--out",
+            str(tmp_path / "ab.html"),
+        ],
+    )
     assert appended.exit_code == 0 and json.loads((tmp_path / "ab.json").read_text())["run_id"] == "train"
     empty = runner.invoke(cli, ["diagnose", str(tmp_path / "a" / "train.log"), "--run", "", "--store", store])
     assert empty.exit_code == 2

@@ -23,7 +23,7 @@ def blip_run(n: int, blips: int, moving: int = 0, seed: int = 7, size: float = 5
         c["grad_norm"][i] *= size
     moved = sorted(int(i) for i in slots[:moving])
     for i in moved:
-        c["loss"][i:i + 40] *= 1 + 1.5 * np.exp(-np.arange(40) / 5.0)
+        c["loss"][i : i + 40] *= 1 + 1.5 * np.exp(-np.arange(40) / 5.0)
     steps = lambda idx: sorted(int(c["step"][i]) for i in idx)  # noqa: E731
     return run_from(c), steps(slots), steps(moved)
 
@@ -51,7 +51,9 @@ def test_blips_the_loss_answers_stay_incidents_beside_the_grouped_quiet_ones():
     hit = [s for s in moved if any(i.step_start - 2 <= s <= i.step_end + 2 for i in incidents)]
     assert hit == moved and len(incidents) == 3
     [group] = pattern_notes(notes)
-    assert group.facts["blip_pattern"]["count"] == 27 and group.facts["blip_pattern"]["steps"] == sorted(set(steps) - set(moved))
+    assert group.facts["blip_pattern"]["count"] == 27 and group.facts["blip_pattern"]["steps"] == sorted(
+        set(steps) - set(moved)
+    )
 
 
 def test_ten_quiet_blips_on_a_short_run_are_one_note_a_lone_one_keeps_its_severity():
@@ -82,7 +84,9 @@ def test_one_noisy_loss_record_after_a_blip_is_no_answer_a_lasting_rise_is():
     c["grad_norm"][10_000] *= 50
     c["loss"][10_001] *= 1.09  # one record ~4 sigma up (loss noise 2%), back on the next: chance, not an answer
     incidents, notes = det.detect_incidents(run_from(c), Params())
-    assert incidents == [] and [(f.peak_step, f.severity) for f in notes if f.kind == "hard_spike"] == [(10_001, "info")]
+    assert incidents == [] and [(f.peak_step, f.severity) for f in notes if f.kind == "hard_spike"] == [
+        (10_001, "info")
+    ]
     c["loss"][10_002:10_004] *= 1.09  # the loss stays up for three records: the update did damage
     incidents, _ = det.detect_incidents(run_from(c), Params())
     assert [(i.peak_step, i.severity) for i in incidents] == [(10_001, "critical")]

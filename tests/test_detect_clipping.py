@@ -64,8 +64,12 @@ def test_no_threshold_no_analysis():
 def test_high_clip_rate_from_one_dominant_layer_names_it():
     c = curves(3000, seed=4)
     lay = layer_dump(c["step"], ["wte", "h.0.attn", "lm_head"], seed=4, norm=0.05)
-    lay = lay.with_columns(pl.when(pl.col("layer") == "lm_head").then(pl.col("grad_norm") * 20)
-                           .otherwise(pl.col("grad_norm")).alias("grad_norm"))
+    lay = lay.with_columns(
+        pl.when(pl.col("layer") == "lm_head")
+        .then(pl.col("grad_norm") * 20)
+        .otherwise(pl.col("grad_norm"))
+        .alias("grad_norm")
+    )
     thr = threshold_for_rate(0.6, seed=4)
     found = clipping.detect(clipped_run(3000, 4, thr, layers=lay), Params())
     warn = [f for f in found if f.severity == "warning"]
@@ -75,8 +79,8 @@ def test_high_clip_rate_from_one_dominant_layer_names_it():
 def test_clip_before_unscale_seen_from_the_loss_scale_without_a_threshold():
     c = curves(1000, seed=5)
     c["loss_scale"] = np.full(1000, 65536.0)
-    healthy = run_from(c)                       # unscaled norms ~0.4 next to a scale of 65536
+    healthy = run_from(c)  # unscaled norms ~0.4 next to a scale of 65536
     assert clipping.detect(healthy, Params()) == []
-    c["grad_norm"] = c["grad_norm"] * 65536.0   # norms measured on scaled gradients
+    c["grad_norm"] = c["grad_norm"] * 65536.0  # norms measured on scaled gradients
     [f] = clipping.detect(run_from(c), Params())
     assert f.severity == "warning" and f.facts["cause"] == "clip_before_unscale"

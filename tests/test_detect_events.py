@@ -19,8 +19,16 @@ DEV = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "dev"
 
 
 def ev(kind, step=None, line=1, source="train.log", **detail):
-    return {"source": source, "line": line, "step": step, "attempt": 0, "rank": None, "kind": kind,
-            "time": None, "detail": json.dumps(detail)}
+    return {
+        "source": source,
+        "line": line,
+        "step": step,
+        "attempt": 0,
+        "rank": None,
+        "kind": kind,
+        "time": None,
+        "detail": json.dumps(detail),
+    }
 
 
 def events_run(rows, cols=None):
@@ -31,20 +39,32 @@ def events_run(rows, cols=None):
 
 
 def test_overflow_at_the_floor_convicts_without_any_series():
-    run = events_run([ev("overflow", None, 1, old_scale=2.0, new_scale=1.0),
-                      ev("overflow", None, 2, old_scale=1.0, new_scale=1.0)])
+    run = events_run(
+        [ev("overflow", None, 1, old_scale=2.0, new_scale=1.0), ev("overflow", None, 2, old_scale=1.0, new_scale=1.0)]
+    )
     found = events.detect(run, Params())
-    assert [(f.kind, f.severity, f.facts["cause"]) for f in found] == [("loss_scale_collapse", "critical", "loss_scale_floor")]
+    assert [(f.kind, f.severity, f.facts["cause"]) for f in found] == [
+        ("loss_scale_collapse", "critical", "loss_scale_floor")
+    ]
 
 
 def test_scale_already_at_minimum_message_convicts():
-    run = events_run([ev("error", None, 5, exception="Exception",
-                         message="Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")])
+    run = events_run(
+        [
+            ev(
+                "error",
+                None,
+                5,
+                exception="Exception",
+                message="Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+            )
+        ]
+    )
     assert events.detect(run, Params())[0].facts["cause"] == "loss_scale_floor"
 
 
 def test_overflows_above_the_floor_are_not_decisive():
-    run = events_run([ev("overflow", s, s, old_scale=65536.0 / 2 ** s, new_scale=32768.0 / 2 ** s) for s in range(1, 5)])
+    run = events_run([ev("overflow", s, s, old_scale=65536.0 / 2**s, new_scale=32768.0 / 2**s) for s in range(1, 5)])
     assert events.detect(run, Params()) == []
 
 
@@ -61,11 +81,15 @@ def test_a_short_run_whose_skips_keep_one_scale_convicts_but_halving_skips_do_no
     # Megatron-LM #602: 4 of 4 iterations skipped at loss scale 16384 (no loss printed). A dynamic
     # scaler halves by its 2nd consecutive overflow, so skips at one scale are not calibration.
     c = curves(4)
-    stuck = [ev("overflow" if i == 0 else "hysteresis", int(s), i, old_scale=16384.0, new_scale=16384.0)
-             for i, s in enumerate(c["step"])]
+    stuck = [
+        ev("overflow" if i == 0 else "hysteresis", int(s), i, old_scale=16384.0, new_scale=16384.0)
+        for i, s in enumerate(c["step"])
+    ]
     found = events.detect(events_run(stuck, c), Params())
     assert [(f.facts["cause"], f.facts["same_scale_skips"]) for f in found] == [("all_steps_overflow", 4)]
-    halving = [ev("overflow", int(s), i, old_scale=2.0 ** (32 - i), new_scale=2.0 ** (31 - i)) for i, s in enumerate(c["step"])]
+    halving = [
+        ev("overflow", int(s), i, old_scale=2.0 ** (32 - i), new_scale=2.0 ** (31 - i)) for i, s in enumerate(c["step"])
+    ]
     assert events.detect(events_run(halving, c), Params()) == []  # a scaler finding its level from 2^32
     two = events.detect(events_run(stuck[:2], curves(2)), Params())  # 2 skips at one scale: hysteresis 2
     assert two == []
@@ -73,7 +97,9 @@ def test_a_short_run_whose_skips_keep_one_scale_convicts_but_halving_skips_do_no
 
 def test_hardware_error_then_nothing_convicts_and_a_later_record_clears_it():
     c = curves(20)
-    dead = events_run([ev("ecc", 20, 25, uncorrectable=True, message="CUDA error: uncorrectable ECC error encountered")], c)
+    dead = events_run(
+        [ev("ecc", 20, 25, uncorrectable=True, message="CUDA error: uncorrectable ECC error encountered")], c
+    )
     found = events.detect(dead, Params())
     assert [(f.kind, f.severity, f.facts["cause"]) for f in found] == [("hardware_error", "critical", "hardware_death")]
     alive = events_run([ev("ecc", 5, 5, uncorrectable=True, message="uncorrectable ECC error")], c)
@@ -83,7 +109,9 @@ def test_hardware_error_then_nothing_convicts_and_a_later_record_clears_it():
 
 
 def test_stop_on_nonfinite_loss_convicts():
-    run = events_run([ev("nan", None, 3, metric="loss", value="nan", stopped=True, message="Loss is nan, stopping training")])
+    run = events_run(
+        [ev("nan", None, 3, metric="loss", value="nan", stopped=True, message="Loss is nan, stopping training")]
+    )
     found = events.detect(run, Params())
     assert [(f.kind, f.facts["cause"]) for f in found] == [("nonfinite", "stopped_nonfinite")]
 
@@ -119,14 +147,24 @@ def test_monotone_climb_to_nan_is_a_divergence():
 def test_real_tr1_13b_spike_with_slow_recovery_is_not_a_divergence(tmp_path):
     from spikeforensics import api
 
-    api.ingest([DEV / "megatron-deepspeed-tr1-13b-lm-loss-spike" / "chronicles_excerpt.log"], run_id="r", store=tmp_path)
+    api.ingest(
+        [DEV / "megatron-deepspeed-tr1-13b-lm-loss-spike" / "chronicles_excerpt.log"], run_id="r", store=tmp_path
+    )
     run = api.load_run("r", tmp_path)
     assert divergence.detect(run, Params()) == []
 
 
 def f(kind, lo, hi, severity="critical", score=1.0, **kw):
-    return Finding(kind=kind, step_start=lo, step_end=hi, peak_step=kw.pop("peak", lo), severity=severity, score=score,
-                   summary=kind, **kw)
+    return Finding(
+        kind=kind,
+        step_start=lo,
+        step_end=hi,
+        peak_step=kw.pop("peak", lo),
+        severity=severity,
+        score=score,
+        summary=kind,
+        **kw,
+    )
 
 
 def test_first_nonfinite_step_anchors_the_incident_when_it_comes_first():

@@ -42,8 +42,15 @@ def test_tune_fixture(store, name):
         if t.get("measured", {}).get("visible") is False:
             continue  # labelled for attribution (a recurring sample) but left no trace in the signals
         kinds = set(t["kinds"]) | {t["kind"]}
-        assert any(overlaps(i, t) and kinds & set(i.kinds) for i in incidents), (t["kind"], t["step_start"], [
-            (i.kind, i.kinds, i.step_start, i.step_end) for i in incidents])
-    for i in incidents:   # no false alarm: every incident explains some labelled one
+        assert any(overlaps(i, t) and kinds & set(i.kinds) for i in incidents), (
+            t["kind"],
+            t["step_start"],
+            [(i.kind, i.kinds, i.step_start, i.step_end) for i in incidents],
+        )
+    for i in incidents:  # no false alarm: every incident explains some labelled one
         assert any(overlaps(i, t) and ({t["kind"], *t["kinds"]} & set(i.kinds)) for t in truth["incidents"]), (
-            i.kind, i.kinds, i.step_start, i.step_end)
+            i.kind,
+            i.kinds,
+            i.step_start,
+            i.step_end,
+        )

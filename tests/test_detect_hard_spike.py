@@ -22,8 +22,18 @@ def llmc_run(path: Path) -> RunData:
         if m:
             rec = len(rows) // 3
             for name, v in (("loss", m[2]), ("lr", m[3]), ("grad_norm", m[4])):
-                rows.append(dict(source="main.log", line=i, step=int(m[1]), record=rec, attempt=0, rank=None,
-                                 name=name, value=float(v)))
+                rows.append(
+                    dict(
+                        source="main.log",
+                        line=i,
+                        step=int(m[1]),
+                        record=rec,
+                        attempt=0,
+                        rank=None,
+                        name=name,
+                        value=float(v),
+                    )
+                )
     return RunData.from_frames(metrics=pl.DataFrame(rows))
 
 
@@ -35,8 +45,8 @@ def test_quiet_on_clean_warmup_and_decay(seed, n):
 
 def test_injected_spike_is_critical_with_peak_and_shape():
     c = curves(3000, seed=5)
-    c["grad_norm"][1499] *= 40   # step 1500: grad norm leads
-    c["loss"][1501] *= 2.5       # step 1502: loss peaks two steps later
+    c["grad_norm"][1499] *= 40  # step 1500: grad norm leads
+    c["loss"][1501] *= 2.5  # step 1502: loss peaks two steps later
     found = hard_spike.detect(run_from(c), Params())
     assert len(found) == 1
     f = found[0]
@@ -52,14 +62,14 @@ def test_injected_spike_is_critical_with_peak_and_shape():
 def test_moderate_loss_spike_is_a_warning_and_small_bumps_are_not_flagged():
     c = curves(3000, seed=6)
     c["loss"][2000:2003] *= 1.5  # 1.5x for three records: a moderate spike
-    c["loss"][1000] *= 1.1   # 10%: within what the ratio floor calls noise
+    c["loss"][1000] *= 1.1  # 10%: within what the ratio floor calls noise
     found = hard_spike.detect(run_from(c), Params())
     assert [(f.peak_step, f.severity) for f in found if f.severity != "info"] == [(2001, "warning")]
 
 
 def test_spike_in_the_first_records_has_no_baseline_and_is_not_flagged_but_later_one_is():
     c = curves(1000, seed=7)
-    c["grad_norm"][1] *= 5    # step 2: no past to compare with
+    c["grad_norm"][1] *= 5  # step 2: no past to compare with
     c["grad_norm"][700] *= 20
     found = hard_spike.detect(run_from(c), Params())
     assert [f.peak_step for f in found] == [701]
@@ -86,8 +96,11 @@ def test_derived_grad_norm_from_layer_dump_is_said_in_evidence_and_layer_named()
     names = ["wte", "h.0.attn", "h.1.mlp", "lm_head"]
     layers = layer_dump(steps, names, seed=8)
     layers = layers.with_columns(
-        pl.when((pl.col("step") == 900) & (pl.col("layer") == "h.1.mlp")).then(pl.col("grad_norm") * 200)
-        .otherwise(pl.col("grad_norm")).alias("grad_norm"))
+        pl.when((pl.col("step") == 900) & (pl.col("layer") == "h.1.mlp"))
+        .then(pl.col("grad_norm") * 200)
+        .otherwise(pl.col("grad_norm"))
+        .alias("grad_norm")
+    )
     run = run_from({"step": steps, "loss": c["loss"]}, layers=layers)
     found = hard_spike.detect(run, Params())
     assert len(found) == 1
@@ -121,6 +134,7 @@ def test_params_override_changes_the_verdict():
 
 def _parsed(path: str, fmt: str) -> RunData:
     from spikeforensics.ingest import parse_file
+
     try:
         result = parse_file(REAL / path, fmt)
     except Exception as exc:  # the parser belongs to another helper
@@ -139,17 +153,21 @@ def test_real_bigscience_three_record_glitch():
 
 def test_rank_found_from_a_per_rank_layer_dump_when_the_log_is_global():
     c = curves(1500, seed=12)
-    c["grad_norm"][1000] *= 20       # step 1001, seen in the global log
+    c["grad_norm"][1000] *= 20  # step 1001, seen in the global log
     lay = pl.concat([layer_dump(c["step"], ["h.0.attn", "h.0.mlp"], seed=20 + r, rank=r) for r in range(4)])
-    lay = lay.with_columns(pl.when((pl.col("step") == 1001) & (pl.col("rank") == 3)).then(pl.col("grad_norm") * 40)
-                           .otherwise(pl.col("grad_norm")).alias("grad_norm"))
+    lay = lay.with_columns(
+        pl.when((pl.col("step") == 1001) & (pl.col("rank") == 3))
+        .then(pl.col("grad_norm") * 40)
+        .otherwise(pl.col("grad_norm"))
+        .alias("grad_norm")
+    )
     [f] = hard_spike.detect(run_from(c, layers=lay), Params())
     assert f.peak_step == 1001 and f.rank == 3 and f.facts["ranks_flagged"] == [3]
 
 
 def test_recurring_grad_only_spikes_become_one_warning_isolated_ones_stay_notes():
-    c = curves(3000, seed=13, grad_noise=0.25)       # noisy grad norms, as in small models
-    c["grad_norm"][800] = 0.4 * 7                     # one grad-only spike, 7x the settled level: a note
+    c = curves(3000, seed=13, grad_noise=0.25)  # noisy grad norms, as in small models
+    c["grad_norm"][800] = 0.4 * 7  # one grad-only spike, 7x the settled level: a note
     found = hard_spike.detect(run_from(c), Params())
     assert [(f.peak_step, f.severity) for f in found] == [(801, "info")]
     for s in (1400, 1900, 2500):
@@ -162,11 +180,11 @@ def test_recurring_grad_only_spikes_become_one_warning_isolated_ones_stay_notes(
 
 def test_unstable_start_is_reported_only_for_a_log_that_starts_at_step_one():
     c = curves(500, seed=14)
-    c["loss"] = 2.0 + 2.2 * np.exp(-c["step"] / 100.0)        # starts at 4.2 and falls ...
+    c["loss"] = 2.0 + 2.2 * np.exp(-c["step"] / 100.0)  # starts at 4.2 and falls ...
     c["loss"][1:25] *= np.concatenate([np.linspace(1.5, 3.0, 4), np.linspace(3.0, 1.0, 20)])  # ... after a 3x climb
     [f] = hard_spike.detect(run_from(c), Params())
     assert f.facts["early_rise"] and f.severity == "critical" and f.step_start == 1 and f.peak_step == 5
-    late = dict(c, step=c["step"] + 5000)    # the same curve as an excerpt from mid-training
+    late = dict(c, step=c["step"] + 5000)  # the same curve as an excerpt from mid-training
     assert not any(f.facts.get("early_rise") for f in hard_spike.detect(run_from(late), Params()))
 
 
@@ -175,7 +193,7 @@ def test_resumed_run_reports_the_step_and_keeps_the_attempt():
     a = curves(1200, seed=15)
     b = curves(1500, seed=16)
     b = {k: v[1000:] for k, v in b.items()}
-    b["loss"][99] *= 3          # step 1100 of attempt 1
+    b["loss"][99] *= 3  # step 1100 of attempt 1
     cols = {k: np.concatenate([a[k], b[k]]) for k in a}
     attempt = np.concatenate([np.zeros(1200, dtype=np.int32), np.ones(500, dtype=np.int32)])
     [f] = hard_spike.detect(run_from(cols, attempt=attempt), Params())

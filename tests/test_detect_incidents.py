@@ -12,13 +12,25 @@ from spikeforensics.params import Params
 
 
 def f(kind, lo, hi, severity="warning", score=1.0, **kw):
-    return Finding(kind=kind, step_start=lo, step_end=hi, peak_step=kw.pop("peak", lo), severity=severity, score=score,
-                   summary=kind, **kw)
+    return Finding(
+        kind=kind,
+        step_start=lo,
+        step_end=hi,
+        peak_step=kw.pop("peak", lo),
+        severity=severity,
+        score=score,
+        summary=kind,
+        **kw,
+    )
 
 
 def test_overlapping_findings_merge_with_max_severity_and_strongest_kind():
-    found = [f("soft_drift", 100, 180, score=3.0), f("hard_spike", 150, 152, "critical", peak=151, layer="h.1"),
-             f("nonfinite", 153, 400, "critical"), f("clip_rate_anomaly", 900, 950)]
+    found = [
+        f("soft_drift", 100, 180, score=3.0),
+        f("hard_spike", 150, 152, "critical", peak=151, layer="h.1"),
+        f("nonfinite", 153, 400, "critical"),
+        f("clip_rate_anomaly", 900, 950),
+    ]
     inc = group_incidents(found, Params())
     assert [i.id for i in inc] == ["inc-1", "inc-2"]
     first = inc[0]
@@ -28,8 +40,12 @@ def test_overlapping_findings_merge_with_max_severity_and_strongest_kind():
 
 
 def test_info_findings_never_join_incidents_and_run_wide_ones_do_not_swallow_spikes():
-    found = [f("clip_rate_anomaly", 120, 125, "info"), f("hard_spike", 121, 121, "critical"),
-             f("underflow_zeros", 50, 5000, facts={"scope": "run"}), f("hard_spike", 3000, 3001)]
+    found = [
+        f("clip_rate_anomaly", 120, 125, "info"),
+        f("hard_spike", 121, 121, "critical"),
+        f("underflow_zeros", 50, 5000, facts={"scope": "run"}),
+        f("hard_spike", 3000, 3001),
+    ]
     inc = group_incidents(found, Params())
     assert [(i.kind, i.step_start) for i in inc] == [("underflow_zeros", 50), ("hard_spike", 121), ("hard_spike", 3000)]
     assert all("clip_rate_anomaly" not in i.kinds for i in inc)
@@ -52,8 +68,10 @@ def test_detect_incidents_end_to_end_and_detector_errors_become_notes(monkeypatc
 
     monkeypatch.setattr(det, "DETECTORS", (*det.DETECTORS, ("sign_ratio_anomaly", broken)))
     incidents, notes = det.detect_incidents(run, Params())
-    assert [(i.kind, i.severity, i.peak_step) for i in incidents] == [("hard_spike", "critical", 2000),
-                                                                      ("nonfinite", "critical", 2601)]
+    assert [(i.kind, i.severity, i.peak_step) for i in incidents] == [
+        ("hard_spike", "critical", 2000),
+        ("nonfinite", "critical", 2601),
+    ]
     assert any("boom" in n.summary for n in notes)
 
 

@@ -18,7 +18,7 @@ def healthy_scale(n: int) -> np.ndarray:
         l2[s:] += 1
     for s in range(1500, n, 1000):
         l2[s:] -= 1
-    return 2.0 ** l2
+    return 2.0**l2
 
 
 def test_healthy_fp16_scale_with_calibration_is_quiet():
@@ -30,7 +30,7 @@ def test_healthy_fp16_scale_with_calibration_is_quiet():
 def test_collapse_to_the_floor_is_critical():
     c = curves(4000, seed=2)
     scale = healthy_scale(4000)
-    for s in range(3000, 3200, 10):   # 20 halvings: 2^17 -> the floor of 1
+    for s in range(3000, 3200, 10):  # 20 halvings: 2^17 -> the floor of 1
         scale[s:] = max(scale[s] / 2, 1.0)
     c["loss_scale"] = scale
     found = loss_scale.detect(run_from(c), Params())
@@ -45,7 +45,7 @@ def test_four_halvings_is_a_warning_three_is_not():
         c = curves(3000, seed=3)
         scale = np.full(3000, 65536.0)
         for k in range(halvings):
-            scale[2000 + 50 * k:] /= 2
+            scale[2000 + 50 * k :] /= 2
         c["loss_scale"] = scale
         assert [f.severity for f in loss_scale.detect(run_from(c), Params())] == expect
 
@@ -53,20 +53,31 @@ def test_four_halvings_is_a_warning_three_is_not():
 def test_overflow_events_only_build_the_scale_and_the_storm():
     rows = []
     scale = 65536.0
-    for k, step in enumerate(range(1000, 1300, 20)):   # 15 overflows in 300 steps
-        rows.append({"source": "ds.log", "line": k + 1, "step": step, "attempt": 0, "rank": None, "kind": "overflow",
-                     "time": None, "detail": json.dumps({"old_scale": scale, "new_scale": max(scale / 2, 1)})})
+    for k, step in enumerate(range(1000, 1300, 20)):  # 15 overflows in 300 steps
+        rows.append(
+            {
+                "source": "ds.log",
+                "line": k + 1,
+                "step": step,
+                "attempt": 0,
+                "rank": None,
+                "kind": "overflow",
+                "time": None,
+                "detail": json.dumps({"old_scale": scale, "new_scale": max(scale / 2, 1)}),
+            }
+        )
         scale = max(scale / 2, 1)
     run = run_from(curves(2000, seed=4), events=pl.DataFrame(rows))
     found = loss_scale.detect(run, Params())
     kinds = {f.summary.split(":")[0].split(" ")[0] for f in found}
-    assert any(f.facts.get("source") == "overflow events" for f in found)       # collapse from events
-    assert any("overflow_skips" in f.facts for f in found)                      # and the storm
+    assert any(f.facts.get("source") == "overflow events" for f in found)  # collapse from events
+    assert any("overflow_skips" in f.facts for f in found)  # and the storm
     assert all(f.kind == "loss_scale_collapse" for f in found) and kinds
 
 
-def simulate_scaler(n: int, seed: int, bursts_every: float = 15000.0, collapse_at: int | None = None,
-                    growth_interval: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+def simulate_scaler(
+    n: int, seed: int, bursts_every: float = 15000.0, collapse_at: int | None = None, growth_interval: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
     """(scale per step, overflow-skipped per step) from a dynamic scaler's update rule (Megatron / DeepSpeed /
     GradScaler: halve on an overflow, which skips the step; double after `growth_interval` clean steps) on a
     random overflow process. A step overflows when the scaled gradient leaves the fp16 range: its chance grows
@@ -102,10 +113,18 @@ def old_rule_dips(scale: np.ndarray, window: int = 2000, halvings: int = 4) -> i
 def _overflow_events(scale: np.ndarray, skipped: np.ndarray) -> pl.DataFrame:
     idx = np.flatnonzero(skipped)
     old = np.where(idx > 0, scale[np.maximum(idx - 1, 0)], 65536.0)
-    return pl.DataFrame({"source": "ds.log", "line": idx + 1, "step": idx + 1, "attempt": np.zeros(len(idx), np.int32),
-                         "rank": pl.Series([None] * len(idx), dtype=pl.Int32), "kind": "overflow", "time": None,
-                         "detail": [json.dumps({"old_scale": float(o), "new_scale": float(s)})
-                                    for o, s in zip(old, scale[idx])]})
+    return pl.DataFrame(
+        {
+            "source": "ds.log",
+            "line": idx + 1,
+            "step": idx + 1,
+            "attempt": np.zeros(len(idx), np.int32),
+            "rank": pl.Series([None] * len(idx), dtype=pl.Int32),
+            "kind": "overflow",
+            "time": None,
+            "detail": [json.dumps({"old_scale": float(o), "new_scale": float(s)}) for o, s in zip(old, scale[idx])],
+        }
+    )
 
 
 def test_recovering_scaler_dips_are_no_collapse():
@@ -142,7 +161,7 @@ def test_a_scale_printed_rounded_is_read_as_its_power_of_two_and_fairseqs_floor_
     printed[1600:] = 0.004
     c["loss_scale"] = printed
     [f] = loss_scale.detect(run_from(c), Params())
-    assert f.facts["min_scale"] == 2.0 ** -8 and f.facts["halvings"] == 4.0
+    assert f.facts["min_scale"] == 2.0**-8 and f.facts["halvings"] == 4.0
     # a scaler that halves on below 1 (fairseq, to 1e-4) has not hit "the minimum" at 2^-8
     assert f.severity == "warning" and f.facts["at_floor"] is False and "(the minimum)" not in f.summary
 

@@ -14,7 +14,9 @@ from spikeforensics.rundata import RunData
 
 
 def events(rows):
-    return pl.DataFrame([{"source": "train.log", "line": 1, "attempt": 0, "rank": None, "time": None, **r} for r in rows])
+    return pl.DataFrame(
+        [{"source": "train.log", "line": 1, "attempt": 0, "rank": None, "time": None, **r} for r in rows]
+    )
 
 
 def test_quiet_on_clean():
@@ -30,7 +32,7 @@ def test_nan_loss_until_the_end_is_one_critical_never_recovered_outbreak():
     assert f.severity == "critical" and f.step_start == 1501 and f.step_end == 2000 and f.peak_step == 1501
     assert f.facts["recovery"] == "never"
     last = [e for e in f.evidence if e.note.startswith("last finite")]
-    assert last and last[0].value == pytest.approx(1e5)   # the huge norm before NaN: clipping not in effect
+    assert last and last[0].value == pytest.approx(1e5)  # the huge norm before NaN: clipping not in effect
 
 
 def test_isolated_nan_recovers_and_separate_outbreaks_are_separate():
@@ -43,7 +45,7 @@ def test_isolated_nan_recovers_and_separate_outbreaks_are_separate():
 
 def test_handled_overflow_step_is_not_an_incident_but_a_nan_loss_there_is():
     c = curves(500, seed=4)
-    c["grad_norm"][200] = np.inf                    # step 201: overflow caught by the scaler
+    c["grad_norm"][200] = np.inf  # step 201: overflow caught by the scaler
     ev = events([{"step": 201, "kind": "overflow", "detail": json.dumps({"old_scale": 65536, "new_scale": 32768})}])
     assert nonfinite.detect(run_from(c, events=ev), Params()) == []
     c["loss"][200] = np.nan
@@ -63,18 +65,26 @@ def test_first_nonfinite_layer_and_rank_are_named():
     c = curves(300, seed=6)
     steps = c["step"]
     lay = pl.concat([layer_dump(steps, ["h.0.attn", "h.3.mlp"], seed=r, rank=r) for r in range(2)])
-    lay = lay.with_columns(pl.when((pl.col("step") >= 120) & (pl.col("layer") == "h.3.mlp") & (pl.col("rank") == 1))
-                           .then(float("nan")).otherwise(pl.col("grad_norm")).alias("grad_norm"))
+    lay = lay.with_columns(
+        pl.when((pl.col("step") >= 120) & (pl.col("layer") == "h.3.mlp") & (pl.col("rank") == 1))
+        .then(float("nan"))
+        .otherwise(pl.col("grad_norm"))
+        .alias("grad_norm")
+    )
     [f] = nonfinite.detect(run_from(c, layers=lay), Params())
     assert f.layer == "h.3.mlp" and f.rank == 1 and f.step_start == 120
 
 
-@pytest.mark.parametrize("fmt,path,start", [
-    ("nanogpt", "nanogpt/nanogpt_215_fp16_nan_after_checkpoint_md_quoted.log", 3010),
-    ("mmengine", "mmengine/xtuner_187_gradnorm_nan.log", 240),
-])
+@pytest.mark.parametrize(
+    "fmt,path,start",
+    [
+        ("nanogpt", "nanogpt/nanogpt_215_fp16_nan_after_checkpoint_md_quoted.log", 3010),
+        ("mmengine", "mmengine/xtuner_187_gradnorm_nan.log", 240),
+    ],
+)
 def test_real_excerpts(fmt, path, start):
     from spikeforensics.ingest import parse_file
+
     try:
         result = parse_file(REAL / path, fmt)
     except Exception as exc:  # the parser belongs to another helper

@@ -8,8 +8,15 @@ from spikeforensics.params import Params
 
 def _track(y, left=0.0, sigma=0.1):
     n = len(y)
-    return shape.Track(signal="loss", rank=None, pos=np.arange(n), step=np.arange(1, n + 1),
-                       y=np.asarray(y, dtype=float), left=np.full(n, left), sigma=np.full(n, sigma))
+    return shape.Track(
+        signal="loss",
+        rank=None,
+        pos=np.arange(n),
+        step=np.arange(1, n + 1),
+        y=np.asarray(y, dtype=float),
+        left=np.full(n, left),
+        sigma=np.full(n, sigma),
+    )
 
 
 def test_onset_walks_back_over_the_rise():

@@ -15,7 +15,8 @@ def test_lr_stuck_at_zero_with_a_flat_loss_is_no_progress():
     c["loss"] = np.full(40, 10.9)
     found = stall.detect(run_from(c), Params())
     assert [(f.kind, f.severity, f.facts["cause"], f.facts["lr_zero_records"]) for f in found] == [
-        ("no_progress", "warning", "lr_zero", 40)]
+        ("no_progress", "warning", "lr_zero", 40)
+    ]
 
 
 def test_a_warmup_from_zero_and_a_rounded_small_lr_are_not_a_stall():

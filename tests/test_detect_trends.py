@@ -16,7 +16,7 @@ def test_quiet_on_clean_runs():
 
 def test_loss_drifting_up_is_a_soft_drift():
     c = curves(3000, seed=3)
-    c["loss"][2000:] *= np.linspace(1.0, 1.3, 1000)   # +30% over 1000 steps (~1.5% per 50)
+    c["loss"][2000:] *= np.linspace(1.0, 1.3, 1000)  # +30% over 1000 steps (~1.5% per 50)
     c["loss"][2000:2300] *= np.linspace(1.0, 1.15, 300)
     found = soft_drift.detect(run_from(c), Params())
     assert found and all(f.kind == "soft_drift" and f.severity == "warning" for f in found)

@@ -11,12 +11,33 @@ from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, as_diag
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT_TOP = ["schema_version", "tool_version", "run_id", "steps", "verdict", "incidents", "calibration"]
-CONTRACT_INCIDENT = ["id", "kind", "kinds", "severity", "step_start", "step_end", "peak_step", "ranks", "layers",
-                     "root_cause", "confidence", "alternatives", "explanation", "sample_ids", "evidence", "actions"]
+CONTRACT_INCIDENT = [
+    "id",
+    "kind",
+    "kinds",
+    "severity",
+    "step_start",
+    "step_end",
+    "peak_step",
+    "ranks",
+    "layers",
+    "root_cause",
+    "confidence",
+    "alternatives",
+    "explanation",
+    "sample_ids",
+    "evidence",
+    "actions",
+]
 
 
-@pytest.fixture(scope="module", params=["sample_logs/tune/data_outlier_clip",
-                                        "sample_logs/real/dev/colossalai-examples-37-zero3-overflow-loss-nan"])
+@pytest.fixture(
+    scope="module",
+    params=[
+        "sample_logs/tune/data_outlier_clip",
+        "sample_logs/real/dev/colossalai-examples-37-zero3-overflow-loss-nan",
+    ],
+)
 def diagnosis(request, tmp_path_factory):
     store = tmp_path_factory.mktemp("store")
     api.ingest([ROOT / request.param], run_id="r", store=store)
@@ -47,11 +68,28 @@ def test_attributes_read_what_the_json_holds(diagnosis):
 
 
 def test_hand_made_dicts_keep_unknown_keys_and_leave_absent_extras_out():
-    inc = DiagnosedIncident.from_dict({"id": "inc-1", "kind": "hard_spike", "severity": "warning", "step_start": 5,
-                                       "step_end": 9, "peak_step": 7, "summary": "from an older file"})
+    inc = DiagnosedIncident.from_dict(
+        {
+            "id": "inc-1",
+            "kind": "hard_spike",
+            "severity": "warning",
+            "step_start": 5,
+            "step_end": 9,
+            "peak_step": 7,
+            "summary": "from an older file",
+        }
+    )
     assert inc.kinds == ["hard_spike"] and inc.other == {"summary": "from an older file"}
     out = inc.to_dict()
     assert list(out)[-1] == "summary" and "features" not in out and "log_lines" not in out
     with pytest.raises(TypeError):
-        DiagnosedIncident(id="x", kind="k", kinds=[], severity="info", step_start=0, step_end=0, peak_step=0,
-                          root_cause_details="a misspelt field")
+        DiagnosedIncident(
+            id="x",
+            kind="k",
+            kinds=[],
+            severity="info",
+            step_start=0,
+            step_end=0,
+            peak_step=0,
+            root_cause_details="a misspelt field",
+        )

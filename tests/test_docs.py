@@ -58,6 +58,7 @@ def test_diagnosis_doc_names_every_field_the_diagnosis_writes():
     from conftest import TUNE
 
     from spikeforensics import api
+
     doc = (REPO / "docs" / "diagnosis.md").read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory() as tmp:
         folder = TUNE / "data_outlier_clip"

@@ -24,9 +24,17 @@ LLMC = Path(__file__).resolve().parent / "data" / "real" / "llmc" / "llmc_main_l
 
 def inc(kind, start, end=None, *, kinds=None, severity="warning", root_cause=None, sample_ids=(), peak=None, id=None):
     end = start if end is None else end
-    return {"id": id, "kind": kind, "kinds": kinds or [kind], "severity": severity, "step_start": start,
-            "step_end": end, "peak_step": start if peak is None else peak, "root_cause": root_cause,
-            "sample_ids": list(sample_ids)}
+    return {
+        "id": id,
+        "kind": kind,
+        "kinds": kinds or [kind],
+        "severity": severity,
+        "step_start": start,
+        "step_end": end,
+        "peak_step": start if peak is None else peak,
+        "root_cause": root_cause,
+        "sample_ids": list(sample_ids),
+    }
 
 
 def truth(*incidents, healthy=False, scenario="run", set="tune"):
@@ -87,8 +95,10 @@ def test_false_incidents_on_clean_runs():
 
 
 def test_precision_recall_f1_split_over_runs():
-    r1 = score_run(diag(inc("hard_spike", 100), inc("hard_spike", 103), inc("hard_spike", 900)),
-                   truth(inc("hard_spike", 100, 104), inc("hard_spike", 300)))
+    r1 = score_run(
+        diag(inc("hard_spike", 100), inc("hard_spike", 103), inc("hard_spike", 900)),
+        truth(inc("hard_spike", 100, 104), inc("hard_spike", 300)),
+    )
     r2 = score_run(diag(inc("hard_spike", 50)), truth(inc("hard_spike", 52), scenario="r2"))
     row = evaluate.detection_rows([r1, r2])["hard_spike"]
     assert row["n_truth"] == 3 and row["detected"] == 2
@@ -112,16 +122,32 @@ def test_root_cause_uses_best_matching_prediction():
 
 def test_root_cause_accuracy_per_label_and_hardware_blamed_on_data():
     runs = [
-        score_run(diag(inc("hard_spike", 10, root_cause="data_outlier")), truth(inc("hard_spike", 10, root_cause="data_outlier"), scenario="a")),
-        score_run(diag(inc("hard_spike", 10, root_cause="data_outlier")), truth(inc("hard_spike", 10, root_cause="hardware_fault"), scenario="b")),
-        score_run(diag(inc("nonfinite", 10, root_cause="hardware_fault")), truth(inc("nonfinite", 10, root_cause="hardware_fault"), scenario="c")),
-        score_run(diag(), truth(inc("hard_spike", 10, root_cause="hardware_fault"), scenario="d")),  # missed: not in top-1
+        score_run(
+            diag(inc("hard_spike", 10, root_cause="data_outlier")),
+            truth(inc("hard_spike", 10, root_cause="data_outlier"), scenario="a"),
+        ),
+        score_run(
+            diag(inc("hard_spike", 10, root_cause="data_outlier")),
+            truth(inc("hard_spike", 10, root_cause="hardware_fault"), scenario="b"),
+        ),
+        score_run(
+            diag(inc("nonfinite", 10, root_cause="hardware_fault")),
+            truth(inc("nonfinite", 10, root_cause="hardware_fault"), scenario="c"),
+        ),
+        score_run(
+            diag(), truth(inc("hard_spike", 10, root_cause="hardware_fault"), scenario="d")
+        ),  # missed: not in top-1
     ]
     block = aggregate(runs)["detectors"]["spikeforensics"]
     rc = block["root_cause"]
     assert rc["data_outlier"]["accuracy"] == 1.0
-    assert rc["hardware_fault"] == {"n_truth": 3, "matched": 2, "correct": 1, "accuracy": 0.5,
-                                    "predicted_instead": {"data_outlier": 1}}
+    assert rc["hardware_fault"] == {
+        "n_truth": 3,
+        "matched": 2,
+        "correct": 1,
+        "accuracy": 0.5,
+        "predicted_instead": {"data_outlier": 1},
+    }
     assert rc["all"]["accuracy"] == pytest.approx(2 / 3)
     assert block["hardware_blamed_on_data"] == {"matched": 2, "blamed_on_data": 1}
 
@@ -143,11 +169,17 @@ def test_skip_list_recall_and_the_per_sample_loss_split():
     culprits = ["s1", "s2", "s3"]
     t = truth(inc("hard_spike", 10, root_cause="data_outlier", sample_ids=culprits))
     t["per_sample_losses"] = False
-    d = diag(inc("hard_spike", 10, root_cause="data_outlier", id="inc-1", sample_ids=["x1", "x2", "x3", "x4", "x5", "s1"]),
-             inc("hard_spike", 90, root_cause="data_outlier", id="inc-2", sample_ids=["s2"]))
+    d = diag(
+        inc("hard_spike", 10, root_cause="data_outlier", id="inc-1", sample_ids=["x1", "x2", "x3", "x4", "x5", "s1"]),
+        inc("hard_spike", 90, root_cause="data_outlier", id="inc-2", sample_ids=["s2"]),
+    )
     # the skip list keeps the tie (8 samples) for inc-1; inc-2's entry must not count for it
-    d["skiplist"] = {"reasons": [{"incident": "inc-1", "sample_ids": ["x1", "x2", "x3", "x4", "x5", "s1", "s3", "x6"]},
-                                 {"incident": "inc-2", "sample_ids": ["s2"]}]}
+    d["skiplist"] = {
+        "reasons": [
+            {"incident": "inc-1", "sample_ids": ["x1", "x2", "x3", "x4", "x5", "s1", "s3", "x6"]},
+            {"incident": "inc-2", "sample_ids": ["s2"]},
+        ]
+    }
     s = score_run(d, t)
     tr = s.truths[0]
     assert tr.sample_recall == 0.0 and tr.skip_recall == pytest.approx(2 / 3) and tr.skip_size == 8
@@ -184,12 +216,16 @@ def test_expected_recall_with_ties_in_random_order():
 
 def test_targets_compare_with_every_baseline():
     t = truth(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault"))
-    me = score_run(diag(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault")), t)
+    me = score_run(
+        diag(inc("hard_spike", 10, root_cause="data_outlier"), inc("nonfinite", 300, root_cause="hardware_fault")), t
+    )
     base = score_run(diag(inc("hard_spike", 10), inc("hard_spike", 200)), t, detector="zclip")
     targets = {x["name"]: x for x in aggregate([me, base])["targets"]}
     assert targets["F1 hard_spike"]["met"] and targets["F1 hard_spike > zclip"]["met"]
     worse = score_run(diag(inc("hard_spike", 10, root_cause="data_outlier")), t)
-    tie = {x["name"]: x for x in aggregate([worse, score_run(diag(inc("hard_spike", 10)), t, detector="zclip")])["targets"]}
+    tie = {
+        x["name"]: x for x in aggregate([worse, score_run(diag(inc("hard_spike", 10)), t, detector="zclip")])["targets"]
+    }
     assert tie["F1 hard_spike > zclip"]["met"] is True  # both perfect: cannot do better
     assert tie["F1 nonfinite"]["value"] == 0.0  # a missed kind: recall 0, precision undefined -> F1 0
     assert targets["F1 nonfinite > zclip"]["met"]
@@ -273,8 +309,13 @@ def test_zclip_flags_spikes_and_goes_blind_after_nan():
 
 
 def test_incident_grouping_and_kinds():
-    flagged = pl.DataFrame({"step": [10, 12, 20, 40, 41], "nonfinite": [False, False, False, True, False],
-                            "strength": [3.0, 9.0, 2.0, float("inf"), 5.0]})
+    flagged = pl.DataFrame(
+        {
+            "step": [10, 12, 20, 40, 41],
+            "nonfinite": [False, False, False, True, False],
+            "strength": [3.0, 9.0, 2.0, float("inf"), 5.0],
+        }
+    )
     found = baselines.incidents(flagged)
     assert [(i["step_start"], i["step_end"], i["peak_step"], i["kind"], i["kinds"]) for i in found] == [
         (10, 12, 12, "hard_spike", ["hard_spike"]),
@@ -284,8 +325,11 @@ def test_incident_grouping_and_kinds():
 
 
 def read_llmc() -> tuple[pl.DataFrame, pl.DataFrame]:
-    rows = [(int(m[1]), float(m[2]), float(m[3])) for line in LLMC.read_text().splitlines()
-            if (m := re.match(r"s:(\d+) trl:(\S+) lr:\S+ norm:(\S+)", line))]
+    rows = [
+        (int(m[1]), float(m[2]), float(m[3]))
+        for line in LLMC.read_text().splitlines()
+        if (m := re.match(r"s:(\d+) trl:(\S+) lr:\S+ norm:(\S+)", line))
+    ]
     df = pl.DataFrame(rows, schema=["step", "loss", "grad"], orient="row")
     return df.select("step", pl.col("loss").alias("value")), df.select("step", pl.col("grad").alias("value"))
 
@@ -326,15 +370,28 @@ def test_harness_runs_on_a_handmade_folder(tmp_path, capsys):
     with open(run / "metrics.jsonl", "w") as fh:
         for i, v in enumerate(loss, start=1):
             fh.write(json.dumps({"step": i, "loss": float(v), "grad_norm": 0.5 if i != 201 else 40.0}) + "\n")
-    (run / "ground_truth.json").write_text(json.dumps(truth(inc("hard_spike", 201, root_cause="data_outlier"),
-                                                            scenario="spiky")))
+    (run / "ground_truth.json").write_text(
+        json.dumps(truth(inc("hard_spike", 201, root_cause="data_outlier"), scenario="spiky"))
+    )
     clean = tmp_path / "runs" / "holdout" / "clean"
     clean.mkdir(parents=True)
     (clean / "ground_truth.json").write_text(json.dumps(truth(healthy=True, scenario="clean", set="holdout")))
     out = tmp_path / "acc.json"
     readme = tmp_path / "README.md"
-    code = accuracy.main(["--set", "all", "--runs", str(tmp_path / "runs"), "--json", str(out), "--check",
-                          "--write-readme", "--readme", str(readme)])
+    code = accuracy.main(
+        [
+            "--set",
+            "all",
+            "--runs",
+            str(tmp_path / "runs"),
+            "--json",
+            str(out),
+            "--check",
+            "--write-readme",
+            "--readme",
+            str(readme),
+        ]
+    )
     assert code == 0
     data = json.loads(out.read_text())
     assert set(data["tables"]) == {"tune", "holdout"}
@@ -346,8 +403,16 @@ def test_harness_runs_on_a_handmade_folder(tmp_path, capsys):
 def test_to_diagnosis_reads_every_entry_point_shape():
     from spikeforensics.detect.base import Incident
 
-    incident = Incident(id="inc-1", kind="hard_spike", kinds=["hard_spike"], severity="warning",
-                        step_start=5, step_end=6, peak_step=5, findings=[])
+    incident = Incident(
+        id="inc-1",
+        kind="hard_spike",
+        kinds=["hard_spike"],
+        severity="warning",
+        step_start=5,
+        step_end=6,
+        peak_step=5,
+        findings=[],
+    )
     assert accuracy.to_diagnosis(([incident], []))["incidents"][0]["step_end"] == 6  # detect_incidents
     assert accuracy.to_diagnosis([incident])["incidents"][0]["kind"] == "hard_spike"
     assert accuracy.to_diagnosis({"incidents": [{"kind": "nonfinite"}]})["incidents"] == [{"kind": "nonfinite"}]

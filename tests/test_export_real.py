@@ -47,8 +47,12 @@ def test_export_values_match_the_excerpt_readme(runner, tmp_path):
     store = str(tmp_path / "s")
     path = REAL / "megatron" / "bigscience_tr8_104b_exp1_glitch_with_validation.log"
     runner.invoke(cli, ["ingest", str(path), "--run", "b", "--store", store, "-q"])
-    rows = [_strict(line) for line in runner.invoke(cli, ["export", "--run", "b", "--table", "metrics",
-                                                          "--store", store]).stdout.splitlines()]
+    rows = [
+        _strict(line)
+        for line in runner.invoke(
+            cli, ["export", "--run", "b", "--table", "metrics", "--store", store]
+        ).stdout.splitlines()
+    ]
     loss = {r["step"]: r["value"] for r in rows if r["name"] == "loss" and r["record"] is not None}
     grad = {r["step"]: r["value"] for r in rows if r["name"] == "grad_norm"}
     assert round(loss[7010], 2) == 11.42 and round(loss[7000], 2) == 6.44

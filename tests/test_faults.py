@@ -51,8 +51,10 @@ def test_every_line_ending_reads_each_record(tmp_path, store, end):
 
 
 def test_lone_cr_file_streamed_by_the_megatron_parser(tmp_path, store):
-    lines = [f" iteration {i}/ 100 | consumed samples: {i * 8} | lm loss: {3 - i * 0.01:.6E} | grad norm: 1.000 |"
-             for i in range(1, 21)]
+    lines = [
+        f" iteration {i}/ 100 | consumed samples: {i * 8} | lm loss: {3 - i * 0.01:.6E} | grad norm: 1.000 |"
+        for i in range(1, 21)
+    ]
     path = _write(tmp_path / "megatron.log", lines, "\r")
     ingest_paths([path], "r", store, fmt="megatron")
     loss = _losses(store, "r")
@@ -63,8 +65,10 @@ def test_lone_cr_file_streamed_by_the_megatron_parser(tmp_path, store):
 def test_tqdm_redraws_inside_a_newline_file_still_split(tmp_path, store):
     lines = []
     for i in range(1, 11):
-        lines.append(f" {i * 10}%|##| {i}/10 [00:01<00:01,  1.00it/s]\r {i * 10}%|##| {i}/10 [00:01<00:01,  1.00it/s]"
-                     + "{'loss': %.4f, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.%d}" % (3 - i * 0.01, i))
+        lines.append(
+            f" {i * 10}%|##| {i}/10 [00:01<00:01,  1.00it/s]\r {i * 10}%|##| {i}/10 [00:01<00:01,  1.00it/s]"
+            + "{'loss': %.4f, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.%d}" % (3 - i * 0.01, i)
+        )
     path = _write(tmp_path / "hf.log", lines)
     ingest_paths([path], "r", store)
     loss = _losses(store, "r")
@@ -78,32 +82,48 @@ def test_tqdm_redraws_inside_a_newline_file_still_split(tmp_path, store):
 def _text_logs(big):
     nanogpt = _nanogpt(20)
     nanogpt[5] = f"iter {big}: loss 2.0, time 100.00ms, mfu 10.00%"
-    llmc = [f"step {i:4d}/100 | train loss {3 - i * 0.01:.6f} | norm 1.0000 | lr 6.00e-04 | (100.00 ms | 5000 tok/s)"
-            for i in range(1, 21)]
+    llmc = [
+        f"step {i:4d}/100 | train loss {3 - i * 0.01:.6f} | norm 1.0000 | lr 6.00e-04 | (100.00 ms | 5000 tok/s)"
+        for i in range(1, 21)
+    ]
     llmc[5] = f"step {big}/100 | train loss 2.0 | norm 1.0000 | lr 6.00e-04 | (100.00 ms | 5000 tok/s)"
-    ds = [f"[2023-01-01 00:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step={i}, skipped=0, lr=[0.0001], "
-          "mom=[(0.9, 0.95)]" for i in range(1, 21)]
+    ds = [
+        f"[2023-01-01 00:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step={i}, skipped=0, lr=[0.0001], "
+        "mom=[(0.9, 0.95)]"
+        for i in range(1, 21)
+    ]
     ds[5] = ds[5].replace("step=6,", f"step={big},")
     hf = []
     for i in range(1, 21):
         hf.append(f" {i * 5}%|##| {i}/20 [00:01<00:01,  1.00it/s]")
         hf.append("{'loss': %.4f, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.%d}" % (3 - i * 0.01, i))
     hf[10] = f" 50%|##| {big}/20 [00:01<00:01,  1.00it/s]"
-    fs = [f"2023-01-01 00:00:00 | INFO | train_inner | epoch 001:    {i} / 100 loss=3.{i:02d}, nll_loss=2.0, "
-          f"ppl=4.0, wps=1000, ups=1, wpb=1000, bsz=8, num_updates={i}, lr=1e-05, gnorm=1.0, clip=0, train_wall=1, "
-          "wall=10" for i in range(1, 21)]
+    fs = [
+        f"2023-01-01 00:00:00 | INFO | train_inner | epoch 001:    {i} / 100 loss=3.{i:02d}, nll_loss=2.0, "
+        f"ppl=4.0, wps=1000, ups=1, wpb=1000, bsz=8, num_updates={i}, lr=1e-05, gnorm=1.0, clip=0, train_wall=1, "
+        "wall=10"
+        for i in range(1, 21)
+    ]
     fs[5] = fs[5].replace("num_updates=6,", f"num_updates={big},")
-    mega = [f" iteration {i}/ 100 | consumed samples: {i * 8} | lm loss: {3 - i * 0.01:.6E} | grad norm: 1.000 |"
-            for i in range(1, 21)]
+    mega = [
+        f" iteration {i}/ 100 | consumed samples: {i * 8} | lm loss: {3 - i * 0.01:.6E} | grad norm: 1.000 |"
+        for i in range(1, 21)
+    ]
     mega[5] = mega[5].replace("iteration 6/", f"iteration {big}/")
     js = ['{"step": %d, "loss": %.3f}' % (i, 3 - i * 0.01) for i in range(20)]
     js[5] = '{"step": %d, "loss": 2.0}' % big
     csv = ["step,loss"] + [f"{i},{3 - i * 0.01:.3f}" for i in range(20)]
     csv[6] = f"{big},2.0"
-    return {"nanogpt.log": (nanogpt, "nanogpt", 6), "llmc.log": (llmc, "llmc", 6),
-            "deepspeed.log": (ds, "deepspeed", 6), "hf.log": (hf, "hf_trainer", 12), "fairseq.log": (fs, "fairseq", 6),
-            "megatron.log": (mega, "megatron", 6), "metrics.jsonl": (js, "jsonl_metrics", 6),
-            "metrics.csv": (csv, "csv_metrics", 7)}
+    return {
+        "nanogpt.log": (nanogpt, "nanogpt", 6),
+        "llmc.log": (llmc, "llmc", 6),
+        "deepspeed.log": (ds, "deepspeed", 6),
+        "hf.log": (hf, "hf_trainer", 12),
+        "fairseq.log": (fs, "fairseq", 6),
+        "megatron.log": (mega, "megatron", 6),
+        "metrics.jsonl": (js, "jsonl_metrics", 6),
+        "metrics.csv": (csv, "csv_metrics", 7),
+    }
 
 
 @pytest.mark.parametrize("big", [BIG, 2**63 - 1, MAX_STEP + 1])
@@ -276,8 +296,11 @@ def test_store_path_that_is_a_file(tmp_path, runner, monkeypatch):
     path = _write(tmp_path / "train.log", _nanogpt(20))
     blocker = tmp_path / "store-file"
     blocker.write_text("x")
-    for args in (["ingest", str(path), "--run", "r", "--store", str(blocker)], ["runs", "--store", str(blocker)],
-                 ["diagnose", "--run", "r", "--store", str(blocker)]):
+    for args in (
+        ["ingest", str(path), "--run", "r", "--store", str(blocker)],
+        ["runs", "--store", str(blocker)],
+        ["diagnose", "--run", "r", "--store", str(blocker)],
+    ):
         res = runner.invoke(cli, args)
         assert res.exit_code == 1, res.output
         assert str(blocker) in res.output and "not a folder" in res.output
@@ -403,12 +426,27 @@ def test_symlinks_out_of_an_input_folder_are_not_followed(tmp_path, runner):
 
 def _rule(weight="1.0", explanation="spike of {duration_steps} steps", when=None):
     when = when or '[{feature = "has_hard_spike", op = "==", value = true}]'
-    return (f'[[rule]]\nname = "r1"\nlabel = "lr_too_high"\nweight = {weight}\nwhen = {when}\n'
-            f'explanation = "{explanation}"\n')
+    return (
+        f'[[rule]]\nname = "r1"\nlabel = "lr_too_high"\nweight = {weight}\nwhen = {when}\n'
+        f'explanation = "{explanation}"\n'
+    )
 
 
-@pytest.mark.parametrize("case", ["inf_weight", "nan_weight", "huge_width", "huge_precision", "bad_spec", "deep",
-                                  "toml_deep", "too_big", "fifo", "device"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "inf_weight",
+        "nan_weight",
+        "huge_width",
+        "huge_precision",
+        "bad_spec",
+        "deep",
+        "toml_deep",
+        "too_big",
+        "fifo",
+        "device",
+    ],
+)
 def test_hostile_rules_files_are_refused_with_one_line(tmp_path, runner, case):
     folder = tmp_path / "rules"
     folder.mkdir()
@@ -446,13 +484,24 @@ def test_sane_format_specs_in_rules_still_load(tmp_path):
     from spikeforensics.attribute.rules import load_rules
 
     f = tmp_path / "ok.toml"
-    f.write_text(_rule(explanation="{duration_steps:>8} {duration_steps:,} {duration_steps:.3g} {duration_steps:_<10.2f}"))
+    f.write_text(
+        _rule(explanation="{duration_steps:>8} {duration_steps:,} {duration_steps:.3g} {duration_steps:_<10.2f}")
+    )
     assert [r.name for r in load_rules([f], include_builtin=False)] == ["r1"]
 
 
-@pytest.mark.parametrize("setting", ["series.window=1000000000000", "series.window=0", "hard_spike.z_threshold=inf",
-                                     "hard_spike.z_threshold=-1", "series.window=2.5", "nonfinite.signals=5",
-                                     "attribution.xid_strong_codes=['a']"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "series.window=1000000000000",
+        "series.window=0",
+        "hard_spike.z_threshold=inf",
+        "hard_spike.z_threshold=-1",
+        "series.window=2.5",
+        "nonfinite.signals=5",
+        "attribution.xid_strong_codes=['a']",
+    ],
+)
 def test_out_of_range_parameters_are_usage_errors(tmp_path, runner, setting):
     path = _write(tmp_path / "train.log", _nanogpt(20))
     res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--set", setting, "-q"])
@@ -500,8 +549,9 @@ def test_a_record_with_20000_keys_is_refused_fast(tmp_path, store, kind):
 
 def test_wide_records_ingest_in_linear_time(tmp_path, store):
     keys = [f"k{i}" for i in range(3000)]
-    path = _write(tmp_path / "wide.jsonl", [json.dumps({"step": s, "loss": 1.0, **{k: 0.5 for k in keys}})
-                                            for s in range(20)])
+    path = _write(
+        tmp_path / "wide.jsonl", [json.dumps({"step": s, "loss": 1.0, **{k: 0.5 for k in keys}}) for s in range(20)]
+    )
     start = time.monotonic()
     ingest_paths([path], "r", store)
     assert time.monotonic() - start < 20  # was quadratic in the key count: ~25 s for 3,000 keys
@@ -523,7 +573,8 @@ def test_decompression_bombs_are_refused_with_one_line(tmp_path, store, monkeypa
     else:
         path = tmp_path / "batches.parquet"
         pl.DataFrame({"step": np.zeros(n, dtype=np.int64), "sample_id": ["x"] * n}).write_parquet(
-            path, compression="zstd", use_pyarrow=True, pyarrow_options={"use_dictionary": False})
+            path, compression="zstd", use_pyarrow=True, pyarrow_options={"use_dictionary": False}
+        )
     with pytest.raises(IngestError, match=r"expands [\d,]+x .*at most 200x"):
         ingest_paths([path], "r", store)
     monkeypatch.setattr(T, "MAX_DECOMPRESSED_BYTES", 1 << 20)
@@ -540,9 +591,11 @@ def _killed_ingest(tmp_path, root, point, path, run="k"):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "spikeforensics", "ingest", str(path), "--run", run,
-                           "--store", str(root)], env={**os.environ, "SPIKEFORENSICS_KILL_AT": point},
-                          capture_output=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "spikeforensics", "ingest", str(path), "--run", run, "--store", str(root)],
+        env={**os.environ, "SPIKEFORENSICS_KILL_AT": point},
+        capture_output=True,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
 
 
@@ -556,8 +609,10 @@ def _staged(root):
     return [*(root / ".tmp").rglob("*"), *(root / "tables").rglob(".*.pending"), *(root / "runs").rglob(".*.tmp")]
 
 
-@pytest.mark.parametrize("point, whole", [("data_pending:2", False), ("before_manifest:1", False),
-                                          ("after_manifest:1", True), ("data_renamed:1", True)])
+@pytest.mark.parametrize(
+    "point, whole",
+    [("data_pending:2", False), ("before_manifest:1", False), ("after_manifest:1", True), ("data_renamed:1", True)],
+)
 def test_kill_inside_the_commit_leaves_the_run_absent_or_whole(tmp_path, runner, point, whole):
     from spikeforensics.store import Store
 
@@ -628,8 +683,9 @@ def test_negative_or_nan_learning_rate_does_not_break_attribution(tmp_path, runn
         lines.append(f"{{'loss': {loss}, 'grad_norm': 1.0, 'learning_rate': {lr}, 'epoch': {i / 100}}}")
         lines.append(f" {i}/80 [00:01<00:01,  1.00it/s]")
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out",
-                              str(tmp_path / "r" / "report.html")])
+    res = runner.invoke(
+        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
+    )
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["verdict"]["status"] in ("degraded", "unstable")
@@ -638,12 +694,16 @@ def test_negative_or_nan_learning_rate_does_not_break_attribution(tmp_path, runn
 @pytest.mark.parametrize("garbled", ["9223372036854775807", "1e309"])
 def test_a_garbled_skipped_iterations_counter_does_not_break_the_loss_scale_detector(tmp_path, runner, garbled):
     # fuzz seed 14 input 361: a Megatron counter jumping by inf or 2^63 was cast to Int64 strictly
-    lines = [f" iteration {i:8d}/     100 | consumed samples: {i * 8:10d} | lm loss: {3 - i * 0.01:.6E} | "
-             f"loss scale: 1024.0 | grad norm: 1.000 | number of skipped iterations: "
-             f"{garbled if i == 30 else '0'} | number of nan iterations:   0 |" for i in range(1, 61)]
+    lines = [
+        f" iteration {i:8d}/     100 | consumed samples: {i * 8:10d} | lm loss: {3 - i * 0.01:.6E} | "
+        f"loss scale: 1024.0 | grad norm: 1.000 | number of skipped iterations: "
+        f"{garbled if i == 30 else '0'} | number of nan iterations:   0 |"
+        for i in range(1, 61)
+    ]
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out",
-                              str(tmp_path / "r" / "report.html")])
+    res = runner.invoke(
+        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
+    )
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert "skipped_iters" in report["verdict"]["coverage"]["signals"]
@@ -652,11 +712,14 @@ def test_a_garbled_skipped_iterations_counter_does_not_break_the_loss_scale_dete
 def test_oscillation_after_a_flat_loss_is_described_without_a_ratio(tmp_path, runner):
     # fuzz seed 14 input 541: duplicated lines made the loss flat (usual noise 0), so the ratio
     # to the usual noise was None and formatting it crashed the detector
-    lines = [f"iter {i}: loss {2.0 if i < 300 else (1.0 if i % 2 else 4.0):.4f}, time 100.00ms, mfu 10.00%"
-             for i in range(400)]
+    lines = [
+        f"iter {i}: loss {2.0 if i < 300 else (1.0 if i % 2 else 4.0):.4f}, time 100.00ms, mfu 10.00%"
+        for i in range(400)
+    ]
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out",
-                              str(tmp_path / "r" / "report.html")])
+    res = runner.invoke(
+        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
+    )
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     kinds = {k for inc in report["incidents"] for k in inc["kinds"]}
@@ -685,12 +748,15 @@ def test_a_deeply_nested_json_record_costs_its_line(tmp_path, store, name):
 def test_a_long_number_before_a_date_is_no_year_zero(tmp_path, runner):
     # fuzz seed 14 input 1594: a huge number glued before a Megatron timestamp made `0000-03-09 ...`
     # a time of year 0, which polars holds and Python's datetime cannot (attribution crashed)
-    lines = [f"[{'1' + '0' * 40 if i == 40 else ''}2026-03-09 14:02:{i % 60:02d}.75] iteration {i:8d}/     100 | "
-             f"consumed samples: {i * 8:10d} | lm loss: {9.0 if i == 50 else 3 - i * 0.01:.6E} | grad norm: 1.000 |"
-             for i in range(1, 81)]
+    lines = [
+        f"[{'1' + '0' * 40 if i == 40 else ''}2026-03-09 14:02:{i % 60:02d}.75] iteration {i:8d}/     100 | "
+        f"consumed samples: {i * 8:10d} | lm loss: {9.0 if i == 50 else 3 - i * 0.01:.6E} | grad norm: 1.000 |"
+        for i in range(1, 81)
+    ]
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out",
-                              str(tmp_path / "r" / "report.html")])
+    res = runner.invoke(
+        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
+    )
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["verdict"]["status"] == "unstable"

@@ -125,7 +125,8 @@ def test_keras_verbose2_old_and_unknown_target(tmp_path, store):
 
 def test_keras_does_not_claim_tqdm_epochs_or_prose(tmp_path):
     tqdm = "Epoch 1/10\n" + "".join(
-        f"Epoch 1: 100%|██████████| 40/40 [00:0{i}<00:00,  2.05it/s, loss={0.5 - i / 100:.3f}]\n" for i in range(5))
+        f"Epoch 1: 100%|██████████| 40/40 [00:0{i}<00:00,  2.05it/s, loss={0.5 - i / 100:.3f}]\n" for i in range(5)
+    )
     assert detect_format(write(tmp_path, "tqdm.log", tqdm))[0] != "keras"
     prose = "Epoch 1/2 of the plan\n3/4 cups - flour: 200 g - sugar: 50 g\n1/2 - note: 3 items\n"
     assert detect_format(write(tmp_path, "recipe.txt", prose))[0] is None
@@ -157,8 +158,12 @@ def test_darknet_real_cuda_error_crash(store):
 
 
 def test_cuda_error_lines_alone_are_an_events_file(tmp_path, store):
-    path = write(tmp_path, "crash.log", " CUDA Error: an illegal memory access was encountered\n"
-                 "CUDA Error: an illegal memory access was encountered: Resource temporarily unavailable\n")
+    path = write(
+        tmp_path,
+        "crash.log",
+        " CUDA Error: an illegal memory access was encountered\n"
+        "CUDA Error: an illegal memory access was encountered: Resource temporarily unavailable\n",
+    )
     _, events, outcome = ingest(store, path)
     assert outcome.status == "ingested"
     assert events.filter(pl.col("kind") == "error").height == 2
@@ -192,15 +197,34 @@ def test_darknet_variants_from_the_printing_code(tmp_path, store):
     assert value(metrics, 102, "eval_map", record=False) == pytest.approx(0.812345)
 
 
-@pytest.mark.parametrize("line, step, loss, extra", [
-    ("1200: 2.301212, 2.287713 avg, 0.100000 rate, 0.412311 seconds, 76800 images", 1200, 2.301212, ("consumed_samples", 76800)),  # pjreddie detector.c
-    ("1200, 3.840: 2.301212, 2.287713 avg, 0.100000 rate, 0.412311 seconds, 153600 images", 1200, 2.301212, ("epoch", 3.84)),  # classifier.c
-    ("55: 4.1, 4.3 avg, 0.001000 rate, 0.2 seconds, 0.013 epochs", 55, 4.1, ("epoch", 0.013)),  # rnn.c
-    ("5989: loss=0.444, avg loss=0.329, rate=0.000026, 64.424 milliseconds, 383296 images, time remaining=7 seconds",
-     5989, 0.444, ("step_time_ms", 64.424)),  # hank-ai/darknet V3
-])
+@pytest.mark.parametrize(
+    "line, step, loss, extra",
+    [
+        (
+            "1200: 2.301212, 2.287713 avg, 0.100000 rate, 0.412311 seconds, 76800 images",
+            1200,
+            2.301212,
+            ("consumed_samples", 76800),
+        ),  # pjreddie detector.c
+        (
+            "1200, 3.840: 2.301212, 2.287713 avg, 0.100000 rate, 0.412311 seconds, 153600 images",
+            1200,
+            2.301212,
+            ("epoch", 3.84),
+        ),  # classifier.c
+        ("55: 4.1, 4.3 avg, 0.001000 rate, 0.2 seconds, 0.013 epochs", 55, 4.1, ("epoch", 0.013)),  # rnn.c
+        (
+            "5989: loss=0.444, avg loss=0.329, rate=0.000026, 64.424 milliseconds, 383296 images, time remaining=7 seconds",
+            5989,
+            0.444,
+            ("step_time_ms", 64.424),
+        ),  # hank-ai/darknet V3
+    ],
+)
 def test_darknet_record_shapes(tmp_path, store, line, step, loss, extra):
-    metrics, _, _ = ingest(store, write(tmp_path, "d.log", line + "\n" + line.replace(str(step), str(step + 1), 1) + "\n"))
+    metrics, _, _ = ingest(
+        store, write(tmp_path, "d.log", line + "\n" + line.replace(str(step), str(step + 1), 1) + "\n")
+    )
     assert records(metrics) == [step, step + 1]
     assert value(metrics, step, "loss") == pytest.approx(loss)
     assert value(metrics, step, extra[0]) == pytest.approx(extra[1])
@@ -229,9 +253,11 @@ def test_buildnanogpt_log_txt_real(store):
 
 
 def test_step_split_variants(tmp_path, store):
-    text = ("0 val 10.9519\n0 hella 0.2487\n0 train 10.955011\n1 train nan\n"
-            "2 train 3.512345 lr 6.0000e-04 norm 0.3123 dt 812.33 tok/sec 645123.45\n3 train 1e+05\n4 train oops\n"
-            + "".join(f"{i} train 3.0\n" for i in range(5, 15)))
+    text = (
+        "0 val 10.9519\n0 hella 0.2487\n0 train 10.955011\n1 train nan\n"
+        "2 train 3.512345 lr 6.0000e-04 norm 0.3123 dt 812.33 tok/sec 645123.45\n3 train 1e+05\n4 train oops\n"
+        + "".join(f"{i} train 3.0\n" for i in range(5, 15))
+    )
     metrics, events, outcome = ingest(store, write(tmp_path, "log.txt", text))
     assert records(metrics) == [0, 1, 2, 3, *range(5, 15)]
     assert math.isnan(value(metrics, 1, "loss"))
@@ -293,11 +319,15 @@ def test_convmesh_bracket_counter_real(store):
 
 
 def test_bracket_counter_variants_and_viewer_numbers(tmp_path, store):
-    text = "> [120] epoch 1, 120/186, g_loss 1.5 d_fake_loss 0.7\n> [130] epoch 1, 130/186, g_loss 1.4 d_fake_loss 0.6\n"
+    text = (
+        "> [120] epoch 1, 120/186, g_loss 1.5 d_fake_loss 0.7\n> [130] epoch 1, 130/186, g_loss 1.4 d_fake_loss 0.6\n"
+    )
     metrics, _, _ = ingest(store, write(tmp_path, "quoted.log", text))
     assert records(metrics) == [120, 130]
     # log-viewer line numbers in front of HF dicts are no counters
-    hf = "".join(f"[{80746 + i}] {{'loss': {1.0 + i / 10}, 'learning_rate': 1e-05, 'epoch': 0.{i}}}\n" for i in range(3))
+    hf = "".join(
+        f"[{80746 + i}] {{'loss': {1.0 + i / 10}, 'learning_rate': 1e-05, 'epoch': 0.{i}}}\n" for i in range(3)
+    )
     path = write(tmp_path, "viewer.log", hf)
     assert detect_format(path)[0] == "hf_trainer"
     metrics, _, _ = ingest(store, path, run="hf")
@@ -309,17 +339,21 @@ def test_short_counters_the_prefix_stripper_takes_for_ranks(tmp_path, store):
     metrics, _, _ = ingest(store, write(tmp_path, "wg.log", "".join(f"{i}: -4.{i}\n" for i in range(998, 1003))))
     assert records(metrics) == [998, 999, 1000, 1001, 1002]
     assert train(metrics).get_column("rank").null_count() == 5
-    metrics, _, _ = ingest(store, write(tmp_path, "dn.log", "7: 612.3, 650.1 avg, 0.001 rate, 4.5 seconds, 448 images\n"), run="dn")
+    metrics, _, _ = ingest(
+        store, write(tmp_path, "dn.log", "7: 612.3, 650.1 avg, 0.001 rate, 4.5 seconds, 448 images\n"), run="dn"
+    )
     assert records(metrics) == [7] and value(metrics, 7, "loss") == pytest.approx(612.3)
 
 
 def test_tacotron2_train_and_validation_lines(tmp_path, store):
-    text = ("Epoch: 0\n"
-            "Train loss 1000 0.512345 Grad Norm 0.876543 1.23s/it\n"
-            "Validation loss 1000:  0.534567  \n"
-            "Saving model and optimizer state at iteration 1000 to outdir/checkpoint_1000\n"
-            "Train loss 1001 nan Grad Norm nan 1.20s/it\n"
-            "Train loss 1002 0.509876 Grad Norm 0.812345 D Grad Norm 0.100000 1.20s/it\n")
+    text = (
+        "Epoch: 0\n"
+        "Train loss 1000 0.512345 Grad Norm 0.876543 1.23s/it\n"
+        "Validation loss 1000:  0.534567  \n"
+        "Saving model and optimizer state at iteration 1000 to outdir/checkpoint_1000\n"
+        "Train loss 1001 nan Grad Norm nan 1.20s/it\n"
+        "Train loss 1002 0.509876 Grad Norm 0.812345 D Grad Norm 0.100000 1.20s/it\n"
+    )
     path = write(tmp_path, "taco.log", text)
     assert detect_format(path)[0] == "step_colon"
     metrics, events, outcome = ingest(store, path)
@@ -332,7 +366,8 @@ def test_tacotron2_train_and_validation_lines(tmp_path, store):
 
 def test_waveglow_resume_line_is_an_event(tmp_path, store):
     text = "Loaded checkpoint 'checkpoints/waveglow_120000' (iteration 120000)\n" + "".join(
-        f"{i}:\t-5.{i}\n" for i in range(120001, 120006))
+        f"{i}:\t-5.{i}\n" for i in range(120001, 120006)
+    )
     metrics, events, _ = ingest(store, write(tmp_path, "wg.log", text))
     resume = events.filter(pl.col("kind") == "resume")
     assert resume.get_column("step").to_list() == [120000]
@@ -340,8 +375,10 @@ def test_waveglow_resume_line_is_an_event(tmp_path, store):
 
 
 def test_keras_without_headers_reads_every_finished_bar(tmp_path, store):
-    text = ("124/124 [==============================] - 72s 582ms/step - loss: 0.5000 - val_loss: 0.6000\n"
-            "124/124 [==============================] - 70s 570ms/step - loss: nan - val_loss: nan\n")
+    text = (
+        "124/124 [==============================] - 72s 582ms/step - loss: 0.5000 - val_loss: 0.6000\n"
+        "124/124 [==============================] - 70s 570ms/step - loss: nan - val_loss: nan\n"
+    )
     metrics, _, _ = ingest(store, write(tmp_path, "nohdr.log", text))
     assert records(metrics) == [None, None]
     assert math.isnan(train(metrics).filter((pl.col("record") == 1) & (pl.col("name") == "loss")).item(0, "value"))

@@ -38,21 +38,24 @@ def events(rel, fmt=None):
     return [(r["line"], r["step"], r["kind"], json.loads(r["detail"])) for r in ev.sort("line").iter_rows(named=True)]
 
 
-@pytest.mark.parametrize("rel, fmt", [
-    ("metriclogger/deit_76_mpi_prefixed_epoch2.log", "metriclogger"),
-    ("metriclogger/dino_69_epoch_of_total.log", "metriclogger"),
-    ("metriclogger/llama2_accessory_48_closs_epoch_boundary.log", "metriclogger"),
-    ("detectron2/d2go_524_iter19_99.log", "detectron2"),
-    ("insightface/insightface_1996_fp16_grad_scale.log", "insightface"),
-    ("insightface/insightface_1430_no_learning_rate.log", "insightface"),
-    ("wav2letter/wav2letter_728_epoch_summaries.log", "wav2letter"),
-    ("mlx_lm/mlx_examples_557_lora_with_saves.log", "mlx_lm"),
-    ("mlx_lm/mlx_lm_pr330_peak_mem.log", "mlx_lm"),
-    ("litgpt/litgpt_689_iter_step_flat_loss.log", "litgpt"),
-    ("litgpt/litgpt_1224_epoch_iter_step.log", "litgpt"),
-    ("colossalai/colossalai_1400_epoch_tqdm_and_summary.log", "tqdm_postfix"),
-    ("fairseq/metaseq_507_json_slurm_prefix.log", "fairseq"),
-])
+@pytest.mark.parametrize(
+    "rel, fmt",
+    [
+        ("metriclogger/deit_76_mpi_prefixed_epoch2.log", "metriclogger"),
+        ("metriclogger/dino_69_epoch_of_total.log", "metriclogger"),
+        ("metriclogger/llama2_accessory_48_closs_epoch_boundary.log", "metriclogger"),
+        ("detectron2/d2go_524_iter19_99.log", "detectron2"),
+        ("insightface/insightface_1996_fp16_grad_scale.log", "insightface"),
+        ("insightface/insightface_1430_no_learning_rate.log", "insightface"),
+        ("wav2letter/wav2letter_728_epoch_summaries.log", "wav2letter"),
+        ("mlx_lm/mlx_examples_557_lora_with_saves.log", "mlx_lm"),
+        ("mlx_lm/mlx_lm_pr330_peak_mem.log", "mlx_lm"),
+        ("litgpt/litgpt_689_iter_step_flat_loss.log", "litgpt"),
+        ("litgpt/litgpt_1224_epoch_iter_step.log", "litgpt"),
+        ("colossalai/colossalai_1400_epoch_tqdm_and_summary.log", "tqdm_postfix"),
+        ("fairseq/metaseq_507_json_slurm_prefix.log", "fairseq"),
+    ],
+)
 def test_format_detected(rel, fmt):
     assert detect_format(REAL / rel)[0] == fmt
 
@@ -189,7 +192,10 @@ def test_apex_min_scale_ecc_nan_stop(tmp_path):
     floor = events("events/firefly_68_min_loss_scale.log", "stdout_events")
     assert floor[0][2] == "overflow" and floor[0][3]["at_floor"] is True and floor[0][3]["fatal"] is True
     ecc = events("events/kohya_1434_ecc_nccl_watchdog.log")
-    assert [(line, k, d["uncorrectable"]) for line, _, k, d in ecc if k == "ecc"] == [(3, "ecc", True), (8, "ecc", True)]
+    assert [(line, k, d["uncorrectable"]) for line, _, k, d in ecc if k == "ecc"] == [
+        (3, "ecc", True),
+        (8, "ecc", True),
+    ]
     d2 = events("detectron2/detectron2_838_floating_point_error.log")
     nan = [(s, d) for _, s, k, d in d2 if k == "nan"]
     assert nan[0][0] == 2137 and nan[0][1]["stopped"] is True
@@ -201,9 +207,11 @@ def test_mae_loss_is_nan_and_user_skip():
     from spikeforensics.ingest.text_events import extract_events
 
     # MAE engine_pretrain.py / DeiT engine.py print `Loss is {}, stopping training`
-    text = ("Loss is nan, stopping training\n"
-            "skipping step due to inf/nan\n"
-            "UserWarning: Detected call of `lr_scheduler.step()` before `optimizer.step()`.\n")
+    text = (
+        "Loss is nan, stopping training\n"
+        "skipping step due to inf/nan\n"
+        "UserWarning: Detected call of `lr_scheduler.step()` before `optimizer.step()`.\n"
+    )
     ev = extract_events(strip_prefixes(split_segments(lines_from_bytes(text.encode()))))
     kinds = ev.get_column("kind").to_list()
     assert kinds == ["nan", "skipped_step"]
@@ -211,7 +219,13 @@ def test_mae_loss_is_nan_and_user_skip():
 
 
 def test_dev_ecc_crash_log_has_uncorrectable_ecc(tmp_path):
-    dev = Path(__file__).parent.parent / "sample_logs" / "real" / "dev" / "megatron-deepspeed-tr1-13b-ecc-uncorrectable-crash"
+    dev = (
+        Path(__file__).parent.parent
+        / "sample_logs"
+        / "real"
+        / "dev"
+        / "megatron-deepspeed-tr1-13b-ecc-uncorrectable-crash"
+    )
     ev = parse_file(dev / "chronicles_excerpt.log", "megatron").tables["events"]
     ecc = ev.filter(pl.col("kind") == "ecc")
     assert ecc.height >= 1 and json.loads(ecc.item(0, "detail"))["uncorrectable"] is True
@@ -233,19 +247,23 @@ def test_run_facts_once_per_file_and_wordings():
     from spikeforensics.ingest.base import lines_from_bytes, split_segments, strip_prefixes
     from spikeforensics.ingest.text_events import extract_events
 
-    text = "\n".join([
-        "Namespace(fp16=True, fp16_init_scale=128, lr=[0.0005])",  # fairseq args
-        "fp16=True",  # the same fact again: no second event
-        "TrainingArguments(bf16=False, fp16=False, output_dir='out')",  # nothing enabled
-        "Using bfloat16 Automatic Mixed Precision (AMP)",
-        "  params_dtype .................................... torch.float16",
-        '  "bf16": {"enabled": true},',
-        "|   0  Tesla T4            Off  | 00000000:00:04.0 Off |                    0 |",
-        "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1234)",
-        "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-5678)",
-    ])
+    text = "\n".join(
+        [
+            "Namespace(fp16=True, fp16_init_scale=128, lr=[0.0005])",  # fairseq args
+            "fp16=True",  # the same fact again: no second event
+            "TrainingArguments(bf16=False, fp16=False, output_dir='out')",  # nothing enabled
+            "Using bfloat16 Automatic Mixed Precision (AMP)",
+            "  params_dtype .................................... torch.float16",
+            '  "bf16": {"enabled": true},',
+            "|   0  Tesla T4            Off  | 00000000:00:04.0 Off |                    0 |",
+            "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1234)",
+            "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-5678)",
+        ]
+    )
     ev = extract_events(strip_prefixes(split_segments(lines_from_bytes(text.encode()))))
     got = [(r["kind"], json.loads(r["detail"])) for r in ev.iter_rows(named=True)]
     assert [d["mode"] for k, d in got if k == "precision"] == ["fp16", "amp-bf16", "bf16"]
     assert [(d["name"], d.get("bf16_supported")) for k, d in got if k == "device"] == [
-        ("Tesla T4", False), ("NVIDIA A100-SXM4-80GB", True)]
+        ("Tesla T4", False),
+        ("NVIDIA A100-SXM4-80GB", True),
+    ]

@@ -88,7 +88,12 @@ def test_a_step_repeated_in_the_next_chunk_is_dropped(tmp_path):
     for size in (WHOLE, 60, 23):
         m = _parse(path, size).tables["metrics"].filter(pl.col("name") == "loss").sort("line")
         assert m.select("step", "value", "attempt").rows() == [
-            (1, 1.0, 0), (2, 2.0, 0), (3, 3.0, 0), (4, 4.0, 0), (1, 100.0, 1)], size
+            (1, 1.0, 0),
+            (2, 2.0, 0),
+            (3, 3.0, 0),
+            (4, 4.0, 0),
+            (1, 100.0, 1),
+        ], size
         assert m.get_column("record").to_list() == [0, 1, 2, 3, 4]
 
 
@@ -110,14 +115,22 @@ def test_nonfinite_tokens_are_values_on_the_typed_path(tmp_path):
     # past the 100 lines polars infers its schema from, in a float and in an integer column
     rows = [{"step": s, "loss": 2.0 + s / 1000, "grad_norm": 0.25, "tokens": 512} for s in range(1, 201)]
     lines = [json.dumps(r) for r in rows]
-    tokens = {150: ("loss", "NaN"), 151: ("loss", "Infinity"), 152: ("grad_norm", "-Infinity"),
-              153: ("tokens", "NaN"), 154: ("loss", "nan"), 155: ("loss", "-inf")}
+    tokens = {
+        150: ("loss", "NaN"),
+        151: ("loss", "Infinity"),
+        152: ("grad_norm", "-Infinity"),
+        153: ("tokens", "NaN"),
+        154: ("loss", "nan"),
+        155: ("loss", "-inf"),
+    }
     for step, (key, token) in tokens.items():
         lines[step - 1] = lines[step - 1].replace(f'"{key}": {json.dumps(rows[step - 1][key])}', f'"{key}": {token}')
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(lines) + "\n")
 
-    frame = pl.DataFrame({"line": range(1, len(lines) + 1), "text": lines}, schema={"line": pl.Int64, "text": pl.String})
+    frame = pl.DataFrame(
+        {"line": range(1, len(lines) + 1), "text": lines}, schema={"line": pl.Int64, "text": pl.String}
+    )
     objects, bad = _tables.json_objects(frame)
     assert bad.height == 0
     assert objects.schema["loss"] == pl.Float64 and objects.schema["grad_norm"] == pl.Float64  # no text fallback
@@ -149,7 +162,9 @@ def test_a_bad_line_in_the_middle_costs_that_line(tmp_path):
 
 
 def _real_jsonl_logs() -> list[Path]:
-    found = sorted((ROOT / "sample_logs" / "real").rglob("*.jsonl")) + sorted((ROOT / "tests" / "data" / "real").rglob("*.jsonl"))
+    found = sorted((ROOT / "sample_logs" / "real").rglob("*.jsonl")) + sorted(
+        (ROOT / "tests" / "data" / "real").rglob("*.jsonl")
+    )
     return [p for p in found if detect_format(p)[0] == "jsonl_metrics"]
 
 
@@ -176,7 +191,10 @@ def test_ingest_streams_through_the_store(tmp_path, monkeypatch):
         got = stored.filter(pl.col("source") == name).select(expected.columns).sort("line", "name")
         assert _same(got, expected.sort("line", "name")), name
     assert stored.filter(pl.col("source") == "metrics.jsonl").get_column("rank").drop_nulls().n_unique() == 2
-    assert stored.filter(pl.col("source") == "single.jsonl").get_column("rank").null_count() == whole["single.jsonl"].height
+    assert (
+        stored.filter(pl.col("source") == "single.jsonl").get_column("rank").null_count()
+        == whole["single.jsonl"].height
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -211,7 +229,9 @@ def test_csv_logger_rows_merged_across_chunk_cuts(tmp_path):
 
 
 def test_real_csv_metrics_read_in_chunks_equal_a_whole_read():
-    found = sorted((ROOT / "sample_logs" / "real").rglob("*.csv")) + sorted((ROOT / "tests" / "data" / "real").rglob("*.csv"))
+    found = sorted((ROOT / "sample_logs" / "real").rglob("*.csv")) + sorted(
+        (ROOT / "tests" / "data" / "real").rglob("*.csv")
+    )
     logs = [p for p in found if detect_format(p)[0] == "csv_metrics"]
     assert len(logs) >= 4
     for path in logs:

@@ -77,7 +77,14 @@ def test_events_before_any_record_take_the_mixed_records_steps(tmp_path, store):
     lines = NANOGPT.splitlines()
     first_iter = next(i for i, line in enumerate(lines) if line.startswith("iter "))
     log = tmp_path / "mixed.log"
-    log.write_text("\n".join(lines[: first_iter + 1]) + "\n" + DEEPSPEED.splitlines()[2] + "\n" + "\n".join(lines[first_iter + 1:]) + "\n")
+    log.write_text(
+        "\n".join(lines[: first_iter + 1])
+        + "\n"
+        + DEEPSPEED.splitlines()[2]
+        + "\n"
+        + "\n".join(lines[first_iter + 1 :])
+        + "\n"
+    )
     ingest_paths([log], "r", store)
     ev = store.table("r", "events").filter(pl.col("kind") == "overflow")
     assert ev.height == 1 and ev.item(0, "step") == 1632

@@ -34,8 +34,10 @@ def megatron_log(prefixes: list[str], steps: int = 60) -> str:
     order = list(range(1, steps + 1)) + list(range(40, steps + 1))  # resume from step 40
     for n, step in enumerate(order):
         if n == 30:
-            out.append("[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
-                       "Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768")
+            out.append(
+                "[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
+                "Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"
+            )
             scale = 32768.0
         grad = "nan" if step == 17 else f"{0.5 + step / 100:.3f}"
         for p in prefixes:
@@ -46,8 +48,11 @@ def megatron_log(prefixes: list[str], steps: int = 60) -> str:
                 f"number of nan iterations: 0 |"
             )
         if step == 20:
-            out += ["-" * 60, f" validation loss at iteration {step} | lm loss value: 2.5E+00 | lm loss PPL: 1.2E+01 |",
-                    "-" * 60]
+            out += [
+                "-" * 60,
+                f" validation loss at iteration {step} | lm loss value: 2.5E+00 | lm loss PPL: 1.2E+01 |",
+                "-" * 60,
+            ]
         if step == 25:
             out.append(f"{prefixes[0]}saving checkpoint at iteration      25 to /ckpt")
     return "\n".join(out) + "\n"
@@ -67,7 +72,9 @@ def both_paths(tmp_path, monkeypatch, log, chunk_bytes: int):
     """Export of `log` ingested whole (no `parse_chunks`) and streamed in small chunks."""
     whole = Store(tmp_path / "whole")
     with monkeypatch.context() as m:
-        m.setitem(ingest.parsers(), "megatron", SimpleNamespace(NAME="megatron", sniff=megatron.sniff, parse=megatron.parse))
+        m.setitem(
+            ingest.parsers(), "megatron", SimpleNamespace(NAME="megatron", sniff=megatron.sniff, parse=megatron.parse)
+        )
         ingest_paths([log], "r", whole, fmt="megatron")
     streamed = Store(tmp_path / "streamed")
     with monkeypatch.context() as m:

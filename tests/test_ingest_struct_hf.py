@@ -25,9 +25,15 @@ def hf_log(tmp_path):
     rows = [
         "***** Running training *****",
         "\r".join([bar(1), bar(2)]) + OVF.format(i=0, a=65536, b=32768),
-        "\r".join([bar(3), bar(4), " " * 40,
-                   "{'loss': '0.91', 'grad_norm': '0.8618', 'learning_rate': '3.094e-07', 'epoch': '0.6623', "
-                   "'rewards/chosen': -0.5, 'num_tokens': 1024.0}"]),
+        "\r".join(
+            [
+                bar(3),
+                bar(4),
+                " " * 40,
+                "{'loss': '0.91', 'grad_norm': '0.8618', 'learning_rate': '3.094e-07', 'epoch': '0.6623', "
+                "'rewards/chosen': -0.5, 'num_tokens': 1024.0}",
+            ]
+        ),
         bar(5),
         OVF.format(i=2, a=32768, b=16384),
         OVF.format(i=3, a=16384, b=8192),
@@ -55,8 +61,14 @@ def test_hf_records_steps_and_kinds(hf_log):
     assert loss.get_column("record").to_list() == [0, 1, 2]
     assert loss.item(0, "value") == 0.91 and math.isnan(loss.item(1, "value"))
     first = dict(m.filter(pl.col("line") == 3).select("name", "value").iter_rows())
-    assert first == {"loss": 0.91, "grad_norm": 0.8618, "lr": 3.094e-07, "epoch": 0.6623,
-                     "rewards_chosen": -0.5, "num_tokens": 1024.0}
+    assert first == {
+        "loss": 0.91,
+        "grad_norm": 0.8618,
+        "lr": 3.094e-07,
+        "epoch": 0.6623,
+        "rewards_chosen": -0.5,
+        "num_tokens": 1024.0,
+    }
     # the eval dict takes the training bar's counter, not the eval bar's 25/50
     ev = m.filter(pl.col("name") == "eval_loss")
     assert ev.item(0, "step") == 8 and ev.item(0, "record") is None
@@ -90,10 +102,15 @@ def test_hf_nan_masking_note(tmp_path):
 
 
 def test_hf_resume_bar_goes_back_new_attempt(tmp_path):
-    rows = [bar(9), "{'loss': 1.0, 'learning_rate': 1e-05, 'epoch': 0.1}",
-            bar(10), "{'loss': 1.1, 'learning_rate': 1e-05, 'epoch': 0.1}",
-            "Continuing training from checkpoint, will skip to saved global_step", bar(6),
-            "{'loss': 1.2, 'learning_rate': 1e-05, 'epoch': 0.1}"]
+    rows = [
+        bar(9),
+        "{'loss': 1.0, 'learning_rate': 1e-05, 'epoch': 0.1}",
+        bar(10),
+        "{'loss': 1.1, 'learning_rate': 1e-05, 'epoch': 0.1}",
+        "Continuing training from checkpoint, will skip to saved global_step",
+        bar(6),
+        "{'loss': 1.2, 'learning_rate': 1e-05, 'epoch': 0.1}",
+    ]
     path = tmp_path / "resume.log"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     r = parse_file(path, "hf_trainer")

@@ -20,8 +20,16 @@ NONFINITE = ["NaN", "nan", "Infinity", "-Infinity", "inf", "-inf", "NAN", "INF",
 
 
 def test_bad_json_lines_counted_with_line_numbers(tmp_path):
-    rows = ['{"step": 1, "loss": 2.0}', "this is not json", '{"step": 2, "loss": 1.9', '{"step": 3, "loss": 1.8}',
-            "", '{"step": 4, "loss": ', '{"step": 5 "loss": 1.7}', '{"step": 6, "loss": 1.6}']
+    rows = [
+        '{"step": 1, "loss": 2.0}',
+        "this is not json",
+        '{"step": 2, "loss": 1.9',
+        '{"step": 3, "loss": 1.8}',
+        "",
+        '{"step": 4, "loss": ',
+        '{"step": 5 "loss": 1.7}',
+        '{"step": 6, "loss": 1.6}',
+    ]
     path = tmp_path / "m.jsonl"
     path.write_text("\n".join(rows), encoding="utf-8")  # no newline at the end either
     r = parse_file(path, "jsonl_metrics")
@@ -32,10 +40,12 @@ def test_bad_json_lines_counted_with_line_numbers(tmp_path):
 
 @pytest.mark.parametrize("token", NONFINITE)
 def test_nonfinite_tokens_in_every_position(tmp_path, token):
-    rows = [f'{{"loss": {token}, "step": 1, "grad_norm": 1.0}}',
-            f'{{"step": 2, "grad_norm": {token}, "loss": 1.0}}',
-            f'{{"step": 3, "loss": 1.0, "grad_norm": {token}}}',
-            f'{{"step":4,"loss":{token},"lr":{token}}}']
+    rows = [
+        f'{{"loss": {token}, "step": 1, "grad_norm": 1.0}}',
+        f'{{"step": 2, "grad_norm": {token}, "loss": 1.0}}',
+        f'{{"step": 3, "loss": 1.0, "grad_norm": {token}}}',
+        f'{{"step":4,"loss":{token},"lr":{token}}}',
+    ]
     path = tmp_path / "n.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     r = parse_file(path, "jsonl_metrics")
@@ -49,9 +59,11 @@ def test_nonfinite_tokens_in_every_position(tmp_path, token):
 
 
 def test_crlf_invalid_utf8_truncated_last_line(tmp_path):
-    data = (b'{"current_steps": 10, "loss": 0.5, "lr": 1e-5}\r\n'
-            b'{"current_steps": 20, "loss": 0.4, "lr": 1e-5, "note": "caf\xe9"}\r\n'
-            b'{"current_steps": 30, "lo')
+    data = (
+        b'{"current_steps": 10, "loss": 0.5, "lr": 1e-5}\r\n'
+        b'{"current_steps": 20, "loss": 0.4, "lr": 1e-5, "note": "caf\xe9"}\r\n'
+        b'{"current_steps": 30, "lo'
+    )
     path = tmp_path / "trainer_log.jsonl"
     path.write_bytes(data)
     r = parse_file(path, "jsonl_metrics")
@@ -66,8 +78,10 @@ def test_crlf_invalid_utf8_truncated_last_line(tmp_path):
     assert m.filter(pl.col("line") == 5).get_column("step").to_list() == [19]  # cut-short row: its epoch only
 
 
-@pytest.mark.parametrize("fmt", ["jsonl_metrics", "csv_metrics", "hf_trainer", "hf_trainer_state", "layers",
-                                 "batches", "telemetry", "kernel"])
+@pytest.mark.parametrize(
+    "fmt",
+    ["jsonl_metrics", "csv_metrics", "hf_trainer", "hf_trainer_state", "layers", "batches", "telemetry", "kernel"],
+)
 def test_empty_and_blank_files_never_crash(tmp_path, fmt):
     for name, content in (("empty.txt", b""), ("blank.txt", b"\n\n  \r\n")):
         path = tmp_path / name
@@ -90,11 +104,16 @@ def test_empty_file_in_a_folder_is_skipped(tmp_path):
 
 
 def test_trainer_state_with_bare_nan_and_broken_json(tmp_path):
-    state = {"global_step": 3, "max_steps": 3, "log_history": [
-        {"epoch": 0.1, "grad_norm": float("nan"), "learning_rate": 1e-5, "loss": 2.0, "step": 1},
-        {"epoch": 0.2, "grad_norm": float("inf"), "learning_rate": 1e-5, "loss": float("nan"), "step": 2},
-        {"epoch": 0.2, "eval_loss": 1.5, "eval_runtime": 3.0, "step": 2},
-        {"epoch": 0.3, "step": 3, "train_loss": 1.8, "train_runtime": 9.0}]}
+    state = {
+        "global_step": 3,
+        "max_steps": 3,
+        "log_history": [
+            {"epoch": 0.1, "grad_norm": float("nan"), "learning_rate": 1e-5, "loss": 2.0, "step": 1},
+            {"epoch": 0.2, "grad_norm": float("inf"), "learning_rate": 1e-5, "loss": float("nan"), "step": 2},
+            {"epoch": 0.2, "eval_loss": 1.5, "eval_runtime": 3.0, "step": 2},
+            {"epoch": 0.3, "step": 3, "train_loss": 1.8, "train_runtime": 9.0},
+        ],
+    }
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
     assert "NaN" in path.read_text() and "Infinity" in path.read_text()
@@ -130,12 +149,14 @@ def test_jsonl_fuzz_never_crashes_and_accounts_for_every_line(tmp_path, rows):
         if broken:
             lines.append("{" + junk.replace("\n", " ").replace("\r", " ").replace("}", ""))
             continue
+
         def enc(v):
             if v is None:
                 return "null"
             if isinstance(v, str):
                 return f'"{v}"'
             return repr(v) if math.isfinite(v) else ("NaN" if v != v else ("Infinity" if v > 0 else "-Infinity"))
+
         lines.append(f'{{"step": {step}, "loss": {enc(loss)}, "grad_norm": {enc(gnorm)}}}')
         good += 1
     path = tmp_path / "fuzz.jsonl"

@@ -48,8 +48,17 @@ def test_sniffs_as_its_own_format(rel, fmt):
 
 
 def test_other_formats_are_not_claimed_by_struct_parsers():
-    mine = {"hf_trainer", "hf_trainer_state", "jsonl_metrics", "csv_metrics", "layers", "batches",
-            "telemetry", "kernel", "tensorboard"}
+    mine = {
+        "hf_trainer",
+        "hf_trainer_state",
+        "jsonl_metrics",
+        "csv_metrics",
+        "layers",
+        "batches",
+        "telemetry",
+        "kernel",
+        "tensorboard",
+    }
     for sub in ("megatron", "deepspeed", "llmc", "torchtitan", "fairseq", "olmo", "mmengine", "nanotron", "nanogpt"):
         for path in (REAL / sub).iterdir():
             assert detect_format(path)[0] not in mine, path

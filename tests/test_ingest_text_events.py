@@ -45,10 +45,26 @@ def test_every_family():
     ev = extract_events(prepared(LOG))
     kinds = dict(zip(ev.get_column("line").to_list(), ev.get_column("kind").to_list()))
     assert kinds == {
-        1: "hysteresis", 2: "overflow", 3: "overflow", 4: "overflow", 5: "overflow", 6: "overflow",
-        7: "checkpoint_save", 9: "resume", 10: "resume", 11: "resume", 12: "resume", 13: "resume",
-        14: "checkpoint_save", 15: "error", 17: "oom", 18: "error", 19: "nan", 20: "skipped_step",
-        21: "xid", 22: "nccl_timeout",
+        1: "hysteresis",
+        2: "overflow",
+        3: "overflow",
+        4: "overflow",
+        5: "overflow",
+        6: "overflow",
+        7: "checkpoint_save",
+        9: "resume",
+        10: "resume",
+        11: "resume",
+        12: "resume",
+        13: "resume",
+        14: "checkpoint_save",
+        15: "error",
+        17: "oom",
+        18: "error",
+        19: "nan",
+        20: "skipped_step",
+        21: "xid",
+        22: "nccl_timeout",
     }
     d = {line: json.loads(x) for line, x in zip(ev.get_column("line"), ev.get_column("detail"))}
     assert (d[1]["old_scale"], d[1]["new_scale"], d[1]["hysteresis"]) == (65536, 65536, 2)
@@ -58,7 +74,11 @@ def test_every_family():
     assert d[15]["exception"] == "torch.OutOfMemoryError" and d[15]["traceback"] is True
     assert d[18]["exception"] == "RuntimeError"
     assert d[19]["value"] == "nan"
-    assert d[21] == {"code": 79, "pci": "0000:cb:00", "message": "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."}
+    assert d[21] == {
+        "code": 79,
+        "pci": "0000:cb:00",
+        "message": "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    }
     assert d[22] == {"seq": 9, "op": "ALLREDUCE", "timeout_ms": 1800000, "ran_ms": 1800061, "last_completed": 8}
     steps = dict(zip(ev.get_column("line").to_list(), ev.get_column("step").to_list()))
     assert (steps[5], steps[7], steps[9], steps[13]) == (1234, 7000, 6000, 21896)
@@ -84,11 +104,14 @@ def test_traceback_without_exception_line_and_two_ranks():
 
 
 def test_attach_steps_done_mode():
-    events = pl.DataFrame({
-        "line": [3, 4, 5, 7, 9, 12],
-        "kind": ["overflow", "overflow", "checkpoint_save", "hysteresis", "resume", "oom"],
-        "step": [None, None, None, None, None, None],
-    }, schema_overrides={"step": pl.Int64})
+    events = pl.DataFrame(
+        {
+            "line": [3, 4, 5, 7, 9, 12],
+            "kind": ["overflow", "overflow", "checkpoint_save", "hysteresis", "resume", "oom"],
+            "step": [None, None, None, None, None, None],
+        },
+        schema_overrides={"step": pl.Int64},
+    )
     records = pl.DataFrame({"line": [2, 6, 10, 11], "step": [100, 110, 50, 60]})
     out = attach_steps(events, records, mode="done").sort("line")
     # two overflows after record 100: steps 101 and 102; a save takes 100 itself
@@ -98,8 +121,9 @@ def test_attach_steps_done_mode():
 
 
 def test_attach_steps_keeps_named_step_and_current_mode():
-    events = pl.DataFrame({"line": [3, 4], "kind": ["overflow", "resume"], "step": [None, 6000]},
-                          schema_overrides={"step": pl.Int64})
+    events = pl.DataFrame(
+        {"line": [3, 4], "kind": ["overflow", "resume"], "step": [None, 6000]}, schema_overrides={"step": pl.Int64}
+    )
     records = pl.DataFrame({"line": [1], "step": [7]})
     out = attach_steps(events, records, mode="current").sort("line")
     assert out.get_column("step").to_list() == [7, 6000]

@@ -15,14 +15,26 @@ from spikeforensics.ingest import parse_file
 
 # fmt -> (record line for a step and loss, separator before a record is safe to insert junk)
 TEMPLATES = {
-    "megatron": lambda s, x: f" iteration {s:8d}/ 100000 | consumed samples: {s * 8:12d} | learning rate: 1.000000E-04 | global batch size:     8 | lm loss: {x:.6E} | loss scale: 1024.0 | grad norm: 0.500 | number of skipped iterations:   0 | number of nan iterations:   0 |",
-    "deepspeed": lambda s, x: f"[2024-01-01 00:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step={s}, skipped=0, lr=[{x}], mom=[(0.9, 0.95)]",
+    "megatron": lambda s, x: (
+        f" iteration {s:8d}/ 100000 | consumed samples: {s * 8:12d} | learning rate: 1.000000E-04 | global batch size:     8 | lm loss: {x:.6E} | loss scale: 1024.0 | grad norm: 0.500 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    ),
+    "deepspeed": lambda s, x: (
+        f"[2024-01-01 00:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step={s}, skipped=0, lr=[{x}], mom=[(0.9, 0.95)]"
+    ),
     "nanogpt": lambda s, x: f"iter {s}: loss {x:.4f}, time 100.00ms, mfu 10.00%",
     "llmc": lambda s, x: f"s:{s} trl:{x:.4f} lr:0.000100 norm:0.50",
-    "torchtitan": lambda s, x: f"[rank0]:[titan] 2025-01-01 00:00:00,000 - root - INFO - \x1b[31mstep: {s:2}  \x1b[32mloss: {x:8.5f}  \x1b[38;2;180;60;0mgrad_norm:  0.5000  \x1b[38;2;54;234;195mmemory: 10.00GiB(10.00%)  \x1b[34mtps: 1,234  \x1b[36mtflops: 1.00  \x1b[35mmfu: 1.00%\x1b[39m",
-    "fairseq": lambda s, x: f"2020-07-01 12:00:00 | INFO | train_inner | epoch 001:    {s} / 1000 loss={x:.3f}, nll_loss=1.0, ppl=2.0, wps=100, ups=1, wpb=10, bsz=1, num_updates={s}, lr=0.0001, gnorm=1.0, clip=0%, loss_scale=8, train_wall=1, wall=2",
-    "mmengine": lambda s, x: f"10/30 22:18:02 - mmengine - INFO - Iter(train) [{s:4d}/9999]  lr: 1.0000e-04  eta: 2:46:39  time: 2.8906  data_time: 0.0042  memory: 10762  loss: {x:.4f}  grad_norm: 3.0608",
-    "olmo": lambda s, x: f"2024-08-06 09:59:26.181 host:0  olmo.train:908  INFO    [step={s}/1000,epoch=0]\n    optim/total_grad_norm=1.0\n    train/CrossEntropyLoss={x}",
+    "torchtitan": lambda s, x: (
+        f"[rank0]:[titan] 2025-01-01 00:00:00,000 - root - INFO - \x1b[31mstep: {s:2}  \x1b[32mloss: {x:8.5f}  \x1b[38;2;180;60;0mgrad_norm:  0.5000  \x1b[38;2;54;234;195mmemory: 10.00GiB(10.00%)  \x1b[34mtps: 1,234  \x1b[36mtflops: 1.00  \x1b[35mmfu: 1.00%\x1b[39m"
+    ),
+    "fairseq": lambda s, x: (
+        f"2020-07-01 12:00:00 | INFO | train_inner | epoch 001:    {s} / 1000 loss={x:.3f}, nll_loss=1.0, ppl=2.0, wps=100, ups=1, wpb=10, bsz=1, num_updates={s}, lr=0.0001, gnorm=1.0, clip=0%, loss_scale=8, train_wall=1, wall=2"
+    ),
+    "mmengine": lambda s, x: (
+        f"10/30 22:18:02 - mmengine - INFO - Iter(train) [{s:4d}/9999]  lr: 1.0000e-04  eta: 2:46:39  time: 2.8906  data_time: 0.0042  memory: 10762  loss: {x:.4f}  grad_norm: 3.0608"
+    ),
+    "olmo": lambda s, x: (
+        f"2024-08-06 09:59:26.181 host:0  olmo.train:908  INFO    [step={s}/1000,epoch=0]\n    optim/total_grad_norm=1.0\n    train/CrossEntropyLoss={x}"
+    ),
     "generic_steps": lambda s, x: f"step {s}/1500 | loss {x:.4f} | lr 3e-4 | grad_norm 0.64",
 }
 NAME = {"deepspeed": "lr"}  # DeepSpeed prints no loss: the value rides in lr
@@ -30,11 +42,21 @@ NAME = {"deepspeed": "lr"}  # DeepSpeed prints no loss: the value rides in lr
 junk_line = st.one_of(
     st.text(max_size=80).filter(lambda t: "\n" not in t and "\r" not in t),
     st.binary(max_size=60).map(lambda b: b.replace(b"\n", b" ").replace(b"\r", b" ").decode("latin-1")),
-    st.sampled_from([
-        "Traceback (most recent call last):", "  File \"x.py\", line 1", "UserWarning: something",
-        "time (ms) | forward-compute: 193.77 | backward-compute: 400.1", "[...]", "...", "^M^M",
-        "-" * 80, "<IPython.core.display.HTML object>", "WARNING: nan", "loss: unknown",
-    ]),
+    st.sampled_from(
+        [
+            "Traceback (most recent call last):",
+            '  File "x.py", line 1',
+            "UserWarning: something",
+            "time (ms) | forward-compute: 193.77 | backward-compute: 400.1",
+            "[...]",
+            "...",
+            "^M^M",
+            "-" * 80,
+            "<IPython.core.display.HTML object>",
+            "WARNING: nan",
+            "loss: unknown",
+        ]
+    ),
 )
 
 
@@ -45,7 +67,9 @@ def write(tmp_path, fmt, chunks: list[bytes], name="log.txt"):
 
 
 def losses(result, fmt) -> dict[int, float]:
-    m = result.tables.get("metrics", pl.DataFrame(schema={"name": pl.String, "step": pl.Int64, "value": pl.Float64, "record": pl.Int64}))
+    m = result.tables.get(
+        "metrics", pl.DataFrame(schema={"name": pl.String, "step": pl.Int64, "value": pl.Float64, "record": pl.Int64})
+    )
     rows = m.filter((pl.col("name") == NAME.get(fmt, "loss")) & pl.col("record").is_not_null())
     return dict(zip(rows.get_column("step").to_list(), rows.get_column("value").to_list()))
 
@@ -73,8 +97,14 @@ def test_junk_never_loses_records(tmp_path, fmt, junk, crlf):
 @pytest.mark.parametrize("fmt", sorted(TEMPLATES))
 def test_invalid_utf8_binary_and_truncated_tail(tmp_path, fmt):
     rec = [TEMPLATES[fmt](s, 2.0).encode() + b"\n" for s in (1, 2, 3)]
-    chunks = [b"\xff\xfe\x00\x01garbage\x80\n", rec[0], b"\x00" * 20 + b"\n", rec[1], rec[2],
-              TEMPLATES[fmt](4, 2.5).encode()[:25]]
+    chunks = [
+        b"\xff\xfe\x00\x01garbage\x80\n",
+        rec[0],
+        b"\x00" * 20 + b"\n",
+        rec[1],
+        rec[2],
+        TEMPLATES[fmt](4, 2.5).encode()[:25],
+    ]
     result = parse_file(write(tmp_path, fmt, chunks), fmt)
     got = losses(result, fmt)
     assert {1, 2, 3} <= set(got)
@@ -121,8 +151,20 @@ def test_megatron_multi_rank_duplicates_and_resume(tmp_path):
     rec = TEMPLATES["megatron"]
     # one stdout shared by two ranks without prefix: the same step twice = one record;
     # then a resume sends the counter back
-    text = "\n".join([rec(10, 2.0), rec(10, 2.0), rec(20, 1.9), rec(30, 1.7),
-                      " loading checkpoint from /c at iteration 10", rec(20, 1.95), rec(30, 1.8)]) + "\n"
+    text = (
+        "\n".join(
+            [
+                rec(10, 2.0),
+                rec(10, 2.0),
+                rec(20, 1.9),
+                rec(30, 1.7),
+                " loading checkpoint from /c at iteration 10",
+                rec(20, 1.95),
+                rec(30, 1.8),
+            ]
+        )
+        + "\n"
+    )
     result = parse_file(write(tmp_path, "megatron", [text.encode()]), "megatron")
     loss = result.tables["metrics"].filter(pl.col("name") == "loss").sort("line")
     assert loss.get_column("step").to_list() == [10, 20, 30, 20, 30]
@@ -148,14 +190,21 @@ def test_tqdm_carriage_returns_and_thousands(tmp_path):
 
 
 def test_generic_separators(tmp_path):
-    text = "\n".join([
-        "step=7, loss=2.30, lr=0.0003, grad_norm=0.61",
-        "Step 8: loss 2.29 grad norm 0.60 lr 3e-4",
-        "[Epoch 1, step 9] loss: 2.28, lr: 3e-4",
-        "step 10: val loss 2.5",
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                "step=7, loss=2.30, lr=0.0003, grad_norm=0.61",
+                "Step 8: loss 2.29 grad norm 0.60 lr 3e-4",
+                "[Epoch 1, step 9] loss: 2.28, lr: 3e-4",
+                "step 10: val loss 2.5",
+            ]
+        )
+        + "\n"
+    )
     m = parse_file(write(tmp_path, "generic_steps", [text.encode()]), "generic_steps").tables["metrics"]
     train = m.filter(pl.col("record").is_not_null())
-    assert dict(zip(*train.filter(pl.col("name") == "loss").select("step", "value").to_dict(as_series=False).values())) == {7: 2.3, 8: 2.29, 9: 2.28}
+    assert dict(
+        zip(*train.filter(pl.col("name") == "loss").select("step", "value").to_dict(as_series=False).values())
+    ) == {7: 2.3, 8: 2.29, 9: 2.28}
     assert train.filter(pl.col("name") == "grad_norm").get_column("value").to_list() == [0.61, 0.6]
     assert m.filter(pl.col("name") == "eval_loss").item(0, "record") is None

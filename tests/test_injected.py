@@ -44,7 +44,7 @@ def test_extension_keeps_the_noise_scale_and_short_runs_are_real_slices(curve):
     part, extended = ic.extend(curve, 500, rng)
     assert not extended
     start = int(np.flatnonzero(curve.values["loss"] == part["loss"][0])[0])
-    assert np.array_equal(part["loss"], curve.values["loss"][start:start + 500])
+    assert np.array_equal(part["loss"], curve.values["loss"][start : start + 500])
 
 
 def test_injected_effect_is_in_units_of_the_local_noise(curve):
@@ -59,8 +59,9 @@ def test_injected_effect_is_in_units_of_the_local_noise(curve):
 
 def test_large_spike_is_found_at_its_step_and_clean_run_has_no_incident(curve):
     params = Params()
-    case, a = inj.make_case(3, curve, "spike", np.random.default_rng(3), steps=3000, interval=1, fp16=False,
-                            at=2000, effect=40.0, width=3)
+    case, a = inj.make_case(
+        3, curve, "spike", np.random.default_rng(3), steps=3000, interval=1, fp16=False, at=2000, effect=40.0, width=3
+    )
     scored = inj.score_case(case, a, params)
     assert scored.found and scored.start == 2001
     clean, b = inj.make_case(4, curve, "clean", np.random.default_rng(3), steps=3000, interval=1, fp16=False)
@@ -69,8 +70,9 @@ def test_large_spike_is_found_at_its_step_and_clean_run_has_no_incident(curve):
 
 def test_nan_burst_is_a_nonfinite_incident_and_a_missed_spot_is_not_found(curve):
     params = Params()
-    case, a = inj.make_case(5, curve, "nan", np.random.default_rng(5), steps=2000, interval=1, fp16=False,
-                            at=1200, width=4)
+    case, a = inj.make_case(
+        5, curve, "nan", np.random.default_rng(5), steps=2000, interval=1, fp16=False, at=1200, width=4
+    )
     scored = inj.score_case(case, a, params)
     assert scored.found and scored.kind_ok
     # the same run scored against a fault placed elsewhere: nothing there

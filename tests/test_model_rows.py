@@ -51,7 +51,8 @@ def test_a_real_diagnosis_reads_as_attributes(diagnosis):
     raw = diagnosis["incidents"][0]
     assert inc.evidence and all(isinstance(e, EvidenceRow) for e in inc.evidence)
     assert [(e.signal, e.step, e.layer) for e in inc.evidence] == [
-        (e["signal"], e.get("step"), e.get("layer")) for e in raw["evidence"]]
+        (e["signal"], e.get("step"), e.get("layer")) for e in raw["evidence"]
+    ]
     assert inc.samples and all(isinstance(s, SampleRow) for s in inc.samples)
     assert [s.sample_id for s in inc.samples] == [s["sample_id"] for s in raw["samples"]]
     assert inc.sample_ids[0] == inc.samples[0].sample_id
@@ -60,7 +61,9 @@ def test_a_real_diagnosis_reads_as_attributes(diagnosis):
     assert isinstance(cov, Coverage) and "loss" in cov.signals and "layers" in cov.signals
     assert cov.records == diagnosis["verdict"]["coverage"]["records"] and cov.failed == []
     cal = typed.calibration
-    assert isinstance(cal, Calibration) and cal.recommended_clip_norm == diagnosis["calibration"]["recommended_clip_norm"]
+    assert (
+        isinstance(cal, Calibration) and cal.recommended_clip_norm == diagnosis["calibration"]["recommended_clip_norm"]
+    )
     assert list(cal.layer_clip_norms) == list(diagnosis["calibration"]["layer_clip_norms"])
     skip = typed.skiplist
     assert isinstance(skip, SkipList) and skip.sample_ids == diagnosis["skiplist"]["sample_ids"] and skip.sample_ids
@@ -76,24 +79,52 @@ def test_the_typed_rows_write_the_same_json(diagnosis):
 
 
 def test_rows_without_a_value_leave_the_field_out_and_keep_unknown_keys():
-    row = EvidenceRow.from_dict({"signal": "loss", "step": 7, "value": float("nan"), "rank": None, "note": "",
-                                 "window": [1, 2]})
+    row = EvidenceRow.from_dict(
+        {"signal": "loss", "step": 7, "value": float("nan"), "rank": None, "note": "", "window": [1, 2]}
+    )
     assert row.rank is None and row.other == {"window": [1, 2]}
     assert row.to_dict() == {"signal": "loss", "step": 7, "value": "nan", "window": [1, 2]}
     sample = SampleRow.from_dict({"sample_id": "s1", "score": 2.5, "own_outlier": False, "source": ""})
-    assert sample.own_outlier is False and sample.to_dict() == {"sample_id": "s1", "score": 2.5, "source": "",
-                                                                "own_outlier": False}
+    assert sample.own_outlier is False and sample.to_dict() == {
+        "sample_id": "s1",
+        "score": 2.5,
+        "source": "",
+        "own_outlier": False,
+    }
 
 
 def test_an_older_file_loads_and_writes_back_what_it_held():
-    old = {"schema_version": 1, "run_id": "r", "steps": {"first": 1, "last": 9, "count": 9},
-           "verdict": {"status": "degraded", "root_cause": "lr_too_high", "summary": "s",
-                       "coverage": {"signals": ["loss"], "records": {"train.log": 9}, "unparsed_lines": 0,
-                                    "detectors_run": ["hard_spike"], "detectors_failed": ["stall"]}},
-           "incidents": [{"id": "inc-1", "kind": "hard_spike", "severity": "warning", "step_start": 3, "step_end": 4,
-                          "peak_step": 3, "alternatives": [{"root_cause": "data_outlier", "confidence": 0.2}],
-                          "evidence": [{"signal": "loss", "step": 3, "value": 9.0}, "a stray string"]}],
-           "calibration": {}, "skiplist": {"run_id": "r", "steps": [3], "sample_ids": []}}
+    old = {
+        "schema_version": 1,
+        "run_id": "r",
+        "steps": {"first": 1, "last": 9, "count": 9},
+        "verdict": {
+            "status": "degraded",
+            "root_cause": "lr_too_high",
+            "summary": "s",
+            "coverage": {
+                "signals": ["loss"],
+                "records": {"train.log": 9},
+                "unparsed_lines": 0,
+                "detectors_run": ["hard_spike"],
+                "detectors_failed": ["stall"],
+            },
+        },
+        "incidents": [
+            {
+                "id": "inc-1",
+                "kind": "hard_spike",
+                "severity": "warning",
+                "step_start": 3,
+                "step_end": 4,
+                "peak_step": 3,
+                "alternatives": [{"root_cause": "data_outlier", "confidence": 0.2}],
+                "evidence": [{"signal": "loss", "step": 3, "value": 9.0}, "a stray string"],
+            }
+        ],
+        "calibration": {},
+        "skiplist": {"run_id": "r", "steps": [3], "sample_ids": []},
+    }
     typed = Diagnosis.from_dict(old)
     cov = typed.verdict.coverage
     assert cov.failed == ["stall"] and cov.stages_failed is ABSENT and cov.events is ABSENT

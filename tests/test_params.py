@@ -26,19 +26,28 @@ def test_every_parameter_is_read_somewhere():
     """A parameter nobody reads is a knob that does nothing (`--set` on it would be silently ignored).
     Read = an attribute access `.name` or a `"name"` string in the package outside params.py, or a
     `param:SECTION.NAME` threshold in the bundled rules."""
-    src = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "spikeforensics").rglob("*.py")
-                    if p.name != "params.py")
+    src = "\n".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "spikeforensics").rglob("*.py") if p.name != "params.py"
+    )
     refs = param_refs(load_rules())
-    dead = [f"{sec}.{name}" for sec, name, _ in _all_params()
-            if f"{sec}.{name}" not in refs and not re.search(rf"\.{name}\b|[\"']{name}[\"']", src)]
+    dead = [
+        f"{sec}.{name}"
+        for sec, name, _ in _all_params()
+        if f"{sec}.{name}" not in refs and not re.search(rf"\.{name}\b|[\"']{name}[\"']", src)
+    ]
     assert dead == [], f"parameters nobody reads: {dead}"
 
 
 def test_rule_thresholds_name_their_parameters_and_follow_them():
     rules = load_rules()
     refs = param_refs(rules)
-    for dotted in ("attribution.drift_ratio", "attribution.layer_share_high", "attribution.astronomical_norm",
-                   "attribution.oscillation_spikes", "clipping.unscale_factor"):
+    for dotted in (
+        "attribution.drift_ratio",
+        "attribution.layer_share_high",
+        "attribution.astronomical_norm",
+        "attribution.oscillation_spikes",
+        "clipping.unscale_factor",
+    ):
         assert dotted in refs
     cond = {"feature": "drift_before", "op": ">=", "value": "param:attribution.drift_ratio"}
     assert holds(cond, {"drift_before": 1.6})  # default 1.5
@@ -46,22 +55,29 @@ def test_rule_thresholds_name_their_parameters_and_follow_them():
     assert holds(cond, {"drift_before": 1.45}, Params.load(overrides=["attribution.drift_ratio=1.4"]))
 
 
-@pytest.mark.parametrize("value, message", [
-    ('"param:attribution.no_such"', "names no numeric parameter"),
-    ('"param:nosection.x"', "names no numeric parameter"),
-    ('"param:events.floor_pattern"', "names no numeric parameter"),
-    ('"1.5"', "is a number"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ('"param:attribution.no_such"', "names no numeric parameter"),
+        ('"param:nosection.x"', "names no numeric parameter"),
+        ('"param:events.floor_pattern"', "names no numeric parameter"),
+        ('"1.5"', "is a number"),
+    ],
+)
 def test_bad_parameter_references_are_refused_on_load(value, message):
-    text = f'[[rule]]\nname = "r"\nlabel = "data_outlier"\nweight = 1.0\nexplanation = "x"\n' \
-           f'when = [{{feature = "drift_before", op = ">=", value = {value}}}]\n'
+    text = (
+        f'[[rule]]\nname = "r"\nlabel = "data_outlier"\nweight = 1.0\nexplanation = "x"\n'
+        f'when = [{{feature = "drift_before", op = ">=", value = {value}}}]\n'
+    )
     with pytest.raises(RuleError, match=message):
         parse_rules(text, "mine.toml")
 
 
 def test_parameter_reference_needs_a_number_feature():
-    text = '[[rule]]\nname = "r"\nlabel = "data_outlier"\nweight = 1.0\nexplanation = "x"\n' \
-           'when = [{feature = "rank_confined", op = "==", value = "param:attribution.drift_ratio"}]\n'
+    text = (
+        '[[rule]]\nname = "r"\nlabel = "data_outlier"\nweight = 1.0\nexplanation = "x"\n'
+        'when = [{feature = "rank_confined", op = "==", value = "param:attribution.drift_ratio"}]\n'
+    )
     with pytest.raises(RuleError, match="threshold on a number feature"):
         parse_rules(text, "mine.toml")
 
@@ -74,16 +90,19 @@ def test_every_numeric_default_is_inside_its_range():
             assert range_spec(f"{sec}.{name}")[1], (sec, name)  # every range says why
 
 
-@pytest.mark.parametrize("setting, shown", [
-    ("attribution.lr_rise_after_decay=0.9", "[1, 1e+15]"),
-    ("calibration.quantile=1.04", "(0, 1)"),
-    ("calibration.quantile=1", "(0, 1)"),
-    ("hard_spike.z_threshold=0", "(0, 1e+15]"),
-    ("hard_spike.corroborate_chance=0", "(0, 1)"),
-    ("vanishing.ratio=1.2", "(0, 1)"),
-    ("series.mad_window=2", "[5, 1e+06]"),
-    ("hard_spike.loss_ratio_floor=0.8", "[1, 1e+15]"),
-])
+@pytest.mark.parametrize(
+    "setting, shown",
+    [
+        ("attribution.lr_rise_after_decay=0.9", "[1, 1e+15]"),
+        ("calibration.quantile=1.04", "(0, 1)"),
+        ("calibration.quantile=1", "(0, 1)"),
+        ("hard_spike.z_threshold=0", "(0, 1e+15]"),
+        ("hard_spike.corroborate_chance=0", "(0, 1)"),
+        ("vanishing.ratio=1.2", "(0, 1)"),
+        ("series.mad_window=2", "[5, 1e+06]"),
+        ("hard_spike.loss_ratio_floor=0.8", "[1, 1e+15]"),
+    ],
+)
 def test_out_of_range_values_exit_2_naming_parameter_and_range(tmp_path, runner, setting, shown):
     log = tmp_path / "train.log"
     log.write_text("".join(f"iter {i}: loss {3.0 - i * 0.01:.4f}, time 10.0ms\n" for i in range(30)))

@@ -203,7 +203,9 @@ def test_espnet_warnings_are_nonfinite_events_and_partial_batches_blame_samples(
     run, d, facts = run_case(tmp_path, "espnet-3630-ctc-nan-grad-stopped-2epoch")
     nan = run.events.filter(pl.col("kind") == "nan")
     assert nan.height == 4 and any('"stopped": true' in x for x in nan.get_column("detail").to_list())
-    assert d["verdict"]["status"] == "unstable" and d["verdict"]["root_cause"] == facts["stated_label"] == "data_outlier"
+    assert (
+        d["verdict"]["status"] == "unstable" and d["verdict"]["root_cause"] == facts["stated_label"] == "data_outlier"
+    )
     run, d, _ = run_case(tmp_path / "b", "espnet-186-chainer-ctc-loss-not-correct")
     invalid = run.events.filter(pl.col("kind") == "skipped_step")
     assert invalid.height == 6 and d["verdict"]["status"] == "unstable"
@@ -245,7 +247,11 @@ def test_detectron2_anomaly_loss_dict_is_the_record_of_its_iteration(tmp_path):
     run, d, facts = run_case(tmp_path, "detectron2-508-floatingpointerror-iter27-lr")
     assert train_records(run) == facts["step_records"] == 1
     rec = {r["name"]: r["value"] for r in run.metrics.filter(pl.col("step") == 27).iter_rows(named=True)}
-    assert rec["loss_box_reg"] == pytest.approx(0.2576) and rec["loss_cls"] != rec["loss_cls"] and rec["loss"] != rec["loss"]
+    assert (
+        rec["loss_box_reg"] == pytest.approx(0.2576)
+        and rec["loss_cls"] != rec["loss_cls"]
+        and rec["loss"] != rec["loss"]
+    )
     assert d["incidents"][0]["first_nonfinite_step"] == facts["first_nonfinite_step"] == 27
     assert not d["incidents"][0]["features"]["nonfinite_confined"]  # one record: not enough to blame one term
 
@@ -270,7 +276,6 @@ def test_lr_printed_as_a_list_after_a_lightning_bar_and_stuck_at_zero(tmp_path):
     assert lr.height == facts["step_records"] and (lr.get_column("value") == 0).all()
     assert d["verdict"]["status"] != "healthy" and facts["healthy"] is False
     assert d["incidents"][0]["kind"] == "no_progress" and d["incidents"][0]["root_cause"] == "lr_schedule"
-
 
 
 def test_a_nan_without_build_up_is_not_blamed_on_the_learning_rate(tmp_path):
@@ -325,7 +330,9 @@ def test_an_evaluation_line_is_no_training_record_and_a_prefixless_mmcv_record_i
     # SparseDrive: an mmcv record pasted from `lr: 1.819e-04, eta: ...` on, its `Iter [i/N]` cut off
     run, d, facts = run_case(tmp_path / "b", "sparsedrive-27-loss-nan-gradnorm-nan-fewer-gpus-lr")
     assert train_records(run) == facts["step_records"] == 1
-    vals = dict(run.metrics.filter(pl.col("name").is_in(["loss", "grad_norm", "lr"])).select("name", "value").iter_rows())
+    vals = dict(
+        run.metrics.filter(pl.col("name").is_in(["loss", "grad_norm", "lr"])).select("name", "value").iter_rows()
+    )
     assert math.isnan(vals["loss"]) and math.isnan(vals["grad_norm"]) and vals["lr"] == pytest.approx(1.819e-04)
     assert d["verdict"]["status"] == "unstable"
 

@@ -57,17 +57,17 @@ def test_unstable_run_report(browser, tmp_path):
     _check_page(status)
     dom = status.dom
     # the incident card names its top sample IDs; the hostile one is text, not an element
-    card = dom[dom.index('id="incident-inc-1"'):]
-    card = card[:card.index("</article>")]
+    card = dom[dom.index('id="incident-inc-1"') :]
+    card = card[: card.index("</article>")]
     assert "shard03-000123" in card
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in card
     assert "<script>alert" not in dom
     # NaN steps are listed
-    nonfinite = dom[dom.index('id="nonfinite"'):dom.index('id="incidents"')]
+    nonfinite = dom[dom.index('id="nonfinite"') : dom.index('id="incidents"')]
     assert "loss = nan" in nonfinite and "1493-1494" in nonfinite
     # the layer heatmap drew, and names the offending layer
-    heat = dom[dom.index('id="chart-layers"'):]
-    heat = heat[:heat.index("</figure>")]
+    heat = dom[dom.index('id="chart-layers"') :]
+    heat = heat[: heat.index("</figure>")]
     assert 'data-rendered="1"' in heat and "transformer.h.3.attn.c_attn" in heat and "▶" in heat
     # plotly decoded our escaped labels to visible text, not markup
     assert "alert(1)" not in heat
@@ -93,8 +93,8 @@ def test_sample_run_report(browser, run_dir, tmp_path):
     dom = status.dom
     assert diagnosis["verdict"]["status"].upper() in dom
     for inc in diagnosis["incidents"]:
-        card = dom[dom.index(f'id="incident-{inc["id"]}"'):]
-        card = card[:card.index("</article>")]
+        card = dom[dom.index(f'id="incident-{inc["id"]}"') :]
+        card = card[: card.index("</article>")]
         for sample in inc["sample_ids"][:3]:
             assert _html_text(sample) in card
     if run.layers.height:

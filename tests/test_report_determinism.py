@@ -24,7 +24,9 @@ REAL_DIR = SAMPLE_LOGS / "real" / "dev"
 CASES = {
     "fixture-layers-manifest": [TUNE / "data_outlier_clip"],
     "fixture-nan-layers-resume": [TUNE / "nan_recurs_after_resume"],  # NaN cells in the layer heatmap
-    "real-rank-evidence": [REAL_DIR / "megatron-deepspeed-tr11-176b-gpu-crash-cuda-unknown-error" / "chronicles_excerpt.log"],
+    "real-rank-evidence": [
+        REAL_DIR / "megatron-deepspeed-tr11-176b-gpu-crash-cuda-unknown-error" / "chronicles_excerpt.log"
+    ],
 }
 # the only parts of the outputs that may differ between two runs (templates/report.html marks them)
 VOLATILE = re.compile(r'(data-volatile="\w+">)[^<]*(<)')
@@ -37,14 +39,33 @@ def _diagnose(paths, workdir, seed: str) -> dict[str, bytes]:
     env = {**os.environ, "PYTHONHASHSEED": seed, "NO_COLOR": "1"}
     env.pop("SPIKEFORENSICS_STORE", None)
     done = subprocess.run(
-        [sys.executable, "-m", "spikeforensics", "diagnose", *map(str, paths), "--run", "r",
-         "--store", str(workdir / "store"), "--out", str(out)],
-        env=env, cwd=workdir, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "spikeforensics",
+            "diagnose",
+            *map(str, paths),
+            "--run",
+            "r",
+            "--store",
+            str(workdir / "store"),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     html = VOLATILE.sub(r"\1\2", out.read_text(encoding="utf-8"))
-    return {"json": (workdir / "report.json").read_bytes(), "skiplist": (workdir / "report.skiplist.json").read_bytes(),
-            "markdown": (workdir / "report.md").read_bytes(), "html": html.encode()}
+    return {
+        "json": (workdir / "report.json").read_bytes(),
+        "skiplist": (workdir / "report.skiplist.json").read_bytes(),
+        "markdown": (workdir / "report.md").read_bytes(),
+        "html": html.encode(),
+    }
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -60,4 +81,6 @@ def test_two_fresh_runs_write_the_same_bytes(case, tmp_path):
 
 def test_the_scrub_leaves_everything_but_the_volatile_parts():
     page = '<dd><span class="volatile" data-volatile="generated">2026-01-01 10:00 UTC</span> x <b>run</b></dd>'
-    assert VOLATILE.sub(r"\1\2", page) == '<dd><span class="volatile" data-volatile="generated"></span> x <b>run</b></dd>'
+    assert (
+        VOLATILE.sub(r"\1\2", page) == '<dd><span class="volatile" data-volatile="generated"></span> x <b>run</b></dd>'
+    )

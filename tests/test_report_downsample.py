@@ -15,14 +15,24 @@ def _series(n, seed=0):
 
 def test_minmax_keeps_global_and_bucket_extremes():
     frame = _series(100_000).with_columns(
-        pl.when(pl.col("step") == 51_234).then(99.0).when(pl.col("step") == 7).then(-50.0).otherwise(pl.col("value")).alias("value"))
+        pl.when(pl.col("step") == 51_234)
+        .then(99.0)
+        .when(pl.col("step") == 7)
+        .then(-50.0)
+        .otherwise(pl.col("value"))
+        .alias("value")
+    )
     out = ds.minmax_buckets(frame, 1000, "step", "value")
     assert out.height <= 1000
     assert out.get_column("y").max() == 99.0 and out.filter(pl.col("y") == 99.0).get_column("x")[0] == 51_234
     assert out.get_column("y").min() == -50.0
     # every bucket's max survives: compare against a direct per-bucket max
     # same bucket edges as the implementation: 500 equal-width buckets over [0, 99_999]
-    direct = frame.with_columns((pl.col("step") * 500 / 99_999).floor().clip(0, 499).alias("b")).group_by("b").agg(pl.col("value").max())
+    direct = (
+        frame.with_columns((pl.col("step") * 500 / 99_999).floor().clip(0, 499).alias("b"))
+        .group_by("b")
+        .agg(pl.col("value").max())
+    )
     kept = set(out.get_column("y").to_list())
     assert all(v in kept for v in direct.get_column("value").to_list())
 
@@ -44,11 +54,15 @@ def test_small_series_untouched():
 def test_every_nonfinite_row_is_listed_not_dropped():
     frame = _series(200_000)
     bad = {10: math.nan, 150_001: math.inf, 150_002: -math.inf, 199_999: math.nan}
-    frame = frame.with_columns(pl.col("step").replace_strict(list(bad), list(bad.values()), default=pl.col("value"),
-                                                            return_dtype=pl.Float64).alias("value"))
+    frame = frame.with_columns(
+        pl.col("step")
+        .replace_strict(list(bad), list(bad.values()), default=pl.col("value"), return_dtype=pl.Float64)
+        .alias("value")
+    )
     d = ds.downsample_series(frame, "step", "value", 1000)
-    assert dict(zip(d.nonfinite.get_column("x").cast(pl.Int64).to_list(), d.nonfinite.get_column("kind").to_list())) == {
-        10: "nan", 150_001: "inf", 150_002: "-inf", 199_999: "nan"}
+    assert dict(
+        zip(d.nonfinite.get_column("x").cast(pl.Int64).to_list(), d.nonfinite.get_column("kind").to_list())
+    ) == {10: "nan", 150_001: "inf", 150_002: "-inf", 199_999: "nan"}
     assert d.frame.get_column("y").is_finite().all()
     assert d.n_in == 200_000 - 4
 
@@ -62,7 +76,9 @@ def test_incident_window_kept_at_full_resolution():
 
 
 def test_window_series_full_resolution_and_nonfinite():
-    frame = _series(10_000).with_columns(pl.when(pl.col("step") == 5005).then(float("nan")).otherwise(pl.col("value")).alias("value"))
+    frame = _series(10_000).with_columns(
+        pl.when(pl.col("step") == 5005).then(float("nan")).otherwise(pl.col("value")).alias("value")
+    )
     w = ds.window_series(frame, "step", "value", 4990, 5020)
     assert w.n_out == 30 and not w.downsampled
     assert w.nonfinite.get_column("x").to_list() == [5005.0]

@@ -36,8 +36,10 @@ def _check(name: str, html: str) -> None:
     if text != expected:
         actual.parent.mkdir(parents=True, exist_ok=True)
         actual.write_text(text, encoding="utf-8")
-        raise AssertionError(f"{name} differs from {gold} (new page in {actual}; "
-                             "diff them, and set SPIKEFORENSICS_REGEN_GOLD=1 if the change is intended)")
+        raise AssertionError(
+            f"{name} differs from {gold} (new page in {actual}; "
+            "diff them, and set SPIKEFORENSICS_REGEN_GOLD=1 if the change is intended)"
+        )
 
 
 def test_scrub_removes_only_volatile_parts():

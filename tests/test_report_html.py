@@ -79,14 +79,14 @@ def test_overview_keeps_the_spike(page):
 
 
 def test_nonfinite_steps_listed(page):
-    section = page[page.index('id="nonfinite"'):page.index('id="incidents"')]
+    section = page[page.index('id="nonfinite"') : page.index('id="incidents"')]
     assert "loss = nan" in section and "1493-1494" in section
     assert "grad norm = inf" in section and "step 1493" in section
 
 
 def test_incident_card_content(page):
-    card = page[page.index('id="incident-inc-1"'):]
-    card = card[:card.index("</article>")]
+    card = page[page.index('id="incident-inc-1"') :]
+    card = card[: card.index("</article>")]
     assert "CRITICAL" in card and "86% confidence" in card
     assert "Runner-up: hardware fault" in card and "(10%)" in card
     assert "shard03-000123" in card and "and 4 more" in card
@@ -102,8 +102,13 @@ def test_heatmap_names_offending_layer(page):
 
 
 def test_minimal_diagnosis_and_empty_run_render():
-    diagnosis = {"schema_version": 1, "run_id": "empty", "steps": {"first": None, "last": None, "count": 0},
-                 "verdict": {"status": "healthy", "root_cause": None, "summary": ""}, "incidents": []}
+    diagnosis = {
+        "schema_version": 1,
+        "run_id": "empty",
+        "steps": {"first": None, "last": None, "count": 0},
+        "verdict": {"status": "healthy", "root_cause": None, "summary": ""},
+        "incidents": [],
+    }
     html = render_html(diagnosis, RunData.from_frames("empty"))
     assert "Healthy: no incident" in html
     assert _data(html) == {"figures": {}}
@@ -126,7 +131,7 @@ def test_log_lines_read_from_the_source_file(tmp_path):
     log.write_text("".join(f"line {i} <b>x</b>\n" for i in range(1, 7001)))
     d = make_diagnosis(with_log_lines=False)
     html = render_html(d, make_run(log_path=str(log)))
-    card = html[html.index('id="incident-inc-1"'):]
+    card = html[html.index('id="incident-inc-1"') :]
     assert 'logline peak"><span class="ln">2984</span>line 2984 &lt;b&gt;x&lt;/b&gt;' in card
     assert ">2978</span>" in card and ">2990</span>" in card
 
@@ -144,7 +149,9 @@ def test_markdown_export():
 def test_terminal_summary():
     lines = summary_lines(make_diagnosis(), {"report": "/tmp/r.html", "json": "/tmp/d.json"})
     assert lines[0].startswith("run gpt-small-03: Unstable: 2 incidents")
-    assert any("inc-1 CRITICAL" in l and "step 1492" in l and "data_outlier 86%" in l and "shard03-000123" in l for l in lines)
+    assert any(
+        "inc-1 CRITICAL" in l and "step 1492" in l and "data_outlier 86%" in l and "shard03-000123" in l for l in lines
+    )
     assert lines[-2:] == ["report: /tmp/r.html", "json: /tmp/d.json"]
     assert not any("\x1b[" in l for l in lines)
 
@@ -152,7 +159,9 @@ def test_terminal_summary():
 def test_write_reports(tmp_path):
     d = make_diagnosis()
     d["incidents"][1]["evidence"].append({"signal": "loss", "step": 1493, "value": math.nan})
-    paths = write_reports(d, make_run(), tmp_path / "r" / "report.html", tmp_path / "r" / "diagnosis.json", tmp_path / "r" / "report.md")
+    paths = write_reports(
+        d, make_run(), tmp_path / "r" / "report.html", tmp_path / "r" / "diagnosis.json", tmp_path / "r" / "report.md"
+    )
     assert set(paths) == {"html", "json", "skiplist", "markdown"}
     assert json.loads(paths["skiplist"].read_text())["run_id"] == d["run_id"]
     text = paths["json"].read_text()

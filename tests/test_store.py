@@ -38,7 +38,9 @@ def test_ingest_writes_hive_partitioned_parquet_with_schema_version(store, real)
     assert len(files) == 1
     meta = pq.read_schema(files[0]).metadata
     assert meta[b"spikeforensics.schema_version"] == str(schema.SCHEMA_VERSION).encode()
-    scanned = pl.scan_parquet(str(store.root / "tables" / "metrics" / "**" / "*.parquet"), hive_partitioning=True).collect()
+    scanned = pl.scan_parquet(
+        str(store.root / "tables" / "metrics" / "**" / "*.parquet"), hive_partitioning=True
+    ).collect()
     assert set(scanned.get_column("run").unique()) == {"r1"}
     assert (store.root / ".gitignore").read_text().strip().endswith("*")
 

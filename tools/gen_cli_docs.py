@@ -11,7 +11,10 @@ from spikeforensics.cli import cli
 
 def main() -> None:
     runner = CliRunner()
-    parts = ["# Command reference\n", "Generated from `--help` by `python tools/gen_cli_docs.py`; do not edit by hand.\n"]
+    parts = [
+        "# Command reference\n",
+        "Generated from `--help` by `python tools/gen_cli_docs.py`; do not edit by hand.\n",
+    ]
     names = [[]]
     for name, command in cli.commands.items():
         names.append([name])

@@ -8,6 +8,7 @@ telemetry) plus a measured ground_truth.json per run. See tools/README.md.
     /work/venv/bin/python tools/make_runs.py --set all --out sample_logs [--jobs 2]
     /work/venv/bin/python tools/make_runs.py --set tune --only data_outlier_clip
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,19 +28,65 @@ from tools.fixtures import scenarios as SC  # noqa: E402
 from tools.fixtures import writers as W  # noqa: E402
 from tools.fixtures.train import run  # noqa: E402
 
-START = {"tune": datetime(2026, 3, 1, 8, 0, 0), "holdout": datetime(2026, 3, 9, 14, 0, 0),
-         "fresh": datetime(2026, 3, 17, 10, 0, 0), "final": datetime(2026, 3, 24, 9, 0, 0),
-         "blind": datetime(2026, 4, 2, 16, 0, 0), "sealed": datetime(2026, 4, 11, 7, 30, 0)}
+START = {
+    "tune": datetime(2026, 3, 1, 8, 0, 0),
+    "holdout": datetime(2026, 3, 9, 14, 0, 0),
+    "fresh": datetime(2026, 3, 17, 10, 0, 0),
+    "final": datetime(2026, 3, 24, 9, 0, 0),
+    "blind": datetime(2026, 4, 2, 16, 0, 0),
+    "sealed": datetime(2026, 4, 11, 7, 30, 0),
+}
 SETS = list(START)
-SHIFT_KEYS = {"step_start", "step_end", "peak_step", "first_nonfinite_step", "nonfinite_steps",
-              "nonfinite_steps_attempt0", "nonfinite_steps_after_resume", "spike_steps", "steps_layer_over_10x",
-              "first_overflow_step", "last_overflow_step", "loss_min_step", "peak_grad_norm_step",
-              "back_below_initial_at", "occurrences", "probe_below_0_5x_from_step",
-              "probe_below_0_1x_from_step", "step", "steps", "crashed_at", "crash_step", "from_step"}
-KINDS = {"hard_spike", "soft_drift", "nonfinite", "loss_scale_collapse", "underflow_zeros", "sign_ratio_anomaly",
-         "clip_rate_anomaly", "layer_outlier", "vanishing_gradients", "loss_oscillation"}
-CAUSES = {"data_outlier", "data_drift", "hardware_fault", "lr_too_high", "lr_schedule", "fp16_overflow",
-          "fp16_underflow", "clip_misconfigured", "layer_instability", "vanishing_gradients", "model_bug", "unknown"}
+SHIFT_KEYS = {
+    "step_start",
+    "step_end",
+    "peak_step",
+    "first_nonfinite_step",
+    "nonfinite_steps",
+    "nonfinite_steps_attempt0",
+    "nonfinite_steps_after_resume",
+    "spike_steps",
+    "steps_layer_over_10x",
+    "first_overflow_step",
+    "last_overflow_step",
+    "loss_min_step",
+    "peak_grad_norm_step",
+    "back_below_initial_at",
+    "occurrences",
+    "probe_below_0_5x_from_step",
+    "probe_below_0_1x_from_step",
+    "step",
+    "steps",
+    "crashed_at",
+    "crash_step",
+    "from_step",
+}
+KINDS = {
+    "hard_spike",
+    "soft_drift",
+    "nonfinite",
+    "loss_scale_collapse",
+    "underflow_zeros",
+    "sign_ratio_anomaly",
+    "clip_rate_anomaly",
+    "layer_outlier",
+    "vanishing_gradients",
+    "loss_oscillation",
+}
+CAUSES = {
+    "data_outlier",
+    "data_drift",
+    "hardware_fault",
+    "lr_too_high",
+    "lr_schedule",
+    "fp16_overflow",
+    "fp16_underflow",
+    "clip_misconfigured",
+    "layer_instability",
+    "vanishing_gradients",
+    "model_bug",
+    "unknown",
+}
 GRAD_FILES = {"csv": "grads.csv", "jsonl": "layer_grads.jsonl", "parquet": "grad_stats.parquet"}
 
 
@@ -130,8 +177,13 @@ def generate(sc, out_root):
     gname = GRAD_FILES[spec.get("grads_format", "csv")]
     W.write_layers(os.path.join(outdir, gname), rec, spec)
     files["layer_grads"] = gname
-    bname = ("batches.csv" if spec.get("batches_layout") == "per_sample" else
-             "batches.parquet" if spec.get("batches_format") == "parquet" else "batches.jsonl")
+    bname = (
+        "batches.csv"
+        if spec.get("batches_layout") == "per_sample"
+        else "batches.parquet"
+        if spec.get("batches_format") == "parquet"
+        else "batches.jsonl"
+    )
     W.write_batches(os.path.join(outdir, bname), rec, spec)
     files["batches"] = bname
     if sc.telemetry:
@@ -143,25 +195,50 @@ def generate(sc, out_root):
         files["kernel_log"] = "kern.log"
     fmt = spec["format"]
     gt = dict(
-        scenario=sc.name, set=sc.set, format=fmt, seed=cfg.seed, healthy=sc.healthy,
+        scenario=sc.name,
+        set=sc.set,
+        format=fmt,
+        seed=cfg.seed,
+        healthy=sc.healthy,
         incidents=[shift(i, off) for i in incidents],
         injected=shift(sc.injected, off),
         notes=sc.notes,
         summary=shift(summary, 0),
         effect_visible=bool(ok),
         files=files,
-        step_numbering=("nanoGPT `iter N` (N = optimizer steps completed - 1)" if off == -1 else
-                        "optimizer steps as the log prints them (skipped fp16 steps included)"),
+        step_numbering=(
+            "nanoGPT `iter N` (N = optimizer steps completed - 1)"
+            if off == -1
+            else "optimizer steps as the log prints them (skipped fp16 steps included)"
+        ),
         per_sample_losses=spec.get("sample_losses", True),
-        clock_start=START[sc.set].isoformat(), seconds_per_step=cfg.step_time,
-        config=dict(n_layer=cfg.n_layer, d_model=cfg.d_model, n_head=cfg.n_head, seq_len=cfg.seq_len,
-                    micro_batch_size=cfg.micro_bs, grad_accum=cfg.n_micro, world_size=cfg.world,
-                    global_batch_size=cfg.global_batch, steps=cfg.steps, lr=cfg.lr, min_lr=cfg.min_lr,
-                    warmup=cfg.warmup, schedule=cfg.schedule, weight_decay=cfg.weight_decay, betas=list(cfg.betas),
-                    eps=cfg.eps, clip=cfg.clip, clip_basis=clip_basis, precision=cfg.precision,
-                    initial_loss_scale=cfg.init_scale if cfg.precision == "fp16" else None,
-                    checkpoint_interval=cfg.ckpt_interval, eval_interval=cfg.eval_interval,
-                    n_params=rec["n_params"]),
+        clock_start=START[sc.set].isoformat(),
+        seconds_per_step=cfg.step_time,
+        config=dict(
+            n_layer=cfg.n_layer,
+            d_model=cfg.d_model,
+            n_head=cfg.n_head,
+            seq_len=cfg.seq_len,
+            micro_batch_size=cfg.micro_bs,
+            grad_accum=cfg.n_micro,
+            world_size=cfg.world,
+            global_batch_size=cfg.global_batch,
+            steps=cfg.steps,
+            lr=cfg.lr,
+            min_lr=cfg.min_lr,
+            warmup=cfg.warmup,
+            schedule=cfg.schedule,
+            weight_decay=cfg.weight_decay,
+            betas=list(cfg.betas),
+            eps=cfg.eps,
+            clip=cfg.clip,
+            clip_basis=clip_basis,
+            precision=cfg.precision,
+            initial_loss_scale=cfg.init_scale if cfg.precision == "fp16" else None,
+            checkpoint_interval=cfg.ckpt_interval,
+            eval_interval=cfg.eval_interval,
+            n_params=rec["n_params"],
+        ),
     )
     check_ground_truth(gt)
     with open(os.path.join(outdir, "ground_truth.json"), "w") as fh:
@@ -191,19 +268,24 @@ def write_readme(out_root):
             if os.path.exists(p):
                 with open(p) as fh:
                     rows.append(json.load(fh))
-    lines = ["# sample_logs: labelled fixture training runs", "",
-             "Generated by `tools/make_runs.py` (see `tools/README.md`): a tiny GPT trained on the CPU with PyTorch,",
-             "faults injected into the real training loop, every number measured from that training.",
-             "Do not edit by hand; regenerate. One folder per run: `<set>/<scenario>/`, with the framework log,",
-             "a per-layer gradient dump, a batch manifest (`batches.jsonl`), GPU telemetry where the scenario",
-             "needs it, and `ground_truth.json` (schema in `tools/README.md`).", "",
-             "The `tune` set is for developing detectors; the `holdout` set repeats the scenario list with other",
-             "seeds, formats, depths, batch sizes, fault magnitudes and steps (and some manifests without",
-             "per-sample losses) and is for scoring. The `fresh`, `final`, `blind` and `sealed` sets repeat the holdout",
-             "variants with new seeds, widths, batches, learning rates and data mixes (`sealed` with a per-sample CSV",
-             "manifest, `batches.csv`); `benchmarks/README.md` records when each set was looked at.", "",
-             "| set | scenario | format | files | healthy | what happened (measured) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "# sample_logs: labelled fixture training runs",
+        "",
+        "Generated by `tools/make_runs.py` (see `tools/README.md`): a tiny GPT trained on the CPU with PyTorch,",
+        "faults injected into the real training loop, every number measured from that training.",
+        "Do not edit by hand; regenerate. One folder per run: `<set>/<scenario>/`, with the framework log,",
+        "a per-layer gradient dump, a batch manifest (`batches.jsonl`), GPU telemetry where the scenario",
+        "needs it, and `ground_truth.json` (schema in `tools/README.md`).",
+        "",
+        "The `tune` set is for developing detectors; the `holdout` set repeats the scenario list with other",
+        "seeds, formats, depths, batch sizes, fault magnitudes and steps (and some manifests without",
+        "per-sample losses) and is for scoring. The `fresh`, `final`, `blind` and `sealed` sets repeat the holdout",
+        "variants with new seeds, widths, batches, learning rates and data mixes (`sealed` with a per-sample CSV",
+        "manifest, `batches.csv`); `benchmarks/README.md` records when each set was looked at.",
+        "",
+        "| set | scenario | format | files | healthy | what happened (measured) |",
+        "|---|---|---|---|---|---|",
+    ]
     for g in rows:
         files = ", ".join(f"`{v}`" for v in g["files"].values())
         what = g["summary"].replace("|", "/")
@@ -211,11 +293,17 @@ def write_readme(out_root):
             i = g["incidents"][0]
             more = f" (+{len(g['incidents']) - 1} more incidents)" if len(g["incidents"]) > 1 else ""
             what = f"**{i['root_cause']}** / {i['kind']} steps {i['step_start']}-{i['step_end']}{more}: " + what
-        lines.append(f"| {g['set']} | {g['scenario']} | {g['format']} | {files} | {'yes' if g['healthy'] else 'no'} | {what} |")
-    lines += ["", "Formats: `hf` = HuggingFace Trainer stdout (tqdm bars + dicts), `megatron` = Megatron-LM iteration lines,",
-              "`deepspeed` = HF Trainer stdout with DeepSpeed engine logger lines, `deepspeed_megatron` = Megatron-DeepSpeed",
-              "iteration lines with DeepSpeed logger lines, `nanogpt` = nanoGPT `iter N:` lines (no grad norm),",
-              "`jsonl` = generic metrics JSONL.", ""]
+        lines.append(
+            f"| {g['set']} | {g['scenario']} | {g['format']} | {files} | {'yes' if g['healthy'] else 'no'} | {what} |"
+        )
+    lines += [
+        "",
+        "Formats: `hf` = HuggingFace Trainer stdout (tqdm bars + dicts), `megatron` = Megatron-LM iteration lines,",
+        "`deepspeed` = HF Trainer stdout with DeepSpeed engine logger lines, `deepspeed_megatron` = Megatron-DeepSpeed",
+        "iteration lines with DeepSpeed logger lines, `nanogpt` = nanoGPT `iter N:` lines (no grad norm),",
+        "`jsonl` = generic metrics JSONL.",
+        "",
+    ]
     with open(os.path.join(out_root, "README.md"), "w") as fh:
         fh.write("\n".join(lines))
 
@@ -244,7 +332,17 @@ def main(argv=None):
         while pending or running:
             while pending and len(running) < args.jobs:
                 s, n = pending.pop(0)
-                cmd = [sys.executable, os.path.abspath(__file__), "--set", s, "--only", n, "--out", args.out, "--no-readme"]
+                cmd = [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--set",
+                    s,
+                    "--only",
+                    n,
+                    "--out",
+                    args.out,
+                    "--no-readme",
+                ]
                 running.append(((s, n), subprocess.Popen(cmd)))
                 if n == "hardware_fault_ddp":
                     break

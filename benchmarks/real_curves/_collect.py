@@ -15,6 +15,7 @@ It also computes the health statistics quoted in PROVENANCE.md:
   * tail_vs_start: median(loss, last 10%) / median(loss, records 5%-15%) (< 1: not diverged)
 Run:  .venv/bin/python benchmarks/real_curves/_collect.py
 """
+
 from __future__ import annotations
 
 import json
@@ -34,14 +35,16 @@ def git_show(repo: str, commit: str, path: str) -> str:
     gitdir = MIRROR / repo.replace("/", "+") / "repo"
     return subprocess.run(
         ["git", f"--git-dir={gitdir}", "show", f"{commit}:{path}"],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout.decode("utf-8", errors="replace")
 
 
 def git_head(repo: str) -> str:
     gitdir = MIRROR / repo.replace("/", "+") / "repo"
-    return subprocess.run(["git", f"--git-dir={gitdir}", "rev-parse", "HEAD"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", f"--git-dir={gitdir}", "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 # ---------------------------------------------------------------- parsers
@@ -108,11 +111,11 @@ def _unused_parse_llamafactory_jsonl(text: str) -> dict:
     return rows
 
 
-def parse_lightning_csv(text: str, loss_col: str, lr_col: str | None = None,
-                        gn_col: str | None = None) -> dict:
+def parse_lightning_csv(text: str, loss_col: str, lr_col: str | None = None, gn_col: str | None = None) -> dict:
     """Lightning CSVLogger metrics.csv: rows where loss_col is non-empty (step-level train rows)."""
     import csv
     import io
+
     rows = {"step": [], "loss": []}
     if lr_col:
         rows["lr"] = []
@@ -148,7 +151,9 @@ def parse_build_nanogpt(text: str) -> dict:
     return rows
 
 
-RE_MEGATRON = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?learning rate: ([-+0-9.eE]+) \|.*?lm loss: ([-+0-9.eEnaif]+) \|(?:.*?grad norm: ([-+0-9.eEnaif]+) \|)?")
+RE_MEGATRON = re.compile(
+    r"iteration\s+(\d+)/\s*\d+ \|.*?learning rate: ([-+0-9.eE]+) \|.*?lm loss: ([-+0-9.eEnaif]+) \|(?:.*?grad norm: ([-+0-9.eEnaif]+) \|)?"
+)
 
 
 def parse_megatron(text: str) -> dict:
@@ -170,7 +175,9 @@ def parse_megatron(text: str) -> dict:
     return rows
 
 
-RE_LLMC_STDOUT = re.compile(r"^step\s+(\d+)/\d+ \| loss\s+([-+0-9.eEnaif]+) \([^)]*\)\| norm\s+([-+0-9.eEnaif]+) \([^)]*\)\| lr ([-+0-9.eE]+) \|")
+RE_LLMC_STDOUT = re.compile(
+    r"^step\s+(\d+)/\d+ \| loss\s+([-+0-9.eEnaif]+) \([^)]*\)\| norm\s+([-+0-9.eEnaif]+) \([^)]*\)\| lr ([-+0-9.eE]+) \|"
+)
 
 
 def parse_llmc_stdout(text: str) -> dict:
@@ -186,7 +193,9 @@ def parse_llmc_stdout(text: str) -> dict:
     return rows
 
 
-RE_BNG_STDOUT = re.compile(r"^step\s+(\d+) \| loss: ([-+0-9.eEnaif]+) \| lr ([-+0-9.eE]+) \| norm: ([-+0-9.eEnaif]+) \|")
+RE_BNG_STDOUT = re.compile(
+    r"^step\s+(\d+) \| loss: ([-+0-9.eEnaif]+) \| lr ([-+0-9.eE]+) \| norm: ([-+0-9.eEnaif]+) \|"
+)
 
 
 def parse_build_nanogpt_stdout(text: str) -> dict:
@@ -202,7 +211,9 @@ def parse_build_nanogpt_stdout(text: str) -> dict:
     return rows
 
 
-RE_D2 = re.compile(r"d2\.utils\.events INFO:\s+eta: \S+\s+iter: (\d+)\s+total_loss: ([-+0-9.eEnaif]+)\s.*?\blr: ([-+0-9.eE]+)")
+RE_D2 = re.compile(
+    r"d2\.utils\.events INFO:\s+eta: \S+\s+iter: (\d+)\s+total_loss: ([-+0-9.eEnaif]+)\s.*?\blr: ([-+0-9.eE]+)"
+)
 
 
 def parse_detectron2(text: str) -> dict:
@@ -255,84 +266,198 @@ PARSERS = {
 MNG = "KellerJordan/modded-nanogpt"
 T1 = "records/track_1_short/"
 SOURCES: list[dict] = [
-    dict(id="llmc-gpt2-124m-10b-h100-19560", repo=MNG, path=T1 + "2024-10-13_llmc/main.log",
-         parser="llmc", framework="llm.c", model="GPT-2 124M (d12), 10.26B tokens, 8xH100"),
-    dict(id="llmc-gpt2-124m-10b-run-b-19552", repo="SiddanthEmani/GPT-2-124M-CUDA", path="log124M/main.log",
-         parser="llmc", framework="llm.c", model="GPT-2 124M (d12), llm.c GPT-2 repro (independent run)"),
-    dict(id="llmc-stdout-gpt2-124m-19560", repo="HectorFCardenas/llm.c", path="gpt2_train.11685414.log",
-         parser="llmc_stdout", framework="llm.c (stdout of train_gpt2cu, slurm log)",
-         model="GPT-2 124M (d12), 19560 steps"),
-    dict(id="llmc-format-adamw-baseline-124m-9536", repo=MNG,
-         path=T1 + "2024-06-06_AdamW/f66d43d7-e449-4029-8adf-e8537bab49ea.log",
-         parser="llmc", framework="PyTorch (llm.c train_gpt2.py log format)",
-         model="GPT-2 124M, AdamW baseline, batch 2^19, ~5B tokens"),
-    dict(id="modded-nanogpt-soap-124m-6000", repo=MNG,
-         path=T1 + "2024-10-09_SOAP/5bdc3988-496c-4232-b4ef-53764cb81c92.txt",
-         parser="modded_nanogpt", framework="modded-nanogpt (PyTorch)", model="GPT-2 124M, SOAP optimizer"),
-    dict(id="modded-nanogpt-muon-124m-6200", repo=MNG,
-         path=T1 + "2024-10-10_Muon/eb5659d0-fb6a-49e5-a311-f1f89412f726.txt",
-         parser="modded_nanogpt", framework="modded-nanogpt (PyTorch)", model="GPT-2 124M, Muon optimizer"),
-    dict(id="modded-nanogpt-shampoo-124m-5100", repo=MNG,
-         path=T1 + "2024-10-29_Optimizers/8bfe4e35-c3fc-4b70-a984-3be937b71ff3.txt",
-         parser="modded_nanogpt", framework="modded-nanogpt (PyTorch)",
-         model="GPT-2 124M, DistributedShampoo (optimizer comparison)"),
-    dict(id="modded-nanogpt-scaleup1b-20344-a", repo=MNG,
-         path=T1 + "2024-10-20_ScaleUp1B/87bd51fd-6203-4c88-b3aa-8a849a6a83ca.txt",
-         parser="modded_nanogpt", framework="modded-nanogpt (PyTorch)", model="~1.5B GPT (ScaleUp1B record)"),
-    dict(id="modded-nanogpt-scaleup1b-20344-b", repo=MNG,
-         path=T1 + "2024-10-20_ScaleUp1B/ad8d7ae5-7b2d-4ee9-bc52-f912e9174d7a.txt",
-         parser="modded_nanogpt", framework="modded-nanogpt (PyTorch)", model="~1.5B GPT (ScaleUp1B record), 2nd run"),
-    dict(id="modded-nanogpt-scaleshortcuts-124m-19073", repo=MNG,
-         path=T1 + "2024-11-10_ScaleShortcuts/4897c987-9d09-435c-a23f-20585912936a.txt",
-         parser="modded_nanogpt", framework="modded-nanogpt (PyTorch)", model="GPT-2 124M, long (19073-step) run"),
-    dict(id="modded-nanogpt-fp4-124m-19073", repo=MNG,
-         path=T1 + "2024-11-14_QuantizedFP4/932bbe0e-41c3-4a5b-94bd-4ea3350909bd.txt",
-         parser="modded_nanogpt", framework="modded-nanogpt (PyTorch)", model="GPT-2 124M, QuantizedFP4 experiment"),
-    dict(id="hf-llamafactory-llama2-7b-qlora-pretrain-1742", repo="suzushi-tw/luojiu-7b-base",
-         path="trainer_state.json", parser="hf_trainer_state",
-         framework="HF Transformers Trainer (via LLaMA-Factory), trainer_state.json",
-         model="Llama-2 7B QLoRA continued pretraining (Traditional Chinese), 1x A10, 8712 steps, logging_steps=5"),
-    dict(id="build-nanogpt-gpt2-124m-2xh100-19073", repo="csabapalfi/build-nanogpt",
-         path="log/train-2x-h100-epoch-1.log", parser="build_nanogpt_stdout",
-         framework="PyTorch DDP (karpathy/build-nanogpt train_gpt2.py stdout)",
-         model="GPT-2 124M, FineWeb-Edu 10B, 2xH100, epoch 1 (steps 0-19072)"),
-    dict(id="build-nanogpt-gpt2-124m-2xh100-epoch2-resumed", repo="csabapalfi/build-nanogpt",
-         path="log/train-2x-h100-epoch-2.log", parser="build_nanogpt_stdout",
-         framework="PyTorch DDP (karpathy/build-nanogpt train_gpt2.py stdout)",
-         model="GPT-2 124M, FineWeb-Edu 10B, 2xH100, epoch 2 resumed from checkpoint (steps 19072-38145)"),
-    dict(id="detectron2-frcnn-supervised-lr0p004-2097", repo="HaowenGuan/NYU-Semi-Supervise-Object-Detection",
-         path="output/log_supervised_lr_0.004_warmup.txt", parser="detectron2",
-         framework="detectron2 (d2.utils.events text log)",
-         model="Faster R-CNN (detectron2), supervised, base lr 0.004 with warmup, 6x A6000, log every 20 iters"),
-    dict(id="detectron2-frcnn-supervised-lr0p010-2846", repo="HaowenGuan/NYU-Semi-Supervise-Object-Detection",
-         path="output/log_supervised_lr_0.010.txt", parser="detectron2",
-         framework="detectron2 (d2.utils.events text log)",
-         model="Faster R-CNN (detectron2), supervised, lr 0.010 (continued from a trained model), log every 20 iters"),
-    dict(id="megatron-core-t5-release-100k-20001", repo="NVIDIA/Megatron-LM", path="tests/functional_tests/test_cases/t5/t5_release/golden_values_dev_dgx_h100.json",
-         parser="megatron_golden", framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
-         model="T5 release test (t5_release), DGX H100, 100k iterations"),
-    dict(id="megatron-core-gpt3-15b-8t-release-10173", repo="NVIDIA/Megatron-LM", path="tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json",
-         parser="megatron_golden", framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
-         model="GPT-3 15B (gpt3_15b_8t_release), DGX H100, iterations 1-50860"),
-    dict(id="megatron-core-deepseekv3-proxy-release-9537", repo="NVIDIA/Megatron-LM", path="tests/functional_tests/test_cases/mixtral/deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release/golden_values_dev_dgx_h100.json",
-         parser="megatron_golden", framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
-         model="DeepSeek-V3 proxy MoE (tp1 pp4 ep16), DGX H100, 47680 iterations"),
-    dict(id="megatron-core-nemotron3-super-release-4769", repo="NVIDIA/Megatron-LM", path="tests/functional_tests/test_cases/nemotron/nemotron3_super_release_gb200/golden_values_dev_dgx_gb200.json",
-         parser="megatron_golden", framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
-         model="Nemotron-3 Super release test, DGX GB200, 23840 iterations"),
-    dict(id="megatron-core-mixtral-8x7b-release-4538", repo="NVIDIA/Megatron-LM", path="tests/functional_tests/test_cases/mixtral/mixtral_8x7b_alltoall_tp2pp4ep4_release/golden_values_dev_dgx_h100.json",
-         parser="megatron_golden", framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
-         model="Mixtral 8x7B (tp2 pp4 ep4, alltoall), DGX H100, iterations 1-22685"),
-    dict(id="megatron-core-bert-release-4001", repo="NVIDIA/Megatron-LM", path="tests/functional_tests/test_cases/bert/bert_release/golden_values_dev_dgx_h100.json",
-         parser="megatron_golden", framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
-         model="BERT release test, DGX H100, 20000 iterations"),
-    dict(id="megatron-core-gpt3-fp8-tp2pp2-2000", repo="NVIDIA/Megatron-LM", path="tests/functional_tests/test_cases/gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap/golden_values_dev_dgx_h100.json",
-         parser="megatron_golden", framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every iteration)",
-         model="GPT-3 weekly test, native FP8 current scaling, tp2 pp2, DGX H100, 2000 iterations"),
-    dict(id="hf-trainer-chatglm3-6b-lora-advertisegen-1000", repo="edwinjiang141/edwin_GLM",
-         path="checkpoint-10000/trainer_state.json", parser="hf_trainer_state",
-         framework="HF Transformers Trainer, trainer_state.json",
-         model="ChatGLM3-6B LoRA fine-tune on AdvertiseGen (official finetune demo), T4 16GB, 10000 steps, logging_steps=10"),
+    dict(
+        id="llmc-gpt2-124m-10b-h100-19560",
+        repo=MNG,
+        path=T1 + "2024-10-13_llmc/main.log",
+        parser="llmc",
+        framework="llm.c",
+        model="GPT-2 124M (d12), 10.26B tokens, 8xH100",
+    ),
+    dict(
+        id="llmc-gpt2-124m-10b-run-b-19552",
+        repo="SiddanthEmani/GPT-2-124M-CUDA",
+        path="log124M/main.log",
+        parser="llmc",
+        framework="llm.c",
+        model="GPT-2 124M (d12), llm.c GPT-2 repro (independent run)",
+    ),
+    dict(
+        id="llmc-stdout-gpt2-124m-19560",
+        repo="HectorFCardenas/llm.c",
+        path="gpt2_train.11685414.log",
+        parser="llmc_stdout",
+        framework="llm.c (stdout of train_gpt2cu, slurm log)",
+        model="GPT-2 124M (d12), 19560 steps",
+    ),
+    dict(
+        id="llmc-format-adamw-baseline-124m-9536",
+        repo=MNG,
+        path=T1 + "2024-06-06_AdamW/f66d43d7-e449-4029-8adf-e8537bab49ea.log",
+        parser="llmc",
+        framework="PyTorch (llm.c train_gpt2.py log format)",
+        model="GPT-2 124M, AdamW baseline, batch 2^19, ~5B tokens",
+    ),
+    dict(
+        id="modded-nanogpt-soap-124m-6000",
+        repo=MNG,
+        path=T1 + "2024-10-09_SOAP/5bdc3988-496c-4232-b4ef-53764cb81c92.txt",
+        parser="modded_nanogpt",
+        framework="modded-nanogpt (PyTorch)",
+        model="GPT-2 124M, SOAP optimizer",
+    ),
+    dict(
+        id="modded-nanogpt-muon-124m-6200",
+        repo=MNG,
+        path=T1 + "2024-10-10_Muon/eb5659d0-fb6a-49e5-a311-f1f89412f726.txt",
+        parser="modded_nanogpt",
+        framework="modded-nanogpt (PyTorch)",
+        model="GPT-2 124M, Muon optimizer",
+    ),
+    dict(
+        id="modded-nanogpt-shampoo-124m-5100",
+        repo=MNG,
+        path=T1 + "2024-10-29_Optimizers/8bfe4e35-c3fc-4b70-a984-3be937b71ff3.txt",
+        parser="modded_nanogpt",
+        framework="modded-nanogpt (PyTorch)",
+        model="GPT-2 124M, DistributedShampoo (optimizer comparison)",
+    ),
+    dict(
+        id="modded-nanogpt-scaleup1b-20344-a",
+        repo=MNG,
+        path=T1 + "2024-10-20_ScaleUp1B/87bd51fd-6203-4c88-b3aa-8a849a6a83ca.txt",
+        parser="modded_nanogpt",
+        framework="modded-nanogpt (PyTorch)",
+        model="~1.5B GPT (ScaleUp1B record)",
+    ),
+    dict(
+        id="modded-nanogpt-scaleup1b-20344-b",
+        repo=MNG,
+        path=T1 + "2024-10-20_ScaleUp1B/ad8d7ae5-7b2d-4ee9-bc52-f912e9174d7a.txt",
+        parser="modded_nanogpt",
+        framework="modded-nanogpt (PyTorch)",
+        model="~1.5B GPT (ScaleUp1B record), 2nd run",
+    ),
+    dict(
+        id="modded-nanogpt-scaleshortcuts-124m-19073",
+        repo=MNG,
+        path=T1 + "2024-11-10_ScaleShortcuts/4897c987-9d09-435c-a23f-20585912936a.txt",
+        parser="modded_nanogpt",
+        framework="modded-nanogpt (PyTorch)",
+        model="GPT-2 124M, long (19073-step) run",
+    ),
+    dict(
+        id="modded-nanogpt-fp4-124m-19073",
+        repo=MNG,
+        path=T1 + "2024-11-14_QuantizedFP4/932bbe0e-41c3-4a5b-94bd-4ea3350909bd.txt",
+        parser="modded_nanogpt",
+        framework="modded-nanogpt (PyTorch)",
+        model="GPT-2 124M, QuantizedFP4 experiment",
+    ),
+    dict(
+        id="hf-llamafactory-llama2-7b-qlora-pretrain-1742",
+        repo="suzushi-tw/luojiu-7b-base",
+        path="trainer_state.json",
+        parser="hf_trainer_state",
+        framework="HF Transformers Trainer (via LLaMA-Factory), trainer_state.json",
+        model="Llama-2 7B QLoRA continued pretraining (Traditional Chinese), 1x A10, 8712 steps, logging_steps=5",
+    ),
+    dict(
+        id="build-nanogpt-gpt2-124m-2xh100-19073",
+        repo="csabapalfi/build-nanogpt",
+        path="log/train-2x-h100-epoch-1.log",
+        parser="build_nanogpt_stdout",
+        framework="PyTorch DDP (karpathy/build-nanogpt train_gpt2.py stdout)",
+        model="GPT-2 124M, FineWeb-Edu 10B, 2xH100, epoch 1 (steps 0-19072)",
+    ),
+    dict(
+        id="build-nanogpt-gpt2-124m-2xh100-epoch2-resumed",
+        repo="csabapalfi/build-nanogpt",
+        path="log/train-2x-h100-epoch-2.log",
+        parser="build_nanogpt_stdout",
+        framework="PyTorch DDP (karpathy/build-nanogpt train_gpt2.py stdout)",
+        model="GPT-2 124M, FineWeb-Edu 10B, 2xH100, epoch 2 resumed from checkpoint (steps 19072-38145)",
+    ),
+    dict(
+        id="detectron2-frcnn-supervised-lr0p004-2097",
+        repo="HaowenGuan/NYU-Semi-Supervise-Object-Detection",
+        path="output/log_supervised_lr_0.004_warmup.txt",
+        parser="detectron2",
+        framework="detectron2 (d2.utils.events text log)",
+        model="Faster R-CNN (detectron2), supervised, base lr 0.004 with warmup, 6x A6000, log every 20 iters",
+    ),
+    dict(
+        id="detectron2-frcnn-supervised-lr0p010-2846",
+        repo="HaowenGuan/NYU-Semi-Supervise-Object-Detection",
+        path="output/log_supervised_lr_0.010.txt",
+        parser="detectron2",
+        framework="detectron2 (d2.utils.events text log)",
+        model="Faster R-CNN (detectron2), supervised, lr 0.010 (continued from a trained model), log every 20 iters",
+    ),
+    dict(
+        id="megatron-core-t5-release-100k-20001",
+        repo="NVIDIA/Megatron-LM",
+        path="tests/functional_tests/test_cases/t5/t5_release/golden_values_dev_dgx_h100.json",
+        parser="megatron_golden",
+        framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
+        model="T5 release test (t5_release), DGX H100, 100k iterations",
+    ),
+    dict(
+        id="megatron-core-gpt3-15b-8t-release-10173",
+        repo="NVIDIA/Megatron-LM",
+        path="tests/functional_tests/test_cases/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json",
+        parser="megatron_golden",
+        framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
+        model="GPT-3 15B (gpt3_15b_8t_release), DGX H100, iterations 1-50860",
+    ),
+    dict(
+        id="megatron-core-deepseekv3-proxy-release-9537",
+        repo="NVIDIA/Megatron-LM",
+        path="tests/functional_tests/test_cases/mixtral/deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release/golden_values_dev_dgx_h100.json",
+        parser="megatron_golden",
+        framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
+        model="DeepSeek-V3 proxy MoE (tp1 pp4 ep16), DGX H100, 47680 iterations",
+    ),
+    dict(
+        id="megatron-core-nemotron3-super-release-4769",
+        repo="NVIDIA/Megatron-LM",
+        path="tests/functional_tests/test_cases/nemotron/nemotron3_super_release_gb200/golden_values_dev_dgx_gb200.json",
+        parser="megatron_golden",
+        framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
+        model="Nemotron-3 Super release test, DGX GB200, 23840 iterations",
+    ),
+    dict(
+        id="megatron-core-mixtral-8x7b-release-4538",
+        repo="NVIDIA/Megatron-LM",
+        path="tests/functional_tests/test_cases/mixtral/mixtral_8x7b_alltoall_tp2pp4ep4_release/golden_values_dev_dgx_h100.json",
+        parser="megatron_golden",
+        framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
+        model="Mixtral 8x7B (tp2 pp4 ep4, alltoall), DGX H100, iterations 1-22685",
+    ),
+    dict(
+        id="megatron-core-bert-release-4001",
+        repo="NVIDIA/Megatron-LM",
+        path="tests/functional_tests/test_cases/bert/bert_release/golden_values_dev_dgx_h100.json",
+        parser="megatron_golden",
+        framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every 5 iters)",
+        model="BERT release test, DGX H100, 20000 iterations",
+    ),
+    dict(
+        id="megatron-core-gpt3-fp8-tp2pp2-2000",
+        repo="NVIDIA/Megatron-LM",
+        path="tests/functional_tests/test_cases/gpt/gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap/golden_values_dev_dgx_h100.json",
+        parser="megatron_golden",
+        framework="Megatron-LM / Megatron-Core (functional-test golden values, lm loss every iteration)",
+        model="GPT-3 weekly test, native FP8 current scaling, tp2 pp2, DGX H100, 2000 iterations",
+    ),
+    dict(
+        id="hf-trainer-chatglm3-6b-lora-advertisegen-1000",
+        repo="edwinjiang141/edwin_GLM",
+        path="checkpoint-10000/trainer_state.json",
+        parser="hf_trainer_state",
+        framework="HF Transformers Trainer, trainer_state.json",
+        model="ChatGLM3-6B LoRA fine-tune on AdvertiseGen (official finetune demo), T4 16GB, 10000 steps, logging_steps=10",
+    ),
 ]
 
 
@@ -347,9 +472,10 @@ def health(loss: list[float], gn: list | None) -> dict:
     bumps: list[int] = []
     gbumps: list[int] = []
     import statistics as st
+
     win = 50
     for i in range(max(start, win), n):
-        med = st.median(loss[i - win:i])
+        med = st.median(loss[i - win : i])
         if med > 0:
             r = loss[i] / med
             if r > max_jump:
@@ -360,22 +486,31 @@ def health(loss: list[float], gn: list | None) -> dict:
                 n15 += 1
             if r > 1.3:
                 bumps.append(i)
-    a = loss[n // 20: max(n // 20 + 1, n * 15 // 100)]
-    b = loss[n * 9 // 10:]
+    a = loss[n // 20 : max(n // 20 + 1, n * 15 // 100)]
+    b = loss[n * 9 // 10 :]
     tail = st.median(b) / st.median(a) if a and b and st.median(a) else float("nan")
     gmax = None
     if gn and all(x is not None for x in gn):
         g = gn
         gmax = 0.0
         for i in range(max(start, win), n):
-            med = st.median(g[i - win:i])
+            med = st.median(g[i - win : i])
             if med > 0:
                 gmax = max(gmax, g[i] / med)
                 if g[i] / med > 3:
                     gbumps.append(i)
         gmax = round(gmax, 3)
-    return dict(loss_bump_rows_gt1p3=bumps, gn_spike_rows_gt3x=gbumps, gn_max_jump=gmax, n_nonfinite=nonfinite, max_jump=round(max_jump, 3), max_jump_row=at,
-                n_jump_2x=n2x, n_jump_1p5=n15, tail_vs_start=round(tail, 3))
+    return dict(
+        loss_bump_rows_gt1p3=bumps,
+        gn_spike_rows_gt3x=gbumps,
+        gn_max_jump=gmax,
+        n_nonfinite=nonfinite,
+        max_jump=round(max_jump, 3),
+        max_jump_row=at,
+        n_jump_2x=n2x,
+        n_jump_1p5=n15,
+        tail_vs_start=round(tail, 3),
+    )
 
 
 def main(only: list[str] | None = None) -> None:
@@ -388,9 +523,13 @@ def main(only: list[str] | None = None) -> None:
         parser = PARSERS[s["parser"]]
         rows = parser(text, **s.get("parser_kwargs", {}))
         cols = {k: v for k, v in rows.items() if any(x is not None for x in v)}
-        df = pl.DataFrame({"step": pl.Series(cols.pop("step"), dtype=pl.Int64),
-                           "loss": pl.Series(cols.pop("loss"), dtype=pl.Float64),
-                           **{k: pl.Series(v, dtype=pl.Float64) for k, v in cols.items()}})
+        df = pl.DataFrame(
+            {
+                "step": pl.Series(cols.pop("step"), dtype=pl.Int64),
+                "loss": pl.Series(cols.pop("loss"), dtype=pl.Float64),
+                **{k: pl.Series(v, dtype=pl.Float64) for k, v in cols.items()},
+            }
+        )
         h = health(df["loss"].to_list(), df["grad_norm"].to_list() if "grad_norm" in df.columns else None)
         steps = df["step"].to_list()
         h["loss_bump_steps_gt1p3"] = [steps[i] for i in h.pop("loss_bump_rows_gt1p3")]
@@ -398,9 +537,20 @@ def main(only: list[str] | None = None) -> None:
         h["max_jump_step"] = steps[h["max_jump_row"]] if h["max_jump_row"] is not None else None
         mono = bool((df["step"].diff().drop_nulls() > 0).all())
         df.write_parquet(OUT / f"{s['id']}.parquet", compression="zstd", compression_level=19)
-        rec = dict(id=s["id"], repo=s["repo"], path=s["path"], commit=commit, framework=s["framework"],
-                   model=s.get("model", ""), records=df.height, first_step=int(df["step"][0]),
-                   last_step=int(df["step"][-1]), columns=df.columns, step_monotonic=mono, **h)
+        rec = dict(
+            id=s["id"],
+            repo=s["repo"],
+            path=s["path"],
+            commit=commit,
+            framework=s["framework"],
+            model=s.get("model", ""),
+            records=df.height,
+            first_step=int(df["step"][0]),
+            last_step=int(df["step"][-1]),
+            columns=df.columns,
+            step_monotonic=mono,
+            **h,
+        )
         report.append(rec)
         print(json.dumps(rec), flush=True)
     old = {}
@@ -410,8 +560,6 @@ def main(only: list[str] | None = None) -> None:
     for r in report:
         old[r["id"]] = r
     rp.write_text(json.dumps(list(old.values()), indent=1))
-
-
 
 
 # ---------------------------------------------------------------- PROVENANCE.md
@@ -471,11 +619,16 @@ def render_provenance() -> str:
         b = r["loss_bump_steps_gt1p3"]
         bs = f"{len(b)}: " + ", ".join(map(str, b[:6])) + (" ..." if len(b) > 6 else "") if b else "0"
         g = r["gn_spike_steps_gt3x"]
-        gs = (f"{len(g)}: " + ", ".join(map(str, g[:6])) + (" ..." if len(g) > 6 else "")) if g else ("0" if "grad_norm" in r["columns"] else "n/a")
+        gs = (
+            (f"{len(g)}: " + ", ".join(map(str, g[:6])) + (" ..." if len(g) > 6 else ""))
+            if g
+            else ("0" if "grad_norm" in r["columns"] else "n/a")
+        )
         lines.append(
             f"| {r['id']} | github:{r['repo']} `{r['path']}` @ {r['commit'][:12]} | {r['framework']} | {r['model']} | "
             f"{r['records']} | {r['first_step']}-{r['last_step']} | {', '.join(r['columns'])} | {r['max_jump']} | {bs} | {gs} | "
-            f"{r['tail_vs_start']} | {NOTES.get(r['id'], '')} |")
+            f"{r['tail_vs_start']} | {NOTES.get(r['id'], '')} |"
+        )
     return "\n".join(lines) + "\n"
 
 

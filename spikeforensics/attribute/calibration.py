@@ -22,7 +22,9 @@ def clip_rate_meaning(rate: float | None, cp: CalibrationParams) -> str:
     if rate is None:
         return "unknown (no clip threshold or grad norm in the log)"
     if rate > cp.very_high:
-        return f"{rate:.1%} of steps clipped: the threshold is far too small (> {cp.very_high:.0%}); training under-fits"
+        return (
+            f"{rate:.1%} of steps clipped: the threshold is far too small (> {cp.very_high:.0%}); training under-fits"
+        )
     if rate > cp.high:
         return f"{rate:.1%} of steps clipped: LR too high or threshold too tight (> {cp.high:.0%})"
     if rate > cp.healthy_high:
@@ -45,20 +47,29 @@ def regime_warnings(run: RunData) -> list[str]:
     out = []
     b = run.batches.filter(pl.col("step").is_not_null())
     if b.height:
-        per_step = b.group_by("step").agg(
-            pl.col("rank").n_unique().alias("ranks"), pl.col("micro").n_unique().alias("micros"),
-            pl.len().alias("samples"),
-        ).sort("step")
-        for col, what in (("ranks", "world size (ranks per step in the batch manifest)"),
-                          ("micros", "gradient accumulation (micro-batches per step)"),
-                          ("samples", "global batch size (samples per step)")):
+        per_step = (
+            b.group_by("step")
+            .agg(
+                pl.col("rank").n_unique().alias("ranks"),
+                pl.col("micro").n_unique().alias("micros"),
+                pl.len().alias("samples"),
+            )
+            .sort("step")
+        )
+        for col, what in (
+            ("ranks", "world size (ranks per step in the batch manifest)"),
+            ("micros", "gradient accumulation (micro-batches per step)"),
+            ("samples", "global batch size (samples per step)"),
+        ):
             body = per_step.head(max(per_step.height - 1, 1))  # the last step may be partial
             changed = body.filter(pl.col(col) != pl.col(col).shift(1))
             if body.get_column(col).n_unique() > 1 and changed.height:
                 step = int(changed.get_column("step")[0])
                 vals = body.get_column(col).unique(maintain_order=True).to_list()[:4]
-                out.append(f"The {what} changed within the run (values {vals}, first change at step {step}): "
-                           "recalibrate the clip threshold for each regime.")
+                out.append(
+                    f"The {what} changed within the run (values {vals}, first change at step {step}): "
+                    "recalibrate the clip threshold for each regime."
+                )
     for name in ("global_batch_size", "world_size", "gradient_accumulation_steps"):
         s = run.series(name)
         if s.height and s.get_column("value").n_unique() > 1:
@@ -68,8 +79,10 @@ def regime_warnings(run: RunData) -> list[str]:
         per_step = layers.group_by("step").agg(pl.col("layer").n_unique().alias("n")).sort("step")
         body = per_step.head(max(per_step.height - 1, 1))
         if body.get_column("n").n_unique() > 1:
-            out.append("The set of layers in the gradient dump changed within the run (model changed?): "
-                       "recalibrate the clip threshold.")
+            out.append(
+                "The set of layers in the gradient dump changed within the run (model changed?): "
+                "recalibrate the clip threshold."
+            )
     return out
 
 
@@ -77,10 +90,14 @@ def layer_thresholds(run: RunData, ctx: RunContext, cp: CalibrationParams) -> di
     layers = run.layers.filter(pl.col("step").is_not_null() & pl.col("grad_norm").is_finite())
     if layers.height == 0:
         return {}
-    healthy = ctx.healthy(layers.group_by("step", "layer", maintain_order=True).agg(pl.col("grad_norm").max()))  # dump order
-    per = healthy.group_by("layer", maintain_order=True).agg(
-        pl.len().alias("n"), pl.col("grad_norm").quantile(cp.quantile, "linear").alias("q")
-    ).filter(pl.col("n") >= cp.layer_min_steps)
+    healthy = ctx.healthy(
+        layers.group_by("step", "layer", maintain_order=True).agg(pl.col("grad_norm").max())
+    )  # dump order
+    per = (
+        healthy.group_by("layer", maintain_order=True)
+        .agg(pl.len().alias("n"), pl.col("grad_norm").quantile(cp.quantile, "linear").alias("q"))
+        .filter(pl.col("n") >= cp.layer_min_steps)
+    )
     return {row["layer"]: round(float(row["q"]) * cp.margin, 6) for row in per.iter_rows(named=True)}
 
 
@@ -100,14 +117,17 @@ def calibrate(run: RunData, ctx: RunContext, cp: CalibrationParams) -> dict:
         q = float(norms.get_column("value").quantile(cp.quantile, "linear"))
         rec = q * cp.margin
         out["recommended_clip_norm"] = round(rec, 6)
-        out["basis"] = (f"P{cp.quantile * 100:g} of pre-clip grad norm over {norms.height} healthy steps "
-                        f"({q:.4g}) x {cp.margin:g}" + (" (norm derived from the per-layer dump)" if ctx.grad_derived else ""))
+        out["basis"] = (
+            f"P{cp.quantile * 100:g} of pre-clip grad norm over {norms.height} healthy steps "
+            f"({q:.4g}) x {cp.margin:g}" + (" (norm derived from the per-layer dump)" if ctx.grad_derived else "")
+        )
         out["quantile_value"] = q
         out["expected_clip_rate"] = float((finite.get_column("value") > rec).mean()) if finite.height else None
         out["healthy_steps"] = norms.height
     else:
-        out["basis"] = (f"not enough healthy steps with a grad norm ({norms.height} < {cp.min_healthy_steps}); "
-                        "no recommendation")
+        out["basis"] = (
+            f"not enough healthy steps with a grad norm ({norms.height} < {cp.min_healthy_steps}); no recommendation"
+        )
     out["current_clip_source"] = ctx.clip_threshold_source
     out["clip_rate_meaning"] = clip_rate_meaning(current_rate, cp)
     out["layer_clip_norms"] = layer_thresholds(run, ctx, cp)

@@ -78,9 +78,12 @@ def step_level(frame: pl.DataFrame) -> pl.DataFrame:
     if rows.get_column("rank").null_count() == rows.height:
         out = rows.select("attempt", "step", "value", "time")
     else:
-        out = rows.group_by("attempt", "step").agg(
-            pl.col("value").median(), pl.col("time").min(), pl.col("t").min()
-        ).sort("t").drop("t")
+        out = (
+            rows.group_by("attempt", "step")
+            .agg(pl.col("value").median(), pl.col("time").min(), pl.col("t").min())
+            .sort("t")
+            .drop("t")
+        )
     return out.unique(subset=["attempt", "step"], keep="first", maintain_order=True).cast(STEP_SCHEMA)
 
 
@@ -93,8 +96,14 @@ def _per_rank(run: RunData) -> pl.DataFrame:
     layers = run.layers.filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
     if layers.height:
         frames.append(
-            layers.group_by("step", "rank").agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value")).select(
-                pl.lit("layer_norm").alias("signal"), pl.lit(0, dtype=pl.Int32).alias("attempt"), "step", "rank", "value"
+            layers.group_by("step", "rank")
+            .agg((pl.col("grad_norm") ** 2).sum().sqrt().alias("value"))
+            .select(
+                pl.lit("layer_norm").alias("signal"),
+                pl.lit(0, dtype=pl.Int32).alias("attempt"),
+                "step",
+                "rank",
+                "value",
             )
         )
     schema = {"signal": pl.String, "attempt": pl.Int32, "step": pl.Int64, "rank": pl.Int32, "value": pl.Float64}
@@ -124,7 +133,8 @@ def infer_clip_threshold(run: RunData, incidents: list[Incident], params: Params
     post = step_level(run.series("grad_norm_clipped"))
     if pre.height and post.height:
         both = pre.join(post, on=["attempt", "step"], suffix="_post").filter(
-            pl.col("value").is_finite() & pl.col("value_post").is_finite()
+            pl.col("value").is_finite()
+            & pl.col("value_post").is_finite()
             & (pl.col("value_post") < pl.col("value") * (1 - 1e-6))
         )
         if both.height:
@@ -149,7 +159,9 @@ def build_context(run: RunData, incidents: list[Incident], params: Params) -> Ru
         ).unique()
     else:
         unhealthy = pl.DataFrame(schema={"step": pl.Int64})
-    timed = run.metrics.filter(pl.col("time").is_not_null() & pl.col("step").is_not_null() & pl.col("record").is_not_null())
+    timed = run.metrics.filter(
+        pl.col("time").is_not_null() & pl.col("step").is_not_null() & pl.col("record").is_not_null()
+    )
     step_time = timed.group_by("attempt", "step").agg(pl.col("time").min()).sort("time")
     first, last, _ = run.step_range()
     loss_scale = step_level(run.series("loss_scale"))

@@ -73,13 +73,31 @@ def log_lines_all(run: RunData, incidents: list[Incident]) -> list[list[dict]]:
 
 def _finding_note(f: Finding) -> dict:
     if f.facts.get("detector_failed"):
-        return {"kind": "detector_error", "severity": "info", "step_start": f.step_start, "step_end": f.step_end,
-                "peak_step": f.peak_step, "summary": f.summary, "rank": None, "layer": None,
-                "detector": f.facts["detector_failed"], "traceback": f.facts.get("traceback", ""), "evidence": []}
-    return {"kind": f.kind, "severity": f.severity, "step_start": f.step_start, "step_end": f.step_end,
-            "peak_step": f.peak_step, "summary": f.summary, "rank": f.rank, "layer": f.layer,
-            "evidence": [e.as_dict() for e in ordered_evidence(f)],
-            **({"pattern": f.facts["blip_pattern"]} if f.facts.get("blip_pattern") else {})}
+        return {
+            "kind": "detector_error",
+            "severity": "info",
+            "step_start": f.step_start,
+            "step_end": f.step_end,
+            "peak_step": f.peak_step,
+            "summary": f.summary,
+            "rank": None,
+            "layer": None,
+            "detector": f.facts["detector_failed"],
+            "traceback": f.facts.get("traceback", ""),
+            "evidence": [],
+        }
+    return {
+        "kind": f.kind,
+        "severity": f.severity,
+        "step_start": f.step_start,
+        "step_end": f.step_end,
+        "peak_step": f.peak_step,
+        "summary": f.summary,
+        "rank": f.rank,
+        "layer": f.layer,
+        "evidence": [e.as_dict() for e in ordered_evidence(f)],
+        **({"pattern": f.facts["blip_pattern"]} if f.facts.get("blip_pattern") else {}),
+    }
 
 
 def _alignment_notes(run: RunData, params: Params) -> list[dict]:
@@ -89,10 +107,27 @@ def _alignment_notes(run: RunData, params: Params) -> list[dict]:
         return []
     steps = run.manifest(params.tracing)[0].get_column("step")
     first, last = int(steps.min()), int(steps.max())  # a run-wide note spans the manifest's steps
-    return [{"kind": "manifest_alignment", "severity": "info", "step_start": first, "step_end": last, "peak_step": first,
-             "summary": found.summary, "rank": None, "layer": None,
-             "evidence": [{"signal": "manifest_step_offset", "value": found.offset, "ratio": found.corr,
-                           "baseline": found.corr_as_written, "note": "correlation of step-to-step loss changes"}]}]
+    return [
+        {
+            "kind": "manifest_alignment",
+            "severity": "info",
+            "step_start": first,
+            "step_end": last,
+            "peak_step": first,
+            "summary": found.summary,
+            "rank": None,
+            "layer": None,
+            "evidence": [
+                {
+                    "signal": "manifest_step_offset",
+                    "value": found.offset,
+                    "ratio": found.corr,
+                    "baseline": found.corr_as_written,
+                    "note": "correlation of step-to-step loss changes",
+                }
+            ],
+        }
+    ]
 
 
 def evidence_order(e: Evidence) -> tuple:
@@ -126,7 +161,9 @@ def _sample_rows(samples: pl.DataFrame, limit: int) -> list[SampleRow]:
     return [SampleRow.from_dict(row) for row in samples.head(limit).iter_rows(named=True)]
 
 
-def sample_ranking_note(samples: pl.DataFrame, has_sample_losses: bool, tie_tol: float, in_skiplist: bool = False) -> str | None:
+def sample_ranking_note(
+    samples: pl.DataFrame, has_sample_losses: bool, tie_tol: float, in_skiplist: bool = False
+) -> str | None:
     """Say so when the top suspects tie (scores within `tie_tol`): their order is then arbitrary, not evidence."""
     if samples.height < 2:
         return None
@@ -136,10 +173,10 @@ def sample_ranking_note(samples: pl.DataFrame, has_sample_losses: bool, tie_tol:
         tied = int((samples.get_column("place") == samples.get_column("place")[0]).sum())  # evidence broke the rest
     if tied < 2:
         return None
-    why = ("the manifest has no per-sample losses" if not has_sample_losses
-           else "nothing in the manifest separates them")
-    return (f"the top {tied} samples tie ({why}): they share place 1 and their order is not evidence"
-            + ("; the skip list keeps all of them" if in_skiplist else ""))
+    why = "the manifest has no per-sample losses" if not has_sample_losses else "nothing in the manifest separates them"
+    return f"the top {tied} samples tie ({why}): they share place 1 and their order is not evidence" + (
+        "; the skip list keeps all of them" if in_skiplist else ""
+    )
 
 
 def _files(coverage: dict) -> str:
@@ -174,34 +211,60 @@ def verdict(incidents: list[dict], steps: dict, coverage: dict | None = None) ->
         status = "unstable" if top["severity"] == "critical" else "degraded"
         n_crit = sum(1 for i in real if i["severity"] == "critical")
         nf = top.get("first_nonfinite_step")
-        where = (f"the first non-finite value at step {nf} ({top['id']}, {top['kind']})" if nf is not None
-                 else f"the first most severe ({top['id']}, {top['kind']} peaking at step {top['peak_step']})")
-        summary = (f"{status.capitalize()}: {len(real)} incident(s), {n_crit} critical; {where} points at "
-                   f"{top['root_cause']} ({top['confidence']:.0%}).")
+        where = (
+            f"the first non-finite value at step {nf} ({top['id']}, {top['kind']})"
+            if nf is not None
+            else f"the first most severe ({top['id']}, {top['kind']} peaking at step {top['peak_step']})"
+        )
+        summary = (
+            f"{status.capitalize()}: {len(real)} incident(s), {n_crit} critical; {where} points at "
+            f"{top['root_cause']} ({top['confidence']:.0%})."
+        )
         out = {"status": status, "root_cause": top["root_cause"], "summary": summary}
     elif not seen and cov.get("unjudged"):
         why = "; ".join(f"{k}: {v}" for k, v in cov["unjudged"].items())
-        out = {"status": "inconclusive", "root_cause": None,
-               "summary": f"Inconclusive: the series read cannot be judged ({why}). The run cannot be called healthy."}
+        out = {
+            "status": "inconclusive",
+            "root_cause": None,
+            "summary": f"Inconclusive: the series read cannot be judged ({why}). The run cannot be called healthy.",
+        }
     elif not seen:
         unparsed = int(cov.get("unparsed_lines") or 0)
-        out = {"status": "inconclusive", "root_cause": None,
-               "summary": (f"Inconclusive: no loss or grad-norm series could be read from {_files(cov)}; "
-                           f"{unparsed} line(s) were not recognised. The run cannot be called healthy.")}
+        out = {
+            "status": "inconclusive",
+            "root_cause": None,
+            "summary": (
+                f"Inconclusive: no loss or grad-norm series could be read from {_files(cov)}; "
+                f"{unparsed} line(s) were not recognised. The run cannot be called healthy."
+            ),
+        }
     else:
-        out = {"status": "healthy", "root_cause": None,
-               "summary": f"No incident at warning or above in {steps['count']} logged steps."}
+        out = {
+            "status": "healthy",
+            "root_cause": None,
+            "summary": f"No incident at warning or above in {steps['count']} logged steps.",
+        }
     if failed:
-        out = {"status": "incomplete", "root_cause": out["root_cause"],
-               "summary": (f"Incomplete: {', '.join(failed)} failed (a bug in spikeforensics; the traceback is in the "
-                           f"diagnosis notes); the figures are partial. What ran says: {out['summary']}")}
+        out = {
+            "status": "incomplete",
+            "root_cause": out["root_cause"],
+            "summary": (
+                f"Incomplete: {', '.join(failed)} failed (a bug in spikeforensics; the traceback is in the "
+                f"diagnosis notes); the figures are partial. What ran says: {out['summary']}"
+            ),
+        }
     if coverage is not None:
         out["coverage"] = coverage
     return out
 
 
-def coverage(run: RunData, params: Params, detectors_run: list[str], detectors_failed: list[str],
-             stages_failed: list[str] | None = None) -> dict:
+def coverage(
+    run: RunData,
+    params: Params,
+    detectors_run: list[str],
+    detectors_failed: list[str],
+    stages_failed: list[str] | None = None,
+) -> dict:
     """What was read (CONTRACT.md `verdict.coverage`): signals with a series, records per source,
     unparsed lines, detectors run and failed; extras: `series_records`, `events`, `stages_failed`."""
 
@@ -209,9 +272,14 @@ def coverage(run: RunData, params: Params, detectors_run: list[str], detectors_f
     loss_name = run.resolve("loss")  # a training loss logged under its own name counts as the loss
     if loss_name != "loss":
         metrics = metrics.with_columns(pl.col("name").replace(loss_name, "loss"))
-    rows = metrics.filter(pl.col("record").is_not_null() & pl.col("value").is_finite()
-                          & pl.col("name").is_in(list(CANONICAL_METRICS)))
-    counts = rows.group_by("name").agg(pl.struct("source", "attempt", "record").n_unique().alias("n")) if rows.height else None
+    rows = metrics.filter(
+        pl.col("record").is_not_null() & pl.col("value").is_finite() & pl.col("name").is_in(list(CANONICAL_METRICS))
+    )
+    counts = (
+        rows.group_by("name").agg(pl.struct("source", "attempt", "record").n_unique().alias("n"))
+        if rows.height
+        else None
+    )
     series = {} if counts is None else {r["name"]: int(r["n"]) for r in counts.iter_rows(named=True)}
     ordered = [n for n in CANONICAL_METRICS if series.get(n, 0) >= params.coverage.min_series_records]
     signals = ordered + [t for t in ("layers", "batches", "telemetry", "events") if getattr(run, t).height]
@@ -226,14 +294,25 @@ def coverage(run: RunData, params: Params, detectors_run: list[str], detectors_f
         unparsed = 0
     events = {}
     if run.events.height:
-        events = {r["kind"]: int(r["len"]) for r in run.events.group_by("kind").len().sort("kind").iter_rows(named=True)}
+        events = {
+            r["kind"]: int(r["len"]) for r in run.events.group_by("kind").len().sort("kind").iter_rows(named=True)
+        }
     unjudged = {}
     if "loss" in signals and run.series("loss").filter(pl.col("value") < 0).height:
-        unjudged["loss"] = f"{loss_name} takes negative values, a signed objective with no ratio scale (spike tests skipped)"
-    return {"signals": signals, "unjudged": unjudged, "records": records, "unparsed_lines": unparsed,
-            "detectors_run": list(detectors_run),
-            "detectors_failed": list(detectors_failed), "stages_failed": list(stages_failed or []),
-            "series_records": {n: series[n] for n in CANONICAL_METRICS if n in series}, "events": events}
+        unjudged["loss"] = (
+            f"{loss_name} takes negative values, a signed objective with no ratio scale (spike tests skipped)"
+        )
+    return {
+        "signals": signals,
+        "unjudged": unjudged,
+        "records": records,
+        "unparsed_lines": unparsed,
+        "detectors_run": list(detectors_run),
+        "detectors_failed": list(detectors_failed),
+        "stages_failed": list(stages_failed or []),
+        "series_records": {n: series[n] for n in CANONICAL_METRICS if n in series},
+        "events": events,
+    }
 
 
 def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:
@@ -244,9 +323,19 @@ def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:
     for inc in incidents:
         if inc["root_cause"] not in DATA_LABELS or inc["confidence"] < params.tracing.skip_min_confidence:
             continue
-        listed = pl.DataFrame(inc.get("samples") or [], schema_overrides={"score": pl.Float64, "own_outlier": pl.Boolean})
-        picked = skip_candidates(listed, params.tracing.skip_score_frac, tie_tol=params.tracing.tie_tol,
-                                 max_outliers=params.tracing.skip_max_outliers) if inc.get("samples") else []
+        listed = pl.DataFrame(
+            inc.get("samples") or [], schema_overrides={"score": pl.Float64, "own_outlier": pl.Boolean}
+        )
+        picked = (
+            skip_candidates(
+                listed,
+                params.tracing.skip_score_frac,
+                tie_tol=params.tracing.tie_tol,
+                max_outliers=params.tracing.skip_max_outliers,
+            )
+            if inc.get("samples")
+            else []
+        )
         seen = set(ids)
         ids += [s for s in picked if s not in seen]
         # implicated_steps already holds the later steps of the samples that stand out on their own loss
@@ -300,8 +389,9 @@ def write_atomic(path: Path, text: str) -> None:
 # --- the whole diagnosis -----------------------------------------------------------------------
 
 
-def _incident_json(inc: Incident, run: RunData, ctx, tc, ruleset, params: Params, real: list[Incident],
-                   raw_lines: list[dict]) -> DiagnosedIncident:
+def _incident_json(
+    inc: Incident, run: RunData, ctx, tc, ruleset, params: Params, real: list[Incident], raw_lines: list[dict]
+) -> DiagnosedIncident:
     ranks_f = rank_features(inc, ctx, params.attribution)
     confined = ranks_f["peak_rank"] if ranks_f["rank_confined"] and ranks_f["peak_rank"] >= 0 else None
     samples = rank_samples(inc, tc, params.tracing, confined)
@@ -311,52 +401,89 @@ def _incident_json(inc: Incident, run: RunData, ctx, tc, ruleset, params: Params
     layers = list(inc.layers)
     if feats["layer_hidden"] and feats["top_layer"] and feats["top_layer"] not in layers:
         layers.append(feats["top_layer"])
-    sample_evidence = bool(feats["sample_loss_outlier"] or feats["sample_loss_nonfinite"]
-                           or feats["sample_recurrence"] or feats["replay_recurred"])
+    sample_evidence = bool(
+        feats["sample_loss_outlier"]
+        or feats["sample_loss_nonfinite"]
+        or feats["sample_recurrence"]
+        or feats["replay_recurred"]
+    )
     implicated = att.root_cause in (*DATA_LABELS, "unknown") or (sample_evidence and att.root_cause != "hardware_fault")
     # a data incident lists every sample that stands out on its own loss (they all go to the skip list)
-    samples_list = _sample_rows(samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS
-                                 else params.tracing.max_samples)
+    samples_list = _sample_rows(
+        samples, listed_count(samples, params.tracing) if att.root_cause in DATA_LABELS else params.tracing.max_samples
+    )
     return DiagnosedIncident(
         **_incident_head(inc),
-        ranks=[int(r) for r in ranks], layers=layers,
-        root_cause=att.root_cause, confidence=att.confidence,
+        ranks=[int(r) for r in ranks],
+        layers=layers,
+        root_cause=att.root_cause,
+        confidence=att.confidence,
         alternatives=[Alternative.from_dict(a) for a in att.alternatives],
         explanation=att.explanation,
         sample_ids=[s.sample_id for s in samples_list] if implicated else [],
-        evidence=_evidence(inc), actions=att.actions,
+        evidence=_evidence(inc),
+        actions=att.actions,
         # extras
-        root_cause_detail=att.detail, attempt=int(inc.attempt),
+        root_cause_detail=att.detail,
+        attempt=int(inc.attempt),
         first_nonfinite_step=inc.facts.get("first_nonfinite_step"),
         # onset..peak and the step before, plus later steps of the incident holding a sample that stands out
-        implicated_steps=sorted(set(implicated_steps(inc, params.tracing, tc.interval)) | {
-            int(s.step) for s in samples_list if s.own_outlier}),
+        implicated_steps=sorted(
+            set(implicated_steps(inc, params.tracing, tc.interval))
+            | {int(s.step) for s in samples_list if s.own_outlier}
+        ),
         consumed_samples_range=consumed_samples_range(run, inc, params.tracing, tc.interval),
         samples=samples_list,
         sample_ranking_note=sample_ranking_note(
-            samples, bool(feats["has_sample_losses"]), params.tracing.tie_tol,
+            samples,
+            bool(feats["has_sample_losses"]),
+            params.tracing.tie_tol,
             in_skiplist=att.root_cause in DATA_LABELS and att.confidence >= params.tracing.skip_min_confidence,
-        ) if implicated else None,
-        features=feats, matched_rules=att.matched, gated_labels=att.gated, label_scores=att.scores,
+        )
+        if implicated
+        else None,
+        features=feats,
+        matched_rules=att.matched,
+        gated_labels=att.gated,
+        label_scores=att.scores,
         findings=[f.summary for f in inc.findings],
         log_lines=raw_lines,
     )
 
 
 def _incident_head(inc: Incident) -> dict:
-    return {"id": inc.id, "kind": inc.kind, "kinds": list(inc.kinds), "severity": inc.severity,
-            "step_start": int(inc.step_start), "step_end": int(inc.step_end), "peak_step": int(inc.peak_step)}
+    return {
+        "id": inc.id,
+        "kind": inc.kind,
+        "kinds": list(inc.kinds),
+        "severity": inc.severity,
+        "step_start": int(inc.step_start),
+        "step_end": int(inc.step_end),
+        "peak_step": int(inc.peak_step),
+    }
 
 
 def _bare_incident(inc: Incident, error: str) -> DiagnosedIncident:
     """An incident whose attribution failed: detected, not explained (the diagnosis is `incomplete`)."""
     return DiagnosedIncident(
-        **_incident_head(inc), ranks=[int(r) for r in inc.ranks], layers=list(inc.layers),
-        root_cause="unknown", confidence=0.0, alternatives=[],
+        **_incident_head(inc),
+        ranks=[int(r) for r in inc.ranks],
+        layers=list(inc.layers),
+        root_cause="unknown",
+        confidence=0.0,
+        alternatives=[],
         explanation=f"Attribution failed for this incident (a bug in spikeforensics: {error}).",
-        sample_ids=[], evidence=_evidence(inc), actions=[], root_cause_detail=None,
-        attempt=int(inc.attempt), first_nonfinite_step=inc.facts.get("first_nonfinite_step"),
-        implicated_steps=[], samples=[], findings=[f.summary for f in inc.findings], log_lines=[])
+        sample_ids=[],
+        evidence=_evidence(inc),
+        actions=[],
+        root_cause_detail=None,
+        attempt=int(inc.attempt),
+        first_nonfinite_step=inc.facts.get("first_nonfinite_step"),
+        implicated_steps=[],
+        samples=[],
+        findings=[f.summary for f in inc.findings],
+        log_lines=[],
+    )
 
 
 class _Stages:
@@ -371,15 +498,32 @@ class _Stages:
             return fn()
         except Exception as exc:  # noqa: BLE001 - a broken stage makes the diagnosis incomplete, never healthy
             self.failed.append(name)
-            self.notes.append({"kind": "stage_error", "severity": "info", "step_start": 0, "step_end": 0, "peak_step": 0,
-                               "summary": f"stage {name} failed (a bug in spikeforensics): {type(exc).__name__}: {exc}",
-                               "rank": None, "layer": None, "detector": name,
-                               "traceback": "".join(traceback.format_exception(exc)), "evidence": []})
+            self.notes.append(
+                {
+                    "kind": "stage_error",
+                    "severity": "info",
+                    "step_start": 0,
+                    "step_end": 0,
+                    "peak_step": 0,
+                    "summary": f"stage {name} failed (a bug in spikeforensics): {type(exc).__name__}: {exc}",
+                    "rank": None,
+                    "layer": None,
+                    "detector": name,
+                    "traceback": "".join(traceback.format_exception(exc)),
+                    "evidence": [],
+                }
+            )
             return default(exc) if callable(default) else default
 
 
-def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding], params: Params,
-                    rule_dirs: list[str | Path] | None = None, detectors_run: list[str] | None = None) -> dict:
+def build_diagnosis(
+    run: RunData,
+    incidents: list[Incident],
+    notes: list[Finding],
+    params: Params,
+    rule_dirs: list[str | Path] | None = None,
+    detectors_run: list[str] | None = None,
+) -> dict:
     from spikeforensics.detect import DETECTORS, failed_detectors
 
     ruleset = load_rules(rule_dirs)
@@ -393,22 +537,35 @@ def build_diagnosis(run: RunData, incidents: list[Incident], notes: list[Finding
 
     raw = stages.run("log lines", lambda: log_lines_all(run, real), lambda exc: [[] for _ in real])
     out_incidents = [
-        stages.run(f"attribution of {inc.id}",
-                   lambda inc=inc, lines=lines: _incident_json(inc, run, ctx, tc, ruleset, params, real, lines),
-                   lambda exc, inc=inc: _bare_incident(inc, f"{type(exc).__name__}: {exc}"))
+        stages.run(
+            f"attribution of {inc.id}",
+            lambda inc=inc, lines=lines: _incident_json(inc, run, ctx, tc, ruleset, params, real, lines),
+            lambda exc, inc=inc: _bare_incident(inc, f"{type(exc).__name__}: {exc}"),
+        )
         for inc, lines in zip(real, raw)
     ]
     calibration = stages.run("calibration", lambda: calibrate(run, ctx, params.calibration), {})
     extra_notes = stages.run("alignment notes", lambda: _alignment_notes(run, params), [])
-    cov = coverage(run, params, detectors_run if detectors_run is not None else [n for n, _ in DETECTORS],
-                   failed_detectors(notes), stages.failed)
+    cov = coverage(
+        run,
+        params,
+        detectors_run if detectors_run is not None else [n for n, _ in DETECTORS],
+        failed_detectors(notes),
+        stages.failed,
+    )
     incident_dicts = [i.to_dict(safe=False) for i in out_incidents]
     return Diagnosis(
-        schema_version=SCHEMA_VERSION, tool_version=__version__, run_id=run.run_id,
-        steps=StepRange(**steps), verdict=Verdict.from_dict(verdict(incident_dicts, steps, cov)), incidents=out_incidents,
+        schema_version=SCHEMA_VERSION,
+        tool_version=__version__,
+        run_id=run.run_id,
+        steps=StepRange(**steps),
+        verdict=Verdict.from_dict(verdict(incident_dicts, steps, cov)),
+        incidents=out_incidents,
         calibration=Calibration.from_dict(calibration),
-        notes=[_finding_note(f) for f in notes] + [_finding_note(f) for i in info for f in i.findings]
-        + extra_notes + stages.notes,
+        notes=[_finding_note(f) for f in notes]
+        + [_finding_note(f) for i in info for f in i.findings]
+        + extra_notes
+        + stages.notes,
         rules=ruleset.files,
         skiplist=SkipList.from_dict(skiplist(run.run_id, incident_dicts, params)),
     ).to_dict()

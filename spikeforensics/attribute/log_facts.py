@@ -19,41 +19,71 @@ from spikeforensics.rundata import RunData
 
 B, N, S = "bool", "number", "str"
 FACTS: dict[str, tuple[str, str]] = {
-    "precision": (S, "fp16 / bf16 / fp32 as the log declares it (precision events), else fp16 when a loss scale "
-                     "or fp16 overflows were logged (only fp16 dynamic scaling has them), else empty"),
+    "precision": (
+        S,
+        "fp16 / bf16 / fp32 as the log declares it (precision events), else fp16 when a loss scale "
+        "or fp16 overflows were logged (only fp16 dynamic scaling has them), else empty",
+    ),
     "precision_declared": (B, "the log itself printed the precision (config line, dtype, AMP banner)"),
     "precision_known": (B, "the precision is known (declared, or fp16 inferred from loss scaling)"),
     "fp16": (B, "the run trains in fp16 (declared or inferred)"),
     "gpu_no_bf16": (B, "the log names a GPU without bf16 support (pre-Ampere: V100, T4, P100, RTX 20xx ...)"),
-    "loss_scale_floor": (B, "the loss scale reached its floor (<= attribution.loss_scale_floor) or the log says it "
-                            "cannot decrease any more"),
+    "loss_scale_floor": (
+        B,
+        "the loss scale reached its floor (<= attribution.loss_scale_floor) or the log says it "
+        "cannot decrease any more",
+    ),
     "overflow_share": (N, "overflow / skipped-step events per logged training record"),
-    "nan_at_start": (B, "the first non-finite loss or grad norm is within the first attribution.start_records records "
-                        "of a log that starts at the start of training"),
+    "nan_at_start": (
+        B,
+        "the first non-finite loss or grad norm is within the first attribution.start_records records "
+        "of a log that starts at the start of training",
+    ),
     "first_nonfinite_step": (N, "step of the first non-finite loss or grad norm, or None"),
-    "nan_without_rise": (B, "the first non-finite loss or grad norm comes without a build-up: >= "
-                            "attribution.nan_rise_min_records finite records before it, and the last finite loss and "
-                            "grad norm are within attribution.nan_rise_ratio x their median before it (an LR-driven "
-                            "divergence climbs first)"),
+    "nan_without_rise": (
+        B,
+        "the first non-finite loss or grad norm comes without a build-up: >= "
+        "attribution.nan_rise_min_records finite records before it, and the last finite loss and "
+        "grad norm are within attribution.nan_rise_ratio x their median before it (an LR-driven "
+        "divergence climbs first)",
+    ),
     "nonfinite_episodes": (N, "separate runs of non-finite loss / grad-norm records"),
-    "nonfinite_recovers": (B, "the run goes on with finite values after >= 2 non-finite episodes: the bad updates were "
-                              "skipped (what fp16 dynamic loss scaling does on overflow), not applied"),
-    "grad_nonfinite_skipped": (B, "the grad norm is non-finite on records whose loss is finite, the loss is never "
-                                  "non-finite, and a later record has a finite loss or grad norm: the update was skipped (fp16 dynamic loss "
-                                  "scaling on overflow), not applied"),
+    "nonfinite_recovers": (
+        B,
+        "the run goes on with finite values after >= 2 non-finite episodes: the bad updates were "
+        "skipped (what fp16 dynamic loss scaling does on overflow), not applied",
+    ),
+    "grad_nonfinite_skipped": (
+        B,
+        "the grad norm is non-finite on records whose loss is finite, the loss is never "
+        "non-finite, and a later record has a finite loss or grad norm: the update was skipped (fp16 dynamic loss "
+        "scaling on overflow), not applied",
+    ),
     "loss_explodes": (B, "the largest finite loss is >= attribution.loss_explode_ratio x the first logged loss"),
     "loss_max_ratio": (N, "largest finite loss / first logged loss"),
-    "loss_zero_collapse": (B, "the loss is printed as exactly 0 on >= 2 records after a positive loss or beside a "
-                              "non-finite grad norm (a masked NaN: HF Trainer and fp16 runs print 0.0 when the loss overflowed)"),
-    "samples_nonfinite": (B, "the log says some samples of a batch (not all) got non-finite gradients or losses and were "
-                             "ignored (ESPnet CTC `5/42 samples got nan grad`): bad samples, not a bad step"),
-    "nonfinite_confined": (B, "on >= attribution.confined_min_records records with a non-finite value, only some loss terms are "
-                              "non-finite while >= 2 sibling terms stay finite, on every such record: the NaN comes from "
-                              "those terms' inputs (their targets), not from the shared weights"),
+    "loss_zero_collapse": (
+        B,
+        "the loss is printed as exactly 0 on >= 2 records after a positive loss or beside a "
+        "non-finite grad norm (a masked NaN: HF Trainer and fp16 runs print 0.0 when the loss overflowed)",
+    ),
+    "samples_nonfinite": (
+        B,
+        "the log says some samples of a batch (not all) got non-finite gradients or losses and were "
+        "ignored (ESPnet CTC `5/42 samples got nan grad`): bad samples, not a bad step",
+    ),
+    "nonfinite_confined": (
+        B,
+        "on >= attribution.confined_min_records records with a non-finite value, only some loss terms are "
+        "non-finite while >= 2 sibling terms stay finite, on every such record: the NaN comes from "
+        "those terms' inputs (their targets), not from the shared weights",
+    ),
     "nonfinite_component": (S, "the loss term(s) non-finite while the others stay finite (see nonfinite_confined)"),
     "grad_norm_max": (N, "largest finite grad norm of the run"),
-    "grad_norm_astronomical": (B, "a finite grad norm >= attribution.astronomical_norm (clipping not in effect, or "
-                                  "a norm measured on loss-scaled gradients)"),
+    "grad_norm_astronomical": (
+        B,
+        "a finite grad norm >= attribution.astronomical_norm (clipping not in effect, or "
+        "a norm measured on loss-scaled gradients)",
+    ),
     "lr_max": (N, "largest logged learning rate"),
 }
 
@@ -129,7 +159,10 @@ def _grad_nonfinite_skipped(loss: pl.DataFrame, grad: pl.DataFrame) -> bool:
     # a later record with a finite grad norm or a finite loss: an applied NaN update would have
     # left NaN weights, so every later loss non-finite
     first = bad.get_column("t").min()
-    later = grad.filter((pl.col("t") > first) & pl.col("value").is_finite()).height + loss.filter(pl.col("t") > first).height
+    later = (
+        grad.filter((pl.col("t") > first) & pl.col("value").is_finite()).height
+        + loss.filter(pl.col("t") > first).height
+    )
     return beside > 0 and later > 0
 
 
@@ -152,8 +185,11 @@ def _masked_zero_losses(loss: pl.DataFrame, grad: pl.DataFrame) -> int:
     non-finite grad norm (a NaN loss the trainer masked as 0.0)."""
     if loss.height == 0:
         return 0
-    frame = loss.sort("t").select("t", "value").join(
-        grad.select("t", (~pl.col("value").is_finite()).alias("_gbad")), on="t", how="left")
+    frame = (
+        loss.sort("t")
+        .select("t", "value")
+        .join(grad.select("t", (~pl.col("value").is_finite()).alias("_gbad")), on="t", how="left")
+    )
     positive_before = (pl.col("value") > 0).cast(pl.Int32).cum_sum().shift(1, fill_value=0) > 0
     masked = (pl.col("value") == 0) & (positive_before | pl.col("_gbad").fill_null(False))
     return int(frame.select(masked.sum()).item())
@@ -177,14 +213,19 @@ def _confined_nonfinite(run: RunData, params) -> dict:
     ap = params.attribution
     out = {"nonfinite_confined": False, "nonfinite_component": ""}
     loss_name = run.resolve("loss")
-    terms = run.metrics.filter(pl.col("record").is_not_null() & (pl.col("name") != loss_name)
-                               & ~pl.col("name").str.contains(ap.component_exclude_pattern)
-                               & ~pl.col("name").str.starts_with("eval") & ~pl.col("name").str.starts_with("val"))
+    terms = run.metrics.filter(
+        pl.col("record").is_not_null()
+        & (pl.col("name") != loss_name)
+        & ~pl.col("name").str.contains(ap.component_exclude_pattern)
+        & ~pl.col("name").str.starts_with("eval")
+        & ~pl.col("name").str.starts_with("val")
+    )
     if terms.height == 0:
         return out
     per = terms.group_by("attempt", "record").agg(
         pl.col("name").filter(~pl.col("value").is_finite()).unique().sort().alias("bad"),
-        (pl.col("value").is_finite()).sum().alias("good"))
+        (pl.col("value").is_finite()).sum().alias("good"),
+    )
     bad = per.filter(pl.col("bad").list.len() > 0)
     if bad.height < ap.confined_min_records or bad.get_column("good").min() < 2:
         return out

@@ -31,8 +31,9 @@ PeakLine = tuple[str, int]
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: one hash per file and process
 
 
-def peak_lines_from_metrics(run: RunData, peaks: list[PeakRequest],
-                            names: tuple[str, ...] = ("loss", "grad_norm")) -> list[PeakLine | None]:
+def peak_lines_from_metrics(
+    run: RunData, peaks: list[PeakRequest], names: tuple[str, ...] = ("loss", "grad_norm")
+) -> list[PeakLine | None]:
     """Per peak: the first metrics row of `names[0]` (else the next name) in that signal's primary
     source at the peak step with a line, preferring the peak's attempt. One filter per name."""
     found: list[PeakLine | None] = [None] * len(peaks)
@@ -44,8 +45,12 @@ def peak_lines_from_metrics(run: RunData, peaks: list[PeakRequest],
         if src is None:
             continue
         wanted = sorted({int(peaks[k][0]) for k in pending})
-        rows = run.metrics.filter((pl.col("source") == src) & (pl.col("name") == name)
-                                  & pl.col("step").is_in(wanted) & pl.col("line").is_not_null())
+        rows = run.metrics.filter(
+            (pl.col("source") == src)
+            & (pl.col("name") == name)
+            & pl.col("step").is_in(wanted)
+            & pl.col("line").is_not_null()
+        )
         by_step: dict[int, list[tuple[int, str, int]]] = {}
         for step, attempt, source, line in rows.select("step", "attempt", "source", "line").iter_rows():
             by_step.setdefault(int(step), []).append((attempt, source, int(line)))
@@ -97,8 +102,11 @@ def read_windows(run: RunData, peaks: list[PeakLine | None], context: int) -> li
         if verdict == "missing":
             continue
         if verdict == "changed":
-            note = {"source": source, "peak": False,
-                    "text": f"(raw lines not shown: {path.name} has changed since it was ingested)"}
+            note = {
+                "source": source,
+                "peak": False,
+                "text": f"(raw lines not shown: {path.name} has changed since it was ingested)",
+            }
             for k in ks:
                 out[k] = [dict(note)]
             continue
@@ -110,8 +118,11 @@ def read_windows(run: RunData, peaks: list[PeakLine | None], context: int) -> li
         for k in ks:
             line = peaks[k][1]
             first, last = spans[line]
-            out[k] = [{"source": source, "line": n, "text": lines[n], "peak": n == line}
-                      for n in range(first, last + 1) if n in lines]
+            out[k] = [
+                {"source": source, "line": n, "text": lines[n], "peak": n == line}
+                for n in range(first, last + 1)
+                if n in lines
+            ]
     return out
 
 
@@ -165,12 +176,13 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
         if lone_cr_endings(head):
             parts = fh.read().split(b"\r")
             for first, last in merged:
-                raw.update((first + i, b) for i, b in enumerate(parts[first - 1: last]))
+                raw.update((first + i, b) for i, b in enumerate(parts[first - 1 : last]))
         else:
             at = 1  # the number of the next line the file iterator yields
             for first, last in merged:
                 deque(islice(fh, first - at), maxlen=0)  # skip to `first` without keeping the lines
                 raw.update((first + i, b) for i, b in enumerate(islice(fh, last - first + 1)))
                 at = last + 1
-    return {n: strip_controls(b.decode("utf-8", errors="replace").rstrip("\r\n").replace("\r", " "))
-            for n, b in raw.items()}
+    return {
+        n: strip_controls(b.decode("utf-8", errors="replace").rstrip("\r\n").replace("\r", " ")) for n, b in raw.items()
+    }

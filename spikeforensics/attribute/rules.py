@@ -43,8 +43,18 @@ from pathlib import Path
 from spikeforensics.attribute.features import FEATURES
 
 LABELS = (
-    "data_outlier", "data_drift", "hardware_fault", "lr_too_high", "lr_schedule", "fp16_overflow",
-    "fp16_underflow", "clip_misconfigured", "layer_instability", "vanishing_gradients", "model_bug", "unknown",
+    "data_outlier",
+    "data_drift",
+    "hardware_fault",
+    "lr_too_high",
+    "lr_schedule",
+    "fp16_overflow",
+    "fp16_underflow",
+    "clip_misconfigured",
+    "layer_instability",
+    "vanishing_gradients",
+    "model_bug",
+    "unknown",
 )
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 RULE_KEYS = {"name", "label", "weight", "when", "explanation", "actions", "detail"}
@@ -154,22 +164,26 @@ def _check_param_ref(value: str, feature: str, ftype: str, op: str, where: str) 
     """`param:SECTION.NAME` must name a numeric parameter, on a number feature, with a comparison op."""
     from spikeforensics.params import Params
 
-    dotted = value[len(PARAM_PREFIX):]
+    dotted = value[len(PARAM_PREFIX) :]
     if ftype != "number" or op == "in":
-        raise RuleError(f"{where}: {value!r}: a parameter reference is a threshold on a number feature "
-                        f"(feature {feature!r} is a {ftype}, op {op!r})")
+        raise RuleError(
+            f"{where}: {value!r}: a parameter reference is a threshold on a number feature "
+            f"(feature {feature!r} is a {ftype}, op {op!r})"
+        )
     section, _, key = dotted.partition(".")
     sec = getattr(Params(), section, None)
     current = getattr(sec, key, None) if sec is not None and hasattr(sec, "__dataclass_fields__") else None
     if not isinstance(current, (int, float)) or isinstance(current, bool):
-        raise RuleError(f"{where}: {value!r} names no numeric parameter (expected param:SECTION.NAME, "
-                        f"e.g. param:attribution.drift_ratio; see spikeforensics/params.py)")
+        raise RuleError(
+            f"{where}: {value!r} names no numeric parameter (expected param:SECTION.NAME, "
+            f"e.g. param:attribution.drift_ratio; see spikeforensics/params.py)"
+        )
 
 
 def _threshold(target, params):
     """A condition's value, with a `param:SECTION.NAME` reference read from `params` (default Params())."""
     if isinstance(target, str) and target.startswith(PARAM_PREFIX):
-        section, _, key = target[len(PARAM_PREFIX):].partition(".")
+        section, _, key = target[len(PARAM_PREFIX) :].partition(".")
         return getattr(getattr(params if params is not None else _default_params(), section), key)
     return target
 
@@ -194,12 +208,12 @@ def param_refs(ruleset: RuleSet) -> set[str]:
             for key in GROUPS:
                 if key in cond:
                     inner = cond[key]
-                    for c in (inner if isinstance(inner, list) else [inner]):
+                    for c in inner if isinstance(inner, list) else [inner]:
                         walk(c)
                     return
             v = cond.get("value")
             if isinstance(v, str) and v.startswith(PARAM_PREFIX):
-                found.add(v[len(PARAM_PREFIX):])
+                found.add(v[len(PARAM_PREFIX) :])
 
     for item in [*ruleset.rules, *ruleset.gates]:
         for c in item.when:
@@ -226,8 +240,10 @@ def _check_template(text, where: str, what: str) -> str:
             if m is None:
                 raise RuleError(f"{where}: {what}: {{{name}:{spec}}} is not a format spec")
             if int(m.group("width") or 0) > MAX_FORMAT_WIDTH or int(m.group("precision") or 0) > MAX_FORMAT_PRECISION:
-                raise RuleError(f"{where}: {what}: {{{name}:{spec}}}: width at most {MAX_FORMAT_WIDTH}, "
-                                f"precision at most {MAX_FORMAT_PRECISION}")
+                raise RuleError(
+                    f"{where}: {what}: {{{name}:{spec}}}: width at most {MAX_FORMAT_WIDTH}, "
+                    f"precision at most {MAX_FORMAT_PRECISION}"
+                )
     return text
 
 
@@ -275,11 +291,18 @@ def parse_rules(text: str, origin: str) -> RuleSet:
         detail = raw.get("detail", "")
         if not isinstance(detail, str):
             raise RuleError(f"{where}: 'detail' must be a string")
-        out.rules.append(Rule(
-            name=name, label=raw["label"], weight=float(weight), when=_check_when(raw["when"], where),
-            explanation=_check_template(raw["explanation"], where, "explanation"),
-            actions=tuple(_check_template(a, where, "action") for a in actions), detail=detail, origin=origin,
-        ))
+        out.rules.append(
+            Rule(
+                name=name,
+                label=raw["label"],
+                weight=float(weight),
+                when=_check_when(raw["when"], where),
+                explanation=_check_template(raw["explanation"], where, "explanation"),
+                actions=tuple(_check_template(a, where, "action") for a in actions),
+                detail=detail,
+                origin=origin,
+            )
+        )
     for i, raw in enumerate(data.get("gate", [])):
         where = f"{origin}: gate #{i + 1}"
         if not isinstance(raw, dict):

@@ -28,8 +28,9 @@ class Attribution:
     scores: dict = field(default_factory=dict)
 
 
-def score_labels(ruleset: RuleSet, features: dict, ap: AttributionParams,
-                 params=None) -> tuple[dict[str, float], list[Rule], list[str]]:
+def score_labels(
+    ruleset: RuleSet, features: dict, ap: AttributionParams, params=None
+) -> tuple[dict[str, float], list[Rule], list[str]]:
     """`params` (a `Params`) supplies the rules' `param:` thresholds; the defaults when None."""
     matched = [r for r in ruleset.rules if matches(r.when, features, params)]
     raw = {label: 0.0 for label in LABELS}

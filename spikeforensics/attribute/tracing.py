@@ -45,15 +45,33 @@ from spikeforensics.params import Params, TracingParams
 from spikeforensics.rundata import RunData
 
 SAMPLE_COLUMNS = {
-    "sample_id": pl.String, "score": pl.Float64, "step": pl.Int64, "rank": pl.Int32, "micro": pl.Int32,
-    "sample_loss": pl.Float64, "loss_ratio": pl.Float64, "recurrence": pl.Int64, "healthy_seen": pl.Int64,
-    "source": pl.String, "source_enrichment": pl.Float64, "tokens": pl.Int64, "own_nonfinite": pl.Boolean,
+    "sample_id": pl.String,
+    "score": pl.Float64,
+    "step": pl.Int64,
+    "rank": pl.Int32,
+    "micro": pl.Int32,
+    "sample_loss": pl.Float64,
+    "loss_ratio": pl.Float64,
+    "recurrence": pl.Int64,
+    "healthy_seen": pl.Int64,
+    "source": pl.String,
+    "source_enrichment": pl.Float64,
+    "tokens": pl.Int64,
+    "own_nonfinite": pl.Boolean,
     "own_outlier": pl.Boolean,
-    "replay_loss": pl.Float64, "replay_ratio": pl.Float64, "place": pl.Int64,
+    "replay_loss": pl.Float64,
+    "replay_ratio": pl.Float64,
+    "place": pl.Int64,
 }
 # the evidence that orders samples whose scores tie (within `tie_tol`), strongest first; samples equal on all
 # of it share a `place` (see `_places`)
-TIE_BREAK = (("own_nonfinite", True), ("own_outlier", True), ("_lr", True), ("recurrence", True), ("healthy_seen", False))
+TIE_BREAK = (
+    ("own_nonfinite", True),
+    ("own_outlier", True),
+    ("_lr", True),
+    ("recurrence", True),
+    ("healthy_seen", False),
+)
 
 
 def implicated_steps(incident: Incident, params: TracingParams, interval: int = 1, max_span: int = 8) -> list[int]:
@@ -95,7 +113,9 @@ class TraceContext:
         return self.batches.height > 0
 
 
-def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.DataFrame, params: Params) -> TraceContext:
+def build_trace_context(
+    run: RunData, incidents: list[Incident], unhealthy: pl.DataFrame, params: Params
+) -> TraceContext:
     tp = params.tracing
     interval = log_interval(run)
     keys = ["step", "rank", "micro", "sample_id"]
@@ -103,22 +123,33 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
     # a replayed step (resume from a checkpoint) appears again later in the manifest: keep the first
     # pass, and the loss the same sample had when the step was trained again
     if replayed:
-        replays = rows.group_by(keys, maintain_order=True).agg(
-            pl.len().alias("_n"), pl.col("sample_loss").last().alias("replay_loss")
-        ).filter(pl.col("_n") > 1).drop("_n")
+        replays = (
+            rows.group_by(keys, maintain_order=True)
+            .agg(pl.len().alias("_n"), pl.col("sample_loss").last().alias("replay_loss"))
+            .filter(pl.col("_n") > 1)
+            .drop("_n")
+        )
         batches = rows.unique(subset=keys, keep="first", maintain_order=True).join(
-            replays, on=keys, how="left", nulls_equal=True)
+            replays, on=keys, how="left", nulls_equal=True
+        )
     else:
         batches = rows.with_columns(pl.lit(None, pl.Float64).alias("replay_loss"))
     implicated = {inc.id: implicated_steps(inc, tp, interval) for inc in incidents}
-    inc_steps = pl.DataFrame({"incident": [i for i, s in implicated.items() for _ in s],
-                              "step": [x for s in implicated.values() for x in s]},
-                             schema={"incident": pl.String, "step": pl.Int64})
+    inc_steps = pl.DataFrame(
+        {
+            "incident": [i for i, s in implicated.items() for _ in s],
+            "step": [x for s in implicated.values() for x in s],
+        },
+        schema={"incident": pl.String, "step": pl.Int64},
+    )
     membership = inc_steps.join(batches.select("step", "sample_id"), on="step").select("incident", "sample_id").unique()
     healthy = batches.join(unhealthy, on="step", how="anti")
     # exoneration is only asked of the incidents' own samples
-    healthy_seen = healthy.join(membership.select("sample_id").unique(), on="sample_id", how="semi").group_by(
-        "sample_id").agg(pl.col("step").n_unique().alias("healthy_seen"))
+    healthy_seen = (
+        healthy.join(membership.select("sample_id").unique(), on="sample_id", how="semi")
+        .group_by("sample_id")
+        .agg(pl.col("step").n_unique().alias("healthy_seen"))
+    )
     spike = batches.join(inc_steps.select("step").unique(), on="step")
     enrichment = pl.DataFrame(schema={"source": pl.String, "source_enrichment": pl.Float64})
     if batches.get_column("sample_source").null_count() < batches.height and spike.height and healthy.height:
@@ -126,36 +157,52 @@ def build_trace_context(run: RunData, incidents: list[Incident], unhealthy: pl.D
             (pl.len() / f.height).alias(name), pl.len().alias(f"{name}_n")
         )
         enrichment = (
-            share(spike, "spike_share").filter(pl.col("spike_share_n") >= params.attribution.enrichment_min_batches)
+            share(spike, "spike_share")
+            .filter(pl.col("spike_share_n") >= params.attribution.enrichment_min_batches)
             .join(share(healthy, "healthy_share"), on="source", how="left")
             .with_columns(
-                (pl.col("spike_share") / pl.col("healthy_share").fill_null(0).clip(lower_bound=1.0 / max(healthy.height, 1)))
-                .alias("source_enrichment")
+                (
+                    pl.col("spike_share")
+                    / pl.col("healthy_share").fill_null(0).clip(lower_bound=1.0 / max(healthy.height, 1))
+                ).alias("source_enrichment")
             )
         )
     tokens = batches.get_column("tokens").drop_nulls()
     median_tokens = float(tokens.median()) if tokens.len() else None
     spike_ratio = None
-    if median_tokens and spike.get_column("tokens").drop_nulls().len() and healthy.get_column("tokens").drop_nulls().len():
+    if (
+        median_tokens
+        and spike.get_column("tokens").drop_nulls().len()
+        and healthy.get_column("tokens").drop_nulls().len()
+    ):
         spike_ratio = float(spike.get_column("tokens").mean()) / max(float(healthy.get_column("tokens").mean()), 1e-9)
     finite = pl.col("sample_loss").is_not_null() & pl.col("sample_loss").is_finite()
     # the per-sample loss reference: healthy steps in the window before each incident (see
     # healthy_sample_loss); over the whole run only when some incident has none before it
     firsts = [s[0] for s in implicated.values()]
-    windows = pl.DataFrame({"step": sorted({x for f in firsts for x in range(f - tp.loss_ref_window, f)})},
-                           schema={"step": pl.Int64})
+    windows = pl.DataFrame(
+        {"step": sorted({x for f in firsts for x in range(f - tp.loss_ref_window, f)})}, schema={"step": pl.Int64}
+    )
     with_loss = healthy.filter(finite)
     near = with_loss.join(windows, on="step", how="semi")
-    every_window_has_steps = all(near.filter(pl.col("step").is_between(f - tp.loss_ref_window, f - 1)).height for f in firsts)
+    every_window_has_steps = all(
+        near.filter(pl.col("step").is_between(f - tp.loss_ref_window, f - 1)).height for f in firsts
+    )
     source = near if every_window_has_steps else with_loss
     healthy_loss = source.group_by("step").agg(pl.col("sample_loss").median().alias("loss")).sort("step")
     # how far above its step's median a healthy sample's loss goes (mixed sources: a copy task sits far
     # above arithmetic): a sample must clear this too before it counts as an outlier on its own loss
-    tail = source.select((pl.col("sample_loss") / pl.col("sample_loss").median().over("step"))
-                         .quantile(tp.own_outlier_tail_quantile)).item() if source.height else None
+    tail = (
+        source.select(
+            (pl.col("sample_loss") / pl.col("sample_loss").median().over("step")).quantile(tp.own_outlier_tail_quantile)
+        ).item()
+        if source.height
+        else None
+    )
     outlier_bar = max(tp.own_outlier_ratio, float(tail) if tail is not None and math.isfinite(tail) else 0.0)
-    return TraceContext(batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval, healthy_loss,
-                        outlier_bar)
+    return TraceContext(
+        batches, membership, healthy_seen, enrichment, median_tokens, spike_ratio, interval, healthy_loss, outlier_bar
+    )
 
 
 def healthy_sample_loss(incident: Incident, tc: TraceContext, params: TracingParams) -> float | None:
@@ -179,15 +226,20 @@ def log_interval(run: RunData) -> int:
     return 1
 
 
-def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, confined_rank: int | None = None) -> pl.DataFrame:
+def rank_samples(
+    incident: Incident, tc: TraceContext, params: TracingParams, confined_rank: int | None = None
+) -> pl.DataFrame:
     """The incident's samples, most suspicious first (columns SAMPLE_COLUMNS)."""
     if not tc.has_manifest:
         return pl.DataFrame(schema=SAMPLE_COLUMNS)
     steps = implicated_steps(incident, params, tc.interval)
     # the incident's later steps too (a run of bad batches), but only for samples that stand out in
     # their own step (below): after the peak every sample's loss is up with the damaged weights
-    after = [s for s in range(incident.peak_step + 1, min(incident.step_end, incident.peak_step + params.after_peak_span) + 1)
-             if s not in steps]
+    after = [
+        s
+        for s in range(incident.peak_step + 1, min(incident.step_end, incident.peak_step + params.after_peak_span) + 1)
+        if s not in steps
+    ]
     rows = tc.batches.filter(pl.col("step").is_in(steps + after))
     if rows.height == 0:
         return pl.DataFrame(schema=SAMPLE_COLUMNS)
@@ -199,16 +251,23 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     step_low = finite_loss.quantile(params.loss_ref_quantile, "lower").over("step")
     ref = healthy_sample_loss(incident, tc, params)
     denom = step_low if ref is None else pl.max_horizontal(step_low, pl.lit(ref))
-    rows = rows.with_columns((pl.col("sample_loss") / denom).alias("loss_ratio"),
-                             (pl.col("replay_loss") / denom).alias("replay_ratio"),
-                             (pl.col("sample_loss") / ref if ref is not None else pl.lit(None, pl.Float64)).alias("_abs_ratio"))
+    rows = rows.with_columns(
+        (pl.col("sample_loss") / denom).alias("loss_ratio"),
+        (pl.col("replay_loss") / denom).alias("replay_ratio"),
+        (pl.col("sample_loss") / ref if ref is not None else pl.lit(None, pl.Float64)).alias("_abs_ratio"),
+    )
     recurrence = (
         tc.membership.filter(pl.col("incident") != incident.id).group_by("sample_id").agg(pl.len().alias("recurrence"))
     )
     rows = (
         rows.join(recurrence, on="sample_id", how="left")
         .join(tc.healthy_seen, on="sample_id", how="left")
-        .join(tc.source_enrichment.select("source", "source_enrichment"), left_on="sample_source", right_on="source", how="left")
+        .join(
+            tc.source_enrichment.select("source", "source_enrichment"),
+            left_on="sample_source",
+            right_on="source",
+            how="left",
+        )
         .with_columns(
             pl.col("recurrence").fill_null(0).cast(pl.Int64),
             pl.col("healthy_seen").fill_null(0).cast(pl.Int64),
@@ -217,24 +276,36 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     )
     log2 = lambda e: (e.clip(lower_bound=1.0)).log(2).fill_null(0.0).fill_nan(0.0)  # noqa: E731
     peaks = [incident.peak_step] + [f.peak_step for f in incident.findings if f.severity not in ("info", "ok")]
-    step_weight = (pl.when(pl.col("step").is_in(peaks)).then(params.w_peak)
-                   .when(pl.col("step").is_in(after)).then(params.w_after).otherwise(params.w_before))
+    step_weight = (
+        pl.when(pl.col("step").is_in(peaks))
+        .then(params.w_peak)
+        .when(pl.col("step").is_in(after))
+        .then(params.w_after)
+        .otherwise(params.w_before)
+    )
     # a NaN/Inf of the sample's own, while most of its step is finite (once the weights are NaN every
     # sample's loss is NaN, and that says nothing about any one of them)
-    nonfinite = (pl.col("sample_loss").is_not_null() & ~pl.col("sample_loss").is_finite()
-                 & (pl.col("sample_loss").is_finite().fill_null(False).mean().over("step") >= 0.5))
+    nonfinite = (
+        pl.col("sample_loss").is_not_null()
+        & ~pl.col("sample_loss").is_finite()
+        & (pl.col("sample_loss").is_finite().fill_null(False).mean().over("step") >= 0.5)
+    )
     rank_hit = pl.lit(False) if confined_rank is None else (pl.col("rank") == confined_rank).fill_null(False)
     corroborated = [str(x) for x in incident.facts.get("corroborated_by") or []]
     # extreme length either way: very long documents, or empty / all-padding ones (0/0 losses)
     tok = pl.col("tokens").cast(pl.Float64)
-    length = (log2(pl.max_horizontal(tok / tc.median_tokens, tc.median_tokens / tok)).clip(upper_bound=params.length_cap_log2)
-              if tc.median_tokens else pl.lit(0.0))
+    length = (
+        log2(pl.max_horizontal(tok / tc.median_tokens, tc.median_tokens / tok)).clip(upper_bound=params.length_cap_log2)
+        if tc.median_tokens
+        else pl.lit(0.0)
+    )
     # an empty document (every target masked) makes a per-sample mean loss 0/0: in a NaN/Inf incident
     # it is a suspect on its own, even when no per-sample loss was recorded
     empty_in_nan = (pl.col("tokens") == 0).fill_null(False) & pl.lit("nonfinite" in incident.kinds)
     # the step was replayed and this sample's loss came out finite and well below its first pass
     replay_clean = pl.col("replay_loss").is_finite() & (
-        ~pl.col("sample_loss").is_finite() | (pl.col("replay_loss") < params.replay_clean_frac * pl.col("sample_loss")))
+        ~pl.col("sample_loss").is_finite() | (pl.col("replay_loss") < params.replay_clean_frac * pl.col("sample_loss"))
+    )
     # its own loss stands out (ratio >= tc.outlier_bar) over the healthy per-sample level, and, after
     # the peak, also over its step's low quantile (the damaged weights lift every sample there; a step
     # of nothing but junk, at or before the peak, has no normal quantile); or its own NaN/Inf.
@@ -242,7 +313,9 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
     rel = pl.when(pl.col("loss_ratio").is_finite()).then(pl.col("loss_ratio"))
     abs_ratio = pl.when(pl.col("_abs_ratio").is_finite()).then(pl.col("_abs_ratio"))
     absolute = abs_ratio.fill_null(rel)  # no healthy reference: the step-relative ratio
-    own_outlier = nonfinite | ((absolute >= tc.outlier_bar) & ((pl.col("step") <= incident.peak_step) | (rel >= tc.outlier_bar)))
+    own_outlier = nonfinite | (
+        (absolute >= tc.outlier_bar) & ((pl.col("step") <= incident.peak_step) | (rel >= tc.outlier_bar))
+    )
     rows = rows.with_columns(nonfinite.alias("own_nonfinite"), own_outlier.fill_null(False).alias("own_outlier"))
     rows = rows.filter(~pl.col("step").is_in(after) | pl.col("own_outlier"))
     rows = rows.with_columns(
@@ -260,7 +333,9 @@ def rank_samples(incident: Incident, tc: TraceContext, params: TracingParams, co
         ).alias("row_score")
     )
     out = (
-        rows.sort(["row_score", "step"], descending=[True, False], maintain_order=True)  # a sample's best row, earliest on a tie
+        rows.sort(
+            ["row_score", "step"], descending=[True, False], maintain_order=True
+        )  # a sample's best row, earliest on a tie
         .group_by("sample_id", maintain_order=True)
         .agg(pl.all().first())
         .with_columns(
@@ -288,7 +363,9 @@ def _places(samples: pl.DataFrame, tie_tol: float) -> pl.DataFrame:
     put its bad samples first) can make a tie look like a ranking."""
     if samples.height == 0:
         return samples.with_columns(pl.lit(None, pl.Int64).alias("place"))
-    shuffle = pl.Series("_shuffle", [zlib.crc32(str(x).encode()) for x in samples.get_column("sample_id")], dtype=pl.Int64)
+    shuffle = pl.Series(
+        "_shuffle", [zlib.crc32(str(x).encode()) for x in samples.get_column("sample_id")], dtype=pl.Int64
+    )
     samples = samples.with_columns(shuffle).sort(["score", "_shuffle"], descending=[True, False], nulls_last=True)
     groups, anchor, g = [], None, 0
     for score in samples.get_column("score").to_list():  # one pass over the incident's samples (a few thousand)
@@ -299,9 +376,14 @@ def _places(samples: pl.DataFrame, tie_tol: float) -> pl.DataFrame:
     samples = samples.with_columns(
         pl.Series("_tol", groups, dtype=pl.Int64),
         pl.when(pl.col("loss_ratio").is_finite()).then(pl.col("loss_ratio")).alias("_lr"),
-    ).sort(["_tol", *keys, "score", "_shuffle"], descending=[False, *(d for _, d in TIE_BREAK), True, False],
-           nulls_last=True)
-    new = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in ["_tol", *keys]]) | (pl.int_range(pl.len()) == 0)
+    ).sort(
+        ["_tol", *keys, "score", "_shuffle"],
+        descending=[False, *(d for _, d in TIE_BREAK), True, False],
+        nulls_last=True,
+    )
+    new = pl.any_horizontal([pl.col(k).ne_missing(pl.col(k).shift(1)) for k in ["_tol", *keys]]) | (
+        pl.int_range(pl.len()) == 0
+    )
     return samples.with_columns(pl.when(new).then(pl.int_range(1, pl.len() + 1)).forward_fill().alias("place"))
 
 
@@ -321,12 +403,17 @@ def consumed_samples_range(run: RunData, incident: Incident, params: TracingPara
     start = before.get_column("value")[-1] if before.height else 0.0
     if not (math.isfinite(end) and math.isfinite(start)):
         return None
-    return {"start": int(start), "end": int(end), "steps": [steps[0], last],
-            "note": "samples consumed from the end of step %d to the end of step %d" % (steps[0] - 1, last)}
+    return {
+        "start": int(start),
+        "end": int(end),
+        "steps": [steps[0], last],
+        "note": "samples consumed from the end of step %d to the end of step %d" % (steps[0] - 1, last),
+    }
 
 
-def skip_candidates(samples: pl.DataFrame, score_frac: float, limit: int = 5, tie_tol: float = 1e-9,
-                    max_outliers: int = 0) -> list[str]:
+def skip_candidates(
+    samples: pl.DataFrame, score_frac: float, limit: int = 5, tie_tol: float = 1e-9, max_outliers: int = 0
+) -> list[str]:
     """Sample IDs worth skipping on resume: those scoring within `score_frac` of the top one, at most
     `limit` - except that samples tied with the last one kept (sharing its `place`, or scoring within
     `tie_tol` of it) are never cut off: without per-sample losses a whole micro-batch can tie, and skipping

@@ -44,7 +44,8 @@ def default_batch_info(batch, outputs) -> dict:
     token counts from the outputs or the batch (`sample_losses`, `tokens`)."""
     return dict(
         sample_ids=_get(batch, "sample_ids", "ids", "sample_id"),
-        sample_losses=_get(outputs, "sample_losses") if _get(outputs, "sample_losses") is not None
+        sample_losses=_get(outputs, "sample_losses")
+        if _get(outputs, "sample_losses") is not None
         else _get(batch, "sample_losses"),
         tokens=_get(outputs, "tokens") if _get(outputs, "tokens") is not None else _get(batch, "tokens"),
     )
@@ -54,8 +55,9 @@ class HFCallback(_NoOpHooks):
     """A transformers `TrainerCallback` (duck-typed). `out_dir` defaults to
     `<args.output_dir>/spikeforensics`; other keyword arguments go to `Recorder`."""
 
-    def __init__(self, out_dir: str | os.PathLike | None = None, every: int = 10, flush_every: int = 50,
-                 **recorder_kwargs):
+    def __init__(
+        self, out_dir: str | os.PathLike | None = None, every: int = 10, flush_every: int = 50, **recorder_kwargs
+    ):
         self.out_dir, self.every, self.flush_every = out_dir, every, flush_every
         self.kwargs = recorder_kwargs
         self.recorder = None
@@ -67,8 +69,7 @@ class HFCallback(_NoOpHooks):
         if self.recorder is None:
             out = self.out_dir or os.path.join(getattr(args, "output_dir", "."), "spikeforensics")
             kw = dict(reduce_loss=False) | self.kwargs  # the Trainer logs the loss already averaged
-            self.recorder = Recorder(out, model, every=self.every, flush_every=self.flush_every,
-                                     auto_flush=False, **kw)
+            self.recorder = Recorder(out, model, every=self.every, flush_every=self.flush_every, auto_flush=False, **kw)
         self._max_norm = getattr(args, "max_grad_norm", None)
 
     def record_batch(self, sample_ids, sample_losses=None, tokens=None, state=None):
@@ -127,8 +128,14 @@ class LightningCallback(_NoOpHooks):
     """A Lightning `Callback` (duck-typed). `out_dir` defaults to
     `<trainer.default_root_dir>/spikeforensics`; other keyword arguments go to `Recorder`."""
 
-    def __init__(self, out_dir: str | os.PathLike | None = None, every: int = 10, flush_every: int = 50,
-                 batch_info=default_batch_info, **recorder_kwargs):
+    def __init__(
+        self,
+        out_dir: str | os.PathLike | None = None,
+        every: int = 10,
+        flush_every: int = 50,
+        batch_info=default_batch_info,
+        **recorder_kwargs,
+    ):
         self.out_dir, self.every, self.flush_every = out_dir, every, flush_every
         self.batch_info = batch_info
         self.kwargs = recorder_kwargs

@@ -95,7 +95,7 @@ class _Pending:
             flat = torch.cat(parts).cpu().tolist() if parts else []
             pos = 0
             for i, p in zip(idx, parts):
-                out[i] = flat[pos:pos + p.numel()]
+                out[i] = flat[pos : pos + p.numel()]
                 pos += p.numel()
         self.items = []
         return out  # type: ignore[return-value]
@@ -115,10 +115,22 @@ class Recorder:
     not only a killed process; slower).
     """
 
-    def __init__(self, out_dir: str | os.PathLike, model: torch.nn.Module, every: int = 10,
-                 flush_every: int = 50, rank: int | None = None, world_size: int | None = None,
-                 metrics_ranks=(0,), reduce_loss: bool = True, include=None, param_norm: bool = True,
-                 norms_every: int | None = None, auto_flush: bool = True, fsync: bool = False):
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        model: torch.nn.Module,
+        every: int = 10,
+        flush_every: int = 50,
+        rank: int | None = None,
+        world_size: int | None = None,
+        metrics_ranks=(0,),
+        reduce_loss: bool = True,
+        include=None,
+        param_norm: bool = True,
+        norms_every: int | None = None,
+        auto_flush: bool = True,
+        fsync: bool = False,
+    ):
         r, w = dist_rank_world()
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
@@ -131,12 +143,11 @@ class Recorder:
         self.auto_flush = auto_flush
         self.reduce_loss = reduce_loss and self.world_size > 1 and dist_rank_world()[1] > 1
         self.layers = LayerStats(model, include=include, param_norm=param_norm)
-        self.writer = CaptureWriter(out_dir, self.rank, write_metrics=self.rank in tuple(metrics_ranks),
-                                   fsync=fsync)
+        self.writer = CaptureWriter(out_dir, self.rank, write_metrics=self.rank in tuple(metrics_ranks), fsync=fsync)
         self.out_dir = self.writer.dir
         self.files: list[str] = []  # Parquet files written so far
         self._pending = _Pending()
-        self._steps: list[dict] = []       # closed steps of this flush
+        self._steps: list[dict] = []  # closed steps of this flush
         self._layer_rows: list[tuple] = []  # (step index in _steps or None, step, pending handle, pre_clip)
         self._batches: list[dict] = []
         self._skipped_total = 0
@@ -144,7 +155,7 @@ class Recorder:
         self._prev_scale = None
         self._since_flush = 0
         self._closed = False
-        self._open: dict | None = None     # the step being recorded
+        self._open: dict | None = None  # the step being recorded
 
     # -- the step being recorded ------------------------------------------------------------
     def _begin(self, step: int | None) -> dict:
@@ -165,8 +176,15 @@ class Recorder:
         if "snap" not in st and not st["grads"] and self._norms_step(st["step"]):
             st["snap"] = self.layers.snapshot()
 
-    def after_backward(self, loss=None, step: int | None = None, sample_ids=None, sample_losses=None,
-                       tokens=None, micro: int | None = None) -> None:
+    def after_backward(
+        self,
+        loss=None,
+        step: int | None = None,
+        sample_ids=None,
+        sample_losses=None,
+        tokens=None,
+        micro: int | None = None,
+    ) -> None:
         """Once per micro-batch, after `backward()`: its loss (the micro-batch's own, not divided
         by the accumulation steps), the optimizer step it belongs to, and optionally its sample IDs,
         per-sample losses (tensor or list) and token counts (per sample, or one total)."""
@@ -180,16 +198,21 @@ class Recorder:
             self.record_batch(sample_ids, sample_losses, tokens, micro=micro, step=st["step"])
         st["micro"] += 1
 
-    def record_batch(self, sample_ids, sample_losses=None, tokens=None, micro: int | None = None,
-                     step: int | None = None) -> None:
+    def record_batch(
+        self, sample_ids, sample_losses=None, tokens=None, micro: int | None = None, step: int | None = None
+    ) -> None:
         """The samples of one micro-batch (for loops or callbacks that see the batch elsewhere)."""
         st = self._begin(step)
         ids = _ids(sample_ids)
-        row = dict(step=st["step"], micro=st["micro"] if micro is None else int(micro), ids=ids,
-                   losses=None, tokens=None)
+        row = dict(
+            step=st["step"], micro=st["micro"] if micro is None else int(micro), ids=ids, losses=None, tokens=None
+        )
         if sample_losses is not None:
-            row["losses"] = (("t", self._pending.add(sample_losses.detach())) if isinstance(sample_losses, torch.Tensor)
-                             else ("v", [float(x) for x in sample_losses]))
+            row["losses"] = (
+                ("t", self._pending.add(sample_losses.detach()))
+                if isinstance(sample_losses, torch.Tensor)
+                else ("v", [float(x) for x in sample_losses])
+            )
         if tokens is not None:
             if isinstance(tokens, torch.Tensor):
                 row["tokens"] = ("t", self._pending.add(tokens.detach()))
@@ -199,8 +222,9 @@ class Recorder:
                 row["tokens"] = ("v", [int(x) for x in tokens])
         self._batches.append(row)
 
-    def capture_grads(self, step: int | None = None, pre_clip: bool = True, measure: bool = True,
-                      _after_update: bool = False) -> None:
+    def capture_grads(
+        self, step: int | None = None, pre_clip: bool = True, measure: bool = True, _after_update: bool = False
+    ) -> None:
         """Per-layer statistics of the gradients as they are now (call it after unscaling and
         before clipping for exact pre-clip values, before the optimizer step; `after_step` calls
         it when it was not called, with `pre_clip=False`). Also measures the global norm, used
@@ -225,8 +249,16 @@ class Recorder:
             if rec["step"] == step:
                 rec["values"].update({k: _detach(v) for k, v in values.items() if v is not None})
 
-    def after_step(self, optimizer=None, scaler=None, grad_norm=None, clip_coef=None,
-                   max_norm: float | None = None, loss=None, step: int | None = None) -> None:
+    def after_step(
+        self,
+        optimizer=None,
+        scaler=None,
+        grad_norm=None,
+        clip_coef=None,
+        max_norm: float | None = None,
+        loss=None,
+        step: int | None = None,
+    ) -> None:
         """After the optimizer step (and `scaler.update()`), before `zero_grad()`: closes the step.
 
         `grad_norm` is the pre-clip global norm (what `clip_grad_norm_` returns); `clip_coef` or
@@ -252,11 +284,17 @@ class Recorder:
             pre = measured if (st["measured_pre_clip"] or coef is None) else measured / coef
         if coef is None and pre is not None:
             if max_norm is not None and max_norm > 0:
-                coef = torch.clamp(max_norm / (pre + 1e-6), max=1.0) if isinstance(pre, torch.Tensor) \
+                coef = (
+                    torch.clamp(max_norm / (pre + 1e-6), max=1.0)
+                    if isinstance(pre, torch.Tensor)
                     else min(1.0, max_norm / (pre + 1e-6))
+                )
             elif measured is not None and not st["measured_pre_clip"]:
-                coef = torch.clamp(measured / pre, max=1.0) if isinstance(pre, torch.Tensor) or \
-                    isinstance(measured, torch.Tensor) else min(1.0, measured / pre)
+                coef = (
+                    torch.clamp(measured / pre, max=1.0)
+                    if isinstance(pre, torch.Tensor) or isinstance(measured, torch.Tensor)
+                    else min(1.0, measured / pre)
+                )
         if pre is not None:
             vals.setdefault("grad_norm", pre)
         if coef is not None:
@@ -346,9 +384,18 @@ class Recorder:
         dev = next((v.device for v in losses if isinstance(v, torch.Tensor)), None)
         if dev is None:
             dev = self.layers.all_params[0].device if self.layers.all_params else torch.device("cpu")
-        vec = torch.stack([v.to(dev) if isinstance(v, torch.Tensor) else
-                           torch.tensor(float("nan") if v is None else v, device=dev) for v in losses]) \
-            if losses else torch.zeros(0, device=dev)
+        vec = (
+            torch.stack(
+                [
+                    v.to(dev)
+                    if isinstance(v, torch.Tensor)
+                    else torch.tensor(float("nan") if v is None else v, device=dev)
+                    for v in losses
+                ]
+            )
+            if losses
+            else torch.zeros(0, device=dev)
+        )
         try:
             dist.all_reduce(vec)
         except Exception:

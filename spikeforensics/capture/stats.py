@@ -40,7 +40,7 @@ def clean_name(name: str) -> str:
         changed = False
         for p in WRAPPER_PREFIXES:
             if name.startswith(p):
-                name, changed = name[len(p):], True
+                name, changed = name[len(p) :], True
         name = name.replace("._orig_mod.", ".").replace("._fsdp_wrapped_module.", ".")
     return name
 
@@ -135,7 +135,8 @@ class LayerStats:
         device = diffs[0].device
         sq = torch.stack(torch._foreach_norm(diffs)).float().pow(2)
         return torch.zeros(len(self.names), dtype=torch.float32, device=device).index_add_(
-            0, self._on("index", device), sq)
+            0, self._on("index", device), sq
+        )
 
     @torch.no_grad()
     def compute(self, param_norm: bool | None = None) -> torch.Tensor | None:
@@ -174,9 +175,11 @@ class LayerStats:
             per_param = torch.cat([per_param, extra])
             idx = torch.cat([idx, self._index[missing].to(device)])
         sums = torch.zeros((len(self.names), len(COLUMNS)), dtype=torch.float32, device=device).index_add_(
-            0, idx, per_param)
+            0, idx, per_param
+        )
         amax_l = torch.zeros(len(self.names), dtype=torch.float32, device=device).scatter_reduce(
-            0, idx, per_param[:, 3], reduce="amax", include_self=False)
+            0, idx, per_param[:, 3], reduce="amax", include_self=False
+        )
         # scatter_reduce amax drops NaN on some builds: the sums column is NaN when any element was
         sums[:, 3] = torch.where(sums[:, 3].isnan(), sums[:, 3], amax_l)
         return sums

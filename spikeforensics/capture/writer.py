@@ -33,16 +33,30 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-LAYER_SCHEMA = pa.schema([
-    ("step", pa.int64()), ("rank", pa.int64()), ("layer", pa.string()), ("grad_norm", pa.float64()),
-    ("zero_frac", pa.float64()), ("pos_frac", pa.float64()), ("max_abs", pa.float64()),
-    ("numel", pa.int64()), ("param_norm", pa.float64()), ("update_norm", pa.float64()),
-])
-BATCH_SCHEMA = pa.schema([
-    ("step", pa.int64()), ("rank", pa.int64()), ("micro", pa.int64()),
-    ("sample_ids", pa.list_(pa.string())), ("sample_losses", pa.list_(pa.float64())),
-    ("tokens", pa.list_(pa.int64())),
-])
+LAYER_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("rank", pa.int64()),
+        ("layer", pa.string()),
+        ("grad_norm", pa.float64()),
+        ("zero_frac", pa.float64()),
+        ("pos_frac", pa.float64()),
+        ("max_abs", pa.float64()),
+        ("numel", pa.int64()),
+        ("param_norm", pa.float64()),
+        ("update_norm", pa.float64()),
+    ]
+)
+BATCH_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("rank", pa.int64()),
+        ("micro", pa.int64()),
+        ("sample_ids", pa.list_(pa.string())),
+        ("sample_losses", pa.list_(pa.float64())),
+        ("tokens", pa.list_(pa.int64())),
+    ]
+)
 
 
 def _json_value(v):
@@ -93,10 +107,22 @@ class CaptureWriter:
         # a batch column with no value in this flush (no per-sample losses given) is left out; a
         # layer file keeps all its columns (param / update norms are null between their steps),
         # so every file of a folder has one schema
-        fields = [f for f in schema if kind == "layers" or f.name in ("step", "rank", "sample_ids")
-                  or any(v is not None for v in columns[f.name])]
-        table = pa.table({f.name: columns[f.name] if isinstance(columns[f.name], pa.Array) else
-                          pa.array(columns[f.name], type=f.type) for f in fields}, schema=pa.schema(fields))
+        fields = [
+            f
+            for f in schema
+            if kind == "layers"
+            or f.name in ("step", "rank", "sample_ids")
+            or any(v is not None for v in columns[f.name])
+        ]
+        table = pa.table(
+            {
+                f.name: columns[f.name]
+                if isinstance(columns[f.name], pa.Array)
+                else pa.array(columns[f.name], type=f.type)
+                for f in fields
+            },
+            schema=pa.schema(fields),
+        )
         path = self._next_path(kind)
         tmp = path.with_name(f".{path.name}.tmp")
         pq.write_table(table, tmp, compression="zstd")

@@ -59,11 +59,20 @@ def failure_finding(name: str, exc: BaseException, run: RunData | None = None) -
             first = None
     kind = name if name in _KINDS else "hard_spike"
     return Finding(
-        kind=kind, step_start=first or 0, step_end=first or 0, peak_step=first or 0, severity="info", score=0.0,
+        kind=kind,
+        step_start=first or 0,
+        step_end=first or 0,
+        peak_step=first or 0,
+        severity="info",
+        score=0.0,
         summary=f"detector {name} failed (a bug in spikeforensics): {type(exc).__name__}: {exc}",
         evidence=[Evidence(signal="detector_error", step=None, value=None, note=str(exc))],
-        facts={"error": "".join(traceback.format_exception_only(exc)).strip(), "scope": "run", "detector_failed": name,
-               "traceback": "".join(traceback.format_exception(exc))},
+        facts={
+            "error": "".join(traceback.format_exception_only(exc)).strip(),
+            "scope": "run",
+            "detector_failed": name,
+            "traceback": "".join(traceback.format_exception(exc)),
+        },
     )
 
 

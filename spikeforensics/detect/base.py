@@ -11,9 +11,19 @@ from dataclasses import asdict, dataclass, field
 
 SEVERITIES = ("info", "warning", "critical")
 KINDS = (
-    "hard_spike", "soft_drift", "nonfinite", "loss_scale_collapse", "underflow_zeros",
-    "sign_ratio_anomaly", "clip_rate_anomaly", "layer_outlier", "vanishing_gradients",
-    "loss_oscillation", "divergence", "hardware_error", "no_progress",
+    "hard_spike",
+    "soft_drift",
+    "nonfinite",
+    "loss_scale_collapse",
+    "underflow_zeros",
+    "sign_ratio_anomaly",
+    "clip_rate_anomaly",
+    "layer_outlier",
+    "vanishing_gradients",
+    "loss_oscillation",
+    "divergence",
+    "hardware_error",
+    "no_progress",
 )
 
 

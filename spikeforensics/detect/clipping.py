@@ -26,7 +26,15 @@ from spikeforensics.detect import robust, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
-CONFIG_NAMES = ("max_grad_norm", "clip_grad", "grad_clip", "gradient_clipping", "clip_norm", "max_norm", "clip_grad_norm")
+CONFIG_NAMES = (
+    "max_grad_norm",
+    "clip_grad",
+    "grad_clip",
+    "gradient_clipping",
+    "clip_norm",
+    "max_norm",
+    "clip_grad_norm",
+)
 MAX_RUN_NOTES = 50  # consecutive-clip notes listed at most (the rest are counted in the summary note)
 
 
@@ -72,37 +80,80 @@ def detect(run: RunData, params) -> list[Finding]:
         return []
     data = data.with_columns((pl.col("value") > thr * (1 + cp.tolerance)).alias("clipped"))
     data = data.with_columns(
-        pl.col("clipped").cast(pl.Float64).rolling_mean(cp.window, min_samples=cp.window // 2, center=True)
-        .over("rank").alias("rate"),
+        pl.col("clipped")
+        .cast(pl.Float64)
+        .rolling_mean(cp.window, min_samples=cp.window // 2, center=True)
+        .over("rank")
+        .alias("rate"),
         pl.col("clipped").rle_id().over("rank").alias("_run"),
     )
     rate = float(data.get_column("clipped").mean())
     median_norm = float(data.get_column("value").median())
     dominant = _dominant_layer(run, data.filter(pl.col("clipped")), cp)
-    facts = {"clip_threshold": thr, "threshold_basis": basis, "clip_rate": rate, "median_grad_norm": median_norm,
-             "scope": "run", "derived": derived, "rate_from_step": settled}
+    facts = {
+        "clip_threshold": thr,
+        "threshold_basis": basis,
+        "clip_rate": rate,
+        "median_grad_norm": median_norm,
+        "scope": "run",
+        "derived": derived,
+        "rate_from_step": settled,
+    }
     if dominant:
         facts.update(cause="dominant_layer", dominant_layer=dominant[0], dominant_share=dominant[1])
     lo, hi = int(data.get_column("step").min()), int(data.get_column("step").max())
     findings = []
-    base_ev = Evidence(signal="clip_rate", step=None, value=rate, baseline=cp.healthy_high, ratio=rate / cp.healthy_high,
-                       note=f"threshold {thr:g} ({basis}); median pre-clip norm {median_norm:.3g}")
+    base_ev = Evidence(
+        signal="clip_rate",
+        step=None,
+        value=rate,
+        baseline=cp.healthy_high,
+        ratio=rate / cp.healthy_high,
+        note=f"threshold {thr:g} ({basis}); median pre-clip norm {median_norm:.3g}",
+    )
     layer = dominant[0] if dominant else None
     if rate >= cp.unscale_rate and median_norm >= cp.unscale_factor * thr:
-        findings.append(Finding(
-            kind="clip_rate_anomaly", step_start=lo, step_end=hi, peak_step=lo, severity="warning", score=rate * 10,
-            summary=(f"{rate:.0%} of steps clipped with a median norm {median_norm / thr:.0f}x the threshold: "
-                     "clipping sees loss-scaled gradients (clip before unscale)"),
-            evidence=[base_ev], facts={**facts, "cause": "clip_before_unscale"}))
+        findings.append(
+            Finding(
+                kind="clip_rate_anomaly",
+                step_start=lo,
+                step_end=hi,
+                peak_step=lo,
+                severity="warning",
+                score=rate * 10,
+                summary=(
+                    f"{rate:.0%} of steps clipped with a median norm {median_norm / thr:.0f}x the threshold: "
+                    "clipping sees loss-scaled gradients (clip before unscale)"
+                ),
+                evidence=[base_ev],
+                facts={**facts, "cause": "clip_before_unscale"},
+            )
+        )
         return findings
     findings.extend(_band_findings(run, data, thr, layer, facts, base_ev, params))
     findings.extend(_run_findings(run, data, params))
     if not any(f.severity != "info" for f in findings):
-        band = ("healthy" if cp.loose_band <= rate <= cp.healthy_high else
-                "too loose (threshold rarely reached)" if rate < cp.loose_band else "above the healthy 1-8% band")
-        findings.append(Finding(kind="clip_rate_anomaly", step_start=lo, step_end=hi, peak_step=lo, severity="info",
-                                score=rate, layer=layer, evidence=[base_ev], facts=facts,
-                                summary=f"clip rate {rate:.1%} at threshold {thr:g}: {band}"))
+        band = (
+            "healthy"
+            if cp.loose_band <= rate <= cp.healthy_high
+            else "too loose (threshold rarely reached)"
+            if rate < cp.loose_band
+            else "above the healthy 1-8% band"
+        )
+        findings.append(
+            Finding(
+                kind="clip_rate_anomaly",
+                step_start=lo,
+                step_end=hi,
+                peak_step=lo,
+                severity="info",
+                score=rate,
+                layer=layer,
+                evidence=[base_ev],
+                facts=facts,
+                summary=f"clip rate {rate:.1%} at threshold {thr:g}: {band}",
+            )
+        )
     return findings
 
 
@@ -135,31 +186,65 @@ def _scaled_norms(run: RunData, pre: pl.DataFrame, basis: str, params) -> list[F
         ratio = med_norm / med_scale
         if med_scale < cp.unscale_factor or not (cp.scaled_ratio_lo <= ratio <= cp.scaled_ratio_hi):
             return []
-        ev = [Evidence(signal="grad_norm", step=None, value=med_norm, baseline=med_scale, ratio=ratio,
-                       note="median logged grad norm vs median loss scale: the norm was taken on loss-scaled gradients")]
-        summary = (f"logged grad norms (median {med_norm:.3g}) are about the loss scale ({med_scale:g}) times "
-                   f"a normal norm: gradients are measured and clipped before unscaling")
+        ev = [
+            Evidence(
+                signal="grad_norm",
+                step=None,
+                value=med_norm,
+                baseline=med_scale,
+                ratio=ratio,
+                note="median logged grad norm vs median loss scale: the norm was taken on loss-scaled gradients",
+            )
+        ]
+        summary = (
+            f"logged grad norms (median {med_norm:.3g}) are about the loss scale ({med_scale:g}) times "
+            f"a normal norm: gradients are measured and clipped before unscaling"
+        )
     else:
         big = float((pre.get_column("value") >= cp.unscaled_norm_median / 10).mean())
         if med_norm < cp.unscaled_norm_median or big < cp.unscale_rate:
             return []
-        ev = [Evidence(signal="grad_norm", step=None, value=med_norm, baseline=cp.unscaled_norm_median,
-                       ratio=med_norm / cp.unscaled_norm_median,
-                       note=f"median logged grad norm, {big:.0%} of steps >= {cp.unscaled_norm_median / 10:g}, "
-                            "the loss falling normally, no loss scale in the log")]
-        summary = (f"logged grad norms are astronomically large on every step (median {med_norm:.3g}) while the loss "
-                   "trains normally: norms measured on loss-scaled gradients; any sane threshold clips ~100% of steps "
-                   "(clip before unscale?)")
+        ev = [
+            Evidence(
+                signal="grad_norm",
+                step=None,
+                value=med_norm,
+                baseline=cp.unscaled_norm_median,
+                ratio=med_norm / cp.unscaled_norm_median,
+                note=f"median logged grad norm, {big:.0%} of steps >= {cp.unscaled_norm_median / 10:g}, "
+                "the loss falling normally, no loss scale in the log",
+            )
+        ]
+        summary = (
+            f"logged grad norms are astronomically large on every step (median {med_norm:.3g}) while the loss "
+            "trains normally: norms measured on loss-scaled gradients; any sane threshold clips ~100% of steps "
+            "(clip before unscale?)"
+        )
         facts["clip_rate_any_sane_threshold"] = 1.0
-    return [Finding(kind="clip_rate_anomaly", step_start=lo, step_end=hi, peak_step=lo, severity="warning", score=10.0,
-                    summary=summary, evidence=ev, facts=facts)]
+    return [
+        Finding(
+            kind="clip_rate_anomaly",
+            step_start=lo,
+            step_end=hi,
+            peak_step=lo,
+            severity="warning",
+            score=10.0,
+            summary=summary,
+            evidence=ev,
+            facts=facts,
+        )
+    ]
 
 
 def _trains_normally(run: RunData, pre: pl.DataFrame, params) -> bool:
     """No non-finite loss or grad norm, and the loss falls (last quarter's median below the first's)."""
     loss, _ = signals.raw(run, "loss")
     grad_all, _ = signals.raw(run, "grad_norm")
-    if loss.height < params.clipping.min_steps or not loss.get_column("finite").all() or not grad_all.get_column("finite").all():
+    if (
+        loss.height < params.clipping.min_steps
+        or not loss.get_column("finite").all()
+        or not grad_all.get_column("finite").all()
+    ):
         return False
     k = max(1, loss.height // 4)
     first, last = loss.get_column("value").head(k).median(), loss.get_column("value").tail(k).median()
@@ -184,13 +269,31 @@ def _band_findings(run, data, thr, layer, facts, base_ev, params) -> list[Findin
             else:
                 severity = "warning" if _loss_not_falling(run, lo, hi, params) else "info"
             peak = g.sort("rate", descending=True).row(0, named=True)
-            ev = [Evidence(signal="clip_rate", step=peak["step"], value=r, baseline=cp.healthy_high, ratio=r / cp.healthy_high,
-                           note=f"mean {cp.window}-step clip rate over steps {lo}-{hi}, threshold {thr:g}")]
+            ev = [
+                Evidence(
+                    signal="clip_rate",
+                    step=peak["step"],
+                    value=r,
+                    baseline=cp.healthy_high,
+                    ratio=r / cp.healthy_high,
+                    note=f"mean {cp.window}-step clip rate over steps {lo}-{hi}, threshold {thr:g}",
+                )
+            ]
             owner = f"; layer {layer} dominates the norm on clipped steps" if layer else ""
-            out.append(Finding(kind="clip_rate_anomaly", step_start=lo, step_end=hi, peak_step=int(peak["step"]),
-                               severity=severity, score=r * 10, layer=layer, evidence=[*ev, base_ev],
-                               summary=f"{r:.0%} of steps clipped over steps {lo}-{hi} ({label}){owner}",
-                               facts={**facts, "band": label}))
+            out.append(
+                Finding(
+                    kind="clip_rate_anomaly",
+                    step_start=lo,
+                    step_end=hi,
+                    peak_step=int(peak["step"]),
+                    severity=severity,
+                    score=r * 10,
+                    layer=layer,
+                    evidence=[*ev, base_ev],
+                    summary=f"{r:.0%} of steps clipped over steps {lo}-{hi} ({label}){owner}",
+                    facts={**facts, "band": label},
+                )
+            )
         if out:
             break  # the stricter band already covers these steps
     return out
@@ -199,21 +302,45 @@ def _band_findings(run, data, thr, layer, facts, base_ev, params) -> list[Findin
 def _run_findings(run, data, params) -> list[Finding]:
     """Runs of consecutive clipped steps: notes at `consecutive`, warnings when long and the loss rises."""
     cp = params.clipping
-    runs = (data.filter(pl.col("clipped")).group_by("rank", "_run", maintain_order=True)
-            .agg(pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi"), pl.len().alias("n"),
-                 pl.col("value").max().alias("peak_norm"), pl.col("step").sort_by("value").last().alias("peak"),
-                 pl.col("attempt").first()))
+    runs = (
+        data.filter(pl.col("clipped"))
+        .group_by("rank", "_run", maintain_order=True)
+        .agg(
+            pl.col("step").min().alias("lo"),
+            pl.col("step").max().alias("hi"),
+            pl.len().alias("n"),
+            pl.col("value").max().alias("peak_norm"),
+            pl.col("step").sort_by("value").last().alias("peak"),
+            pl.col("attempt").first(),
+        )
+    )
     runs = runs.filter(pl.col("n") >= cp.consecutive).sort("n", descending=True)
     out = []
     for r in runs.head(MAX_RUN_NOTES).iter_rows(named=True):
         long = r["n"] >= cp.sustained_run and _loss_not_falling(run, r["lo"], r["hi"], params)
-        out.append(Finding(
-            kind="clip_rate_anomaly", step_start=r["lo"], step_end=r["hi"], peak_step=r["peak"],
-            severity="warning" if long else "info", score=float(r["n"]), rank=r["rank"], attempt=int(r["attempt"] or 0),
-            summary=f"{r['n']} consecutive clipped steps {r['lo']}-{r['hi']}",
-            evidence=[Evidence(signal="grad_norm", step=r["peak"], value=r["peak_norm"], rank=r["rank"],
-                               note=f"{r['n']} clipped steps in a row")],
-            facts={"consecutive_clipped": r["n"], "onset_step": r["lo"]}))
+        out.append(
+            Finding(
+                kind="clip_rate_anomaly",
+                step_start=r["lo"],
+                step_end=r["hi"],
+                peak_step=r["peak"],
+                severity="warning" if long else "info",
+                score=float(r["n"]),
+                rank=r["rank"],
+                attempt=int(r["attempt"] or 0),
+                summary=f"{r['n']} consecutive clipped steps {r['lo']}-{r['hi']}",
+                evidence=[
+                    Evidence(
+                        signal="grad_norm",
+                        step=r["peak"],
+                        value=r["peak_norm"],
+                        rank=r["rank"],
+                        note=f"{r['n']} clipped steps in a row",
+                    )
+                ],
+                facts={"consecutive_clipped": r["n"], "onset_step": r["lo"]},
+            )
+        )
     return out
 
 
@@ -225,7 +352,9 @@ def _dominant_layer(run: RunData, clipped: pl.DataFrame, cp) -> tuple[str, float
     on = layers.filter(pl.col("step").is_in(clipped.get_column("step").implode()) & pl.col("grad_norm").is_finite())
     if on.height == 0:
         return None
-    share = on.with_columns((pl.col("grad_norm") ** 2 / (pl.col("grad_norm") ** 2).sum().over("step", "rank")).alias("share"))
+    share = on.with_columns(
+        (pl.col("grad_norm") ** 2 / (pl.col("grad_norm") ** 2).sum().over("step", "rank")).alias("share")
+    )
     top = share.sort("share", descending=True).unique(subset=["step", "rank"], keep="first")
     top = top.filter(pl.col("share") >= cp.dominant_share)
     if top.height < 0.5 * on.select(pl.struct("step", "rank").n_unique()).item():

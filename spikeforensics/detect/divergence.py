@@ -56,10 +56,11 @@ def detect(run: RunData, params) -> list[Finding]:
     # the noise before each record: robust scale of the trailing residuals (the shared `sigma` is two-sided and a
     # divergence inflates it around its own onset)
     window = signals.short_series_windows(frame, params)[0]
-    noise = ((pl.col("y") - pl.col("left")).abs().shift(1).rolling_median(window, min_samples=1) * robust.MAD_SCALE)
+    noise = (pl.col("y") - pl.col("left")).abs().shift(1).rolling_median(window, min_samples=1) * robust.MAD_SCALE
     f = frame.sort("attempt", "t").with_columns(noise.over("attempt").alias("noise"))
-    thr = pl.col("left") + pl.max_horizontal(dp.band_z * pl.col("noise").fill_null(pl.col("sigma")),
-                                             pl.lit(math.log(dp.band_ratio)))
+    thr = pl.col("left") + pl.max_horizontal(
+        dp.band_z * pl.col("noise").fill_null(pl.col("sigma")), pl.lit(math.log(dp.band_ratio))
+    )
     f = f.with_columns(thr.alias("thr")).with_columns(
         (pl.col("y") >= pl.col("thr")).alias("out"),
         pl.col("y").reverse().cum_min().reverse().over("attempt").alias("suffix_min"),
@@ -86,8 +87,11 @@ def _judge(run: RunData, raw: pl.DataFrame, tail: pl.DataFrame, onset: dict, att
     after_peak = tail.filter(pl.col("t") >= peak["t"]).get_column("y")
     diffs = after_peak.diff().drop_nulls()
     # recovering: falling on most records after the peak, and by more than the band's width (not noise)
-    recovering = (diffs.len() >= dp.falling_min and float((diffs < 0).mean()) >= dp.falling_frac
-                  and float(peak["y"] - after_peak[-1]) >= float(onset["thr"] - base))
+    recovering = (
+        diffs.len() >= dp.falling_min
+        and float((diffs < 0).mean()) >= dp.falling_frac
+        and float(peak["y"] - after_peak[-1]) >= float(onset["thr"] - base)
+    )
     last_pos = int(tail.get_column("pos").max())
     end_bad = _nonfinite_after(run, raw, attempt, last_pos)
     stopped = _stop_event(run, params, int(tail.get_column("step").max()))
@@ -102,19 +106,50 @@ def _judge(run: RunData, raw: pl.DataFrame, tail: pl.DataFrame, onset: dict, att
     severity = "critical" if ends_nonfinite or ratio >= dp.critical_ratio else "warning"
     step_lo = int(onset["step"])
     step_hi = max(int(tail.get_column("step").max()), end_bad or 0)
-    ev = [Evidence(signal="loss", step=int(onset["step"]), value=onset["value"], baseline=math.exp(base),
-                   ratio=round(math.exp(onset["y"] - base), 4), note="onset: first record out of the band that never came back"),
-          Evidence(signal="loss", step=int(peak["step"]), value=peak["value"], baseline=math.exp(base), ratio=round(peak_ratio, 4),
-                   note=f"peak; median {ratio:.2f}x the pre-onset level over the {n} records to the end"
-                   + ("; ends in a non-finite loss" if ends_nonfinite else ""))]
+    ev = [
+        Evidence(
+            signal="loss",
+            step=int(onset["step"]),
+            value=onset["value"],
+            baseline=math.exp(base),
+            ratio=round(math.exp(onset["y"] - base), 4),
+            note="onset: first record out of the band that never came back",
+        ),
+        Evidence(
+            signal="loss",
+            step=int(peak["step"]),
+            value=peak["value"],
+            baseline=math.exp(base),
+            ratio=round(peak_ratio, 4),
+            note=f"peak; median {ratio:.2f}x the pre-onset level over the {n} records to the end"
+            + ("; ends in a non-finite loss" if ends_nonfinite else ""),
+        ),
+    ]
     how = "climbed until the loss went non-finite" if climb and not sustained else "never came back to its band"
-    summary = (f"loss diverged from step {step_lo}: it left its band ({math.exp(base):.4g}) and {how}"
-               f" (median {ratio:.1f}x, peak {peak_ratio:.1f}x at step {peak['step']}, {n} records)")
-    return Finding(kind="divergence", step_start=step_lo, step_end=step_hi, peak_step=int(peak["step"]), severity=severity,
-                   score=round(peak_ratio, 4), summary=summary, attempt=attempt, evidence=ev,
-                   facts={"onset_step": step_lo, "onset": step_lo, "recovery": "never", "divergence": True,
-                          "ends_nonfinite": ends_nonfinite, "divergence_ratio": round(ratio, 4),
-                          "first_nonfinite_step": end_bad})
+    summary = (
+        f"loss diverged from step {step_lo}: it left its band ({math.exp(base):.4g}) and {how}"
+        f" (median {ratio:.1f}x, peak {peak_ratio:.1f}x at step {peak['step']}, {n} records)"
+    )
+    return Finding(
+        kind="divergence",
+        step_start=step_lo,
+        step_end=step_hi,
+        peak_step=int(peak["step"]),
+        severity=severity,
+        score=round(peak_ratio, 4),
+        summary=summary,
+        attempt=attempt,
+        evidence=ev,
+        facts={
+            "onset_step": step_lo,
+            "onset": step_lo,
+            "recovery": "never",
+            "divergence": True,
+            "ends_nonfinite": ends_nonfinite,
+            "divergence_ratio": round(ratio, 4),
+            "first_nonfinite_step": end_bad,
+        },
+    )
 
 
 def _stop_event(run: RunData, params, after_step: int) -> bool:
@@ -123,6 +158,9 @@ def _stop_event(run: RunData, params, after_step: int) -> bool:
     if ev.height == 0:
         return False
     text = pl.col("detail").fill_null("")
-    hit = ev.filter(text.str.contains(ep.stop_pattern) & text.str.contains(ep.nonfinite_pattern)
-                    & (pl.col("step").is_null() | (pl.col("step") >= after_step)))
+    hit = ev.filter(
+        text.str.contains(ep.stop_pattern)
+        & text.str.contains(ep.nonfinite_pattern)
+        & (pl.col("step").is_null() | (pl.col("step") >= after_step))
+    )
     return hit.height > 0

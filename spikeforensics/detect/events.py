@@ -46,7 +46,8 @@ def _records(run: RunData) -> pl.DataFrame:
     """One row per training-step record: source, line, step, attempt, time."""
     rec = run.metrics.filter(pl.col("record").is_not_null())
     return rec.group_by("source", "record", "attempt").agg(
-        pl.col("line").min(), pl.col("step").first(), pl.col("time").min())
+        pl.col("line").min(), pl.col("step").first(), pl.col("time").min()
+    )
 
 
 def _fallback_step(run: RunData, records: pl.DataFrame) -> int:
@@ -75,29 +76,64 @@ def _floor(run: RunData, params, fallback: int) -> list[Finding]:
     lowest = ov.get_column("new_scale").drop_nulls().min()
     floor_framework = _text().str.contains(ep.floor_formats_pattern)
     value_floor = lowest is not None and lowest >= ep.floor_scale
-    stuck = (pl.col("kind") == "overflow") & (pl.col("new_scale") == pl.col("old_scale")) & (pl.col("new_scale") <= ep.floor_scale)
-    at_value = (pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.floor_scale) & pl.lit(value_floor) & floor_framework
-    hit = ov.filter(at_value | stuck.fill_null(False)
-                    | _text().str.contains(ep.floor_pattern) | _text().str.contains(r'"at_floor":\s*true'))
+    stuck = (
+        (pl.col("kind") == "overflow")
+        & (pl.col("new_scale") == pl.col("old_scale"))
+        & (pl.col("new_scale") <= ep.floor_scale)
+    )
+    at_value = (
+        (pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.floor_scale) & pl.lit(value_floor) & floor_framework
+    )
+    hit = ov.filter(
+        at_value
+        | stuck.fill_null(False)
+        | _text().str.contains(ep.floor_pattern)
+        | _text().str.contains(r'"at_floor":\s*true')
+    )
     if hit.height == 0:
         return []
     hit = _placed(hit, fallback).sort("at", "line")
     first = hit.row(0, named=True)
     n = hit.height
     worded = hit.filter(_text().str.contains(ep.floor_pattern))
-    ev = [Evidence(signal="loss_scale", step=first["at"], value=first["new_scale"], baseline=first["old_scale"],
-                   note=f"{n} overflow/minimum-scale event(s) at the loss-scale floor ({ep.floor_scale:g})")]
+    ev = [
+        Evidence(
+            signal="loss_scale",
+            step=first["at"],
+            value=first["new_scale"],
+            baseline=first["old_scale"],
+            note=f"{n} overflow/minimum-scale event(s) at the loss-scale floor ({ep.floor_scale:g})",
+        )
+    ]
     if worded.height:
         w = worded.row(0, named=True)
         ev.append(Evidence(signal="event", step=w["at"], value=None, note=_message(w["detail"])))
     lo, hi = int(hit.get_column("at").min()), int(hit.get_column("at").max())
-    return [Finding(kind="loss_scale_collapse", step_start=lo, step_end=hi, peak_step=int(first["at"]), severity="critical",
-                    # score 0: when the loss-scale detector saw the same floor, its finding (halvings, onset) leads
-                    score=0.0, evidence=ev, attempt=int(first["attempt"] or 0),
-                    summary=(f"fp16 loss scale at its floor ({ep.floor_scale:g}) from step {first['at']}: {n} overflow "
-                             "event(s) with nowhere left to halve; the scaler cannot recover"),
-                    facts={"cause": "loss_scale_floor", "at_floor": True, "min_scale": ep.floor_scale, "onset_step": lo,
-                           "floor_events": n, "decisive_event": True})]
+    return [
+        Finding(
+            kind="loss_scale_collapse",
+            step_start=lo,
+            step_end=hi,
+            peak_step=int(first["at"]),
+            severity="critical",
+            # score 0: when the loss-scale detector saw the same floor, its finding (halvings, onset) leads
+            score=0.0,
+            evidence=ev,
+            attempt=int(first["attempt"] or 0),
+            summary=(
+                f"fp16 loss scale at its floor ({ep.floor_scale:g}) from step {first['at']}: {n} overflow "
+                "event(s) with nowhere left to halve; the scaler cannot recover"
+            ),
+            facts={
+                "cause": "loss_scale_floor",
+                "at_floor": True,
+                "min_scale": ep.floor_scale,
+                "onset_step": lo,
+                "floor_events": n,
+                "decisive_event": True,
+            },
+        )
+    ]
 
 
 def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
@@ -107,8 +143,12 @@ def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
         return []
     count = _text().str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1)
     placed = ov.filter(pl.col("step").is_not_null())
-    skipped = (placed.select("attempt", "step").unique().height + int(ov.filter(pl.col("step").is_null()).select(count).sum().item() or 0)
-               if placed.height else int(ov.select(count).sum().item() or 0))
+    skipped = (
+        placed.select("attempt", "step").unique().height
+        + int(ov.filter(pl.col("step").is_null()).select(count).sum().item() or 0)
+        if placed.height
+        else int(ov.select(count).sum().item() or 0)
+    )
     logged = records.select("attempt", "step").unique().height
     denom = max(logged, skipped)
     stuck = _longest_same_scale_run(placed)
@@ -118,15 +158,39 @@ def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
     steps = placed.get_column("step")
     lo = int(steps.min()) if steps.len() else 0
     hi = int(steps.max()) if steps.len() else 0
-    return [Finding(kind="loss_scale_collapse", step_start=lo, step_end=hi, peak_step=lo, severity="critical",
-                    score=float(skipped),
-                    evidence=[Evidence(signal="overflow_skips", step=lo, value=float(skipped), baseline=float(denom),
-                                       ratio=round(skipped / denom, 4) if denom else None,
-                                       note=f"{skipped} overflow-skipped steps of {denom} logged")],
-                    summary=f"every logged step overflows: {skipped} of {denom} steps skipped by the fp16 loss scaler"
-                            + (f" ({stuck} in a row at one loss scale: the scale is not falling)" if stuck >= ep.all_overflow_stuck_skips else ""),
-                    facts={"cause": "all_steps_overflow", "overflow_skips": skipped, "onset_step": lo, "decisive_event": True,
-                           "same_scale_skips": stuck})]
+    return [
+        Finding(
+            kind="loss_scale_collapse",
+            step_start=lo,
+            step_end=hi,
+            peak_step=lo,
+            severity="critical",
+            score=float(skipped),
+            evidence=[
+                Evidence(
+                    signal="overflow_skips",
+                    step=lo,
+                    value=float(skipped),
+                    baseline=float(denom),
+                    ratio=round(skipped / denom, 4) if denom else None,
+                    note=f"{skipped} overflow-skipped steps of {denom} logged",
+                )
+            ],
+            summary=f"every logged step overflows: {skipped} of {denom} steps skipped by the fp16 loss scaler"
+            + (
+                f" ({stuck} in a row at one loss scale: the scale is not falling)"
+                if stuck >= ep.all_overflow_stuck_skips
+                else ""
+            ),
+            facts={
+                "cause": "all_steps_overflow",
+                "overflow_skips": skipped,
+                "onset_step": lo,
+                "decisive_event": True,
+                "same_scale_skips": stuck,
+            },
+        )
+    ]
 
 
 def _longest_same_scale_run(placed: pl.DataFrame) -> int:
@@ -135,12 +199,23 @@ def _longest_same_scale_run(placed: pl.DataFrame) -> int:
     `hysteresis` (2) skips; skips that leave the scale where it is mean it cannot fall."""
     if placed.height == 0:
         return 0
-    per_step = (placed.with_columns(_num("new_scale").alias("_scale"))
-                .group_by("attempt", "step").agg(pl.col("_scale").min()).sort("attempt", "step"))
+    per_step = (
+        placed.with_columns(_num("new_scale").alias("_scale"))
+        .group_by("attempt", "step")
+        .agg(pl.col("_scale").min())
+        .sort("attempt", "step")
+    )
     runs = per_step.with_columns(
-        ((pl.col("_scale") != pl.col("_scale").shift(1)) | pl.col("_scale").is_null()
-         | (pl.col("attempt") != pl.col("attempt").shift(1))
-         | (pl.col("step") - pl.col("step").shift(1) > 1)).fill_null(True).cum_sum().alias("_run"))
+        (
+            (pl.col("_scale") != pl.col("_scale").shift(1))
+            | pl.col("_scale").is_null()
+            | (pl.col("attempt") != pl.col("attempt").shift(1))
+            | (pl.col("step") - pl.col("step").shift(1) > 1)
+        )
+        .fill_null(True)
+        .cum_sum()
+        .alias("_run")
+    )
     sized = runs.filter(pl.col("_scale").is_not_null()).group_by("_run").len()
     return int(sized.get_column("len").max()) if sized.height else 0
 
@@ -151,8 +226,11 @@ def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> lis
     if ev.height == 0:
         return []
     code = _num("code").cast(pl.Int64, strict=False)
-    uncorrected = (_text().str.contains(r"(?i)uncorrect|double.bit|\bdbe\b")
-                   | (_num("uncorrected").fill_null(0) > 0) | (_num("ecc_uncorrected").fill_null(0) > 0))
+    uncorrected = (
+        _text().str.contains(r"(?i)uncorrect|double.bit|\bdbe\b")
+        | (_num("uncorrected").fill_null(0) > 0)
+        | (_num("ecc_uncorrected").fill_null(0) > 0)
+    )
     hw = ev.filter(
         ((pl.col("kind") == "xid") & code.is_in(list(ep.hardware_xid_codes)))
         | ((pl.col("kind") == "ecc") & uncorrected)
@@ -168,14 +246,31 @@ def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> lis
     code0 = _json_code(first["detail"])
     what = {"xid": f"Xid {int(code0 or 0)}", "ecc": "uncorrectable ECC error"}.get(first["kind"], "hardware error")
     note = _message(first["detail"])
-    return [Finding(kind="hardware_error", step_start=int(first["at"]), step_end=int(hw.get_column("at").max()),
-                    peak_step=int(first["at"]), severity="critical", score=float(hw.height), attempt=int(first["attempt"] or 0),
-                    rank=first["rank"],
-                    evidence=[Evidence(signal=first["kind"], step=first["at"], value=code0, rank=first["rank"], note=note or what)],
-                    summary=(f"{what} at step {first['at']} and no training record after it: the run died on a hardware fault"
-                             + (f" ({note[:120]})" if note else "")),
-                    facts={"cause": "hardware_death", "onset_step": int(first["at"]), "decisive_event": True,
-                           "hardware_events": hw.height})]
+    return [
+        Finding(
+            kind="hardware_error",
+            step_start=int(first["at"]),
+            step_end=int(hw.get_column("at").max()),
+            peak_step=int(first["at"]),
+            severity="critical",
+            score=float(hw.height),
+            attempt=int(first["attempt"] or 0),
+            rank=first["rank"],
+            evidence=[
+                Evidence(signal=first["kind"], step=first["at"], value=code0, rank=first["rank"], note=note or what)
+            ],
+            summary=(
+                f"{what} at step {first['at']} and no training record after it: the run died on a hardware fault"
+                + (f" ({note[:120]})" if note else "")
+            ),
+            facts={
+                "cause": "hardware_death",
+                "onset_step": int(first["at"]),
+                "decisive_event": True,
+                "hardware_events": hw.height,
+            },
+        )
+    ]
 
 
 def _after_last_record(ev: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
@@ -187,8 +282,11 @@ def _after_last_record(ev: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
     ev = ev.join(last, on="source", how="left")
     last_time = records.get_column("time").drop_nulls().max()
     after_own = pl.col("_last_line").is_not_null() & (pl.col("line") > pl.col("_last_line"))
-    after_clock = (pl.col("_last_line").is_null() & pl.col("time").is_not_null() & (pl.col("time") >= pl.lit(last_time))
-                   if last_time is not None else pl.lit(False))
+    after_clock = (
+        pl.col("_last_line").is_null() & pl.col("time").is_not_null() & (pl.col("time") >= pl.lit(last_time))
+        if last_time is not None
+        else pl.lit(False)
+    )
     return ev.filter(after_own | after_clock).drop("_last_line")
 
 
@@ -205,15 +303,37 @@ def _collective_timeout(run: RunData, records: pl.DataFrame, fallback: int) -> l
     first = ev.row(0, named=True)
     ranks = sorted({int(r) for r in ev.get_column("rank").drop_nulls().to_list()})
     who = f" on rank(s) {', '.join(map(str, ranks))}" if ranks else ""
-    return [Finding(kind="hardware_error", step_start=int(first["at"]), step_end=int(ev.get_column("at").max()),
-                    peak_step=int(first["at"]), severity="critical", score=float(ev.height), attempt=int(first["attempt"] or 0),
+    return [
+        Finding(
+            kind="hardware_error",
+            step_start=int(first["at"]),
+            step_end=int(ev.get_column("at").max()),
+            peak_step=int(first["at"]),
+            severity="critical",
+            score=float(ev.height),
+            attempt=int(first["attempt"] or 0),
+            rank=first["rank"],
+            evidence=[
+                Evidence(
+                    signal="nccl_timeout",
+                    step=first["at"],
+                    value=None,
                     rank=first["rank"],
-                    evidence=[Evidence(signal="nccl_timeout", step=first["at"], value=None, rank=first["rank"],
-                                       note=f"{ev.height} NCCL watchdog timeout(s){who}")],
-                    summary=(f"an NCCL collective timed out{who} at step {first['at']} and no training record follows: "
-                             "the job was taken down on a hung collective"),
-                    facts={"cause": "collective_timeout", "onset_step": int(first["at"]), "decisive_event": True,
-                           "timeout_events": ev.height})]
+                    note=f"{ev.height} NCCL watchdog timeout(s){who}",
+                )
+            ],
+            summary=(
+                f"an NCCL collective timed out{who} at step {first['at']} and no training record follows: "
+                "the job was taken down on a hung collective"
+            ),
+            facts={
+                "cause": "collective_timeout",
+                "onset_step": int(first["at"]),
+                "decisive_event": True,
+                "timeout_events": ev.height,
+            },
+        )
+    ]
 
 
 def _stopped(run: RunData, params, fallback: int, fallback_free: bool) -> list[Finding]:
@@ -221,8 +341,9 @@ def _stopped(run: RunData, params, fallback: int, fallback_free: bool) -> list[F
     ev = run.events_of("nan", "error")
     if ev.height == 0:
         return []
-    said = ((_text().str.contains(ep.stop_pattern) & _text().str.contains(ep.nonfinite_pattern))
-            | ((pl.col("kind") == "nan") & _text().str.contains(r'"stopped":\s*true')))
+    said = (_text().str.contains(ep.stop_pattern) & _text().str.contains(ep.nonfinite_pattern)) | (
+        (pl.col("kind") == "nan") & _text().str.contains(r'"stopped":\s*true')
+    )
     # a nan event the nonfinite detector cannot place: no step, and no step record to carry it
     unplaced_nan = (pl.col("kind") == "nan") & pl.col("step").is_null() & pl.lit(fallback_free)
     hit = ev.filter(said | unplaced_nan)
@@ -233,14 +354,34 @@ def _stopped(run: RunData, params, fallback: int, fallback_free: bool) -> list[F
     stopped = hit.filter(said)
     note = _message((stopped.row(0, named=True) if stopped.height else first)["detail"])
     lo, hi = int(hit.get_column("at").min()), int(hit.get_column("at").max())
-    return [Finding(kind="nonfinite", step_start=lo, step_end=hi, peak_step=lo, severity="critical", score=float(hit.height),
-                    attempt=int(first["attempt"] or 0), rank=first["rank"],
-                    evidence=[Evidence(signal="nan_event", step=first["at"], value=float("nan"), note=note or "non-finite loss")],
-                    summary=(f"training stopped on a non-finite loss at step {lo}" if stopped.height
-                             else f"non-finite loss reported (step {lo})") + (f": {note[:120]}" if note else ""),
-                    facts={"cause": "stopped_nonfinite" if stopped.height else "nonfinite_event", "onset_step": lo,
-                           "recovery": "never" if stopped.height else "unknown", "decisive_event": True,
-                           "signals": ["nan_event"]})]
+    return [
+        Finding(
+            kind="nonfinite",
+            step_start=lo,
+            step_end=hi,
+            peak_step=lo,
+            severity="critical",
+            score=float(hit.height),
+            attempt=int(first["attempt"] or 0),
+            rank=first["rank"],
+            evidence=[
+                Evidence(signal="nan_event", step=first["at"], value=float("nan"), note=note or "non-finite loss")
+            ],
+            summary=(
+                f"training stopped on a non-finite loss at step {lo}"
+                if stopped.height
+                else f"non-finite loss reported (step {lo})"
+            )
+            + (f": {note[:120]}" if note else ""),
+            facts={
+                "cause": "stopped_nonfinite" if stopped.height else "nonfinite_event",
+                "onset_step": lo,
+                "recovery": "never" if stopped.height else "unknown",
+                "decisive_event": True,
+                "signals": ["nan_event"],
+            },
+        )
+    ]
 
 
 def _message(detail) -> str:

@@ -60,10 +60,17 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     # a rise of one or two print quanta is no evidence, whatever its z: a loss printed to 4 decimals at 1e-4
     # (a converged fine-tune) steps 1e-4 -> 2e-4, "2x" and dozens of sigma of the floor
     beyond = (pl.col("value") - pl.min_horizontal("left", "base").exp()) > 2 * _quantum(frame, hp.short_series_records)
-    return frame.filter(pl.col("left").is_not_null()).with_columns(
-        ((both | jump) & beyond).alias("single"), (joint & beyond).alias("joint"), pl.lit(signal).alias("signal"),
-        rise_left.exp().alias("ratio_left"), rise_base.exp().alias("ratio_base"),
-    ).filter(pl.col("single") | pl.col("joint"))
+    return (
+        frame.filter(pl.col("left").is_not_null())
+        .with_columns(
+            ((both | jump) & beyond).alias("single"),
+            (joint & beyond).alias("joint"),
+            pl.lit(signal).alias("signal"),
+            rise_left.exp().alias("ratio_left"),
+            rise_base.exp().alias("ratio_base"),
+        )
+        .filter(pl.col("single") | pl.col("joint"))
+    )
 
 
 def _quantum(frame: pl.DataFrame, min_values: int) -> float:
@@ -104,15 +111,33 @@ def detect(run: RunData, params) -> list[Finding]:
             if frame.height == 0 or (per_rank and not signals.has_ranks(frame)):
                 continue
             cands[signal] = _candidates(frame, signal, params).with_columns(
-                pl.lit(per_rank).alias("per_rank"), pl.lit(derived).alias("derived"))
+                pl.lit(per_rank).alias("per_rank"), pl.lit(derived).alias("derived")
+            )
             for rank in frame.get_column("rank").unique().to_list():
                 part = frame.filter(pl.col("rank").eq_missing(rank))
                 tracks.append(shape.Track.from_frame(part, signal, rank if per_rank else None))
         if cands:
             f = _flags(cands, params)
             if f.height:
-                flagged.append(f.select("signal", "per_rank", "derived", "t", "step", "attempt", "rank", "pos", "value",
-                                        "left", "base", "z", "z_left", "ratio_left", "ratio_base"))
+                flagged.append(
+                    f.select(
+                        "signal",
+                        "per_rank",
+                        "derived",
+                        "t",
+                        "step",
+                        "attempt",
+                        "rank",
+                        "pos",
+                        "value",
+                        "left",
+                        "base",
+                        "z",
+                        "z_left",
+                        "ratio_left",
+                        "ratio_base",
+                    )
+                )
     findings = _early_rise(run, params)
     flags = pl.concat(flagged, how="vertical_relaxed") if flagged else None
     if flags is not None and findings:  # flags inside the unstable start are that same event
@@ -140,8 +165,12 @@ def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
     """On a long run, a grad-norm-only spike of at most `blips.max_width` records that the loss does not
     answer is the norm's heavy tail: a note, whatever its size."""
     signals_hit = {e.signal for e in f.evidence} & set(SIGNALS)
-    if (f.severity == "info" or f.facts.get("early_rise") or signals_hit != {"grad_norm"}
-            or f.step_end - f.step_start + 1 > params.blips.max_width * _run_interval(run)):
+    if (
+        f.severity == "info"
+        or f.facts.get("early_rise")
+        or signals_hit != {"grad_norm"}
+        or f.step_end - f.step_start + 1 > params.blips.max_width * _run_interval(run)
+    ):
         return f
     answer = _loss_answer(run, params, list(range(f.step_start, f.step_end + 1)))
     if answer is None or answer.height == 0 or answer.get_column("moved").any():
@@ -225,20 +254,44 @@ def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = F
     grad_only = lambda f: {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}  # noqa: E731
     long_run = long_run or _recurring_blips(findings, run, params)  # from here on: "blips are notes"
     grad_ratio = lambda f: max((e.ratio or 0.0) for e in f.evidence if e.signal == "grad_norm")  # noqa: E731
-    notes = [f for f in findings if not f.facts.get("early_rise") and f.severity == "info" and grad_only(f)
-             and (grad_ratio(f) >= hp.recurring_ratio or f.facts.get("blip"))]
+    notes = [
+        f
+        for f in findings
+        if not f.facts.get("early_rise")
+        and f.severity == "info"
+        and grad_only(f)
+        and (grad_ratio(f) >= hp.recurring_ratio or f.facts.get("blip"))
+    ]
     frame, _ = signals.with_baseline(run, "grad_norm", params)
-    high = frame.filter(pl.col("left").is_not_null() & (pl.col("z") >= hp.recurring_z)
-                        & (pl.col("y") - pl.col("base") >= math.log(hp.recurring_ratio)))
+    high = frame.filter(
+        pl.col("left").is_not_null()
+        & (pl.col("z") >= hp.recurring_z)
+        & (pl.col("y") - pl.col("base") >= math.log(hp.recurring_ratio))
+    )
     rows = high.select("step", "value", "base", "z").with_columns(pl.col("base").exp())
     # every candidate step with its size over the baseline (a note's own evidence, else the record's)
-    sizes = pl.concat([
-        rows.select(pl.col("step").cast(pl.Int64).alias("pos"), (pl.col("value") / pl.col("base")).alias("ratio")),
-        pl.DataFrame({"pos": [f.peak_step for f in notes], "ratio": [grad_ratio(f) for f in notes]},
-                     schema={"pos": pl.Int64, "ratio": pl.Float64}),
-    ]).drop_nulls("pos").group_by("pos").agg(pl.col("ratio").max())
-    grouped = robust.flag_groups(sizes, hp.group_gap).group_by("group").agg(
-        pl.col("pos").min().alias("step"), pl.col("ratio").max()).sort("step")
+    sizes = (
+        pl.concat(
+            [
+                rows.select(
+                    pl.col("step").cast(pl.Int64).alias("pos"), (pl.col("value") / pl.col("base")).alias("ratio")
+                ),
+                pl.DataFrame(
+                    {"pos": [f.peak_step for f in notes], "ratio": [grad_ratio(f) for f in notes]},
+                    schema={"pos": pl.Int64, "ratio": pl.Float64},
+                ),
+            ]
+        )
+        .drop_nulls("pos")
+        .group_by("pos")
+        .agg(pl.col("ratio").max())
+    )
+    grouped = (
+        robust.flag_groups(sizes, hp.group_gap)
+        .group_by("group")
+        .agg(pl.col("pos").min().alias("step"), pl.col("ratio").max())
+        .sort("step")
+    )
     events = grouped.get_column("step").to_list()  # each event's first step
     if len(events) < hp.recurring_count:
         return findings
@@ -261,17 +314,29 @@ def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = F
     if not free:
         return findings
     ev_rows = rows.filter(pl.col("step").is_in(free)).sort("step")
-    ev = [Evidence(signal="grad_norm", step=r["step"], value=r["value"], baseline=r["base"],
-                   ratio=round(r["value"] / r["base"], 4) if r["base"] else None,
-                   note=f"one of the recurring grad-norm spikes (robust z {r['z']:.1f})")
-          for r in ev_rows.iter_rows(named=True)]
+    ev = [
+        Evidence(
+            signal="grad_norm",
+            step=r["step"],
+            value=r["value"],
+            baseline=r["base"],
+            ratio=round(r["value"] / r["base"], 4) if r["base"] else None,
+            note=f"one of the recurring grad-norm spikes (robust z {r['z']:.1f})",
+        )
+        for r in ev_rows.iter_rows(named=True)
+    ]
     top = ev_rows.sort("z", descending=True).row(0, named=True) if ev_rows.height else {"step": free[0]}
     size = grouped.filter(pl.col("step").is_in(free)).get_column("ratio")
     rises = moved.get_column("rise") if moved is not None else pl.Series([], dtype=pl.Float64)
     blip_pattern = {
-        "count": len(free), "first_step": free[0], "last_step": free[-1], "steps": free[:bp.steps_listed],
-        "median_ratio": round(float(size.median()), 2), "max_ratio": round(float(size.max()), 2),
-        "loss_moved": len(answered) if moved is not None else None, "loss_reach_records": bp.reach,
+        "count": len(free),
+        "first_step": free[0],
+        "last_step": free[-1],
+        "steps": free[: bp.steps_listed],
+        "median_ratio": round(float(size.median()), 2),
+        "max_ratio": round(float(size.max()), 2),
+        "loss_moved": len(answered) if moved is not None else None,
+        "loss_reach_records": bp.reach,
         "loss_rise_median": round(float(rises.median()), 4) if rises.len() else None,
         "loss_rise_max": round(float(rises.max()), 4) if rises.len() else None,
     }
@@ -279,27 +344,47 @@ def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = F
     if long_run:  # a pattern of blips on a long run: one grouped note (a warning when the loss answers), never run-long
         loud = len(answered) >= hp.recurring_count and len(answered) >= bp.pattern_loss_share * len(free)
         severity = "warning" if loud else "info"
-        facts = {"scope": "run", "blips": free[:bp.steps_listed]}
+        facts = {"scope": "run", "blips": free[: bp.steps_listed]}
     if moved is None:
         effect = "no loss series to judge their effect by"
     elif answered:
         effect = f"the loss rose after {len(answered)} of them (within {bp.reach} records)"
     else:
-        effect = (f"the loss did not move after any of them (within {bp.reach} records: median "
-                  f"{blip_pattern['loss_rise_median']:.2f}x, max {blip_pattern['loss_rise_max']:.2f}x its prior level)")
+        effect = (
+            f"the loss did not move after any of them (within {bp.reach} records: median "
+            f"{blip_pattern['loss_rise_median']:.2f}x, max {blip_pattern['loss_rise_max']:.2f}x its prior level)"
+        )
     quiet = long_run and severity == "info"
     what = "isolated grad-norm blips" if quiet else f"grad-norm spikes of {hp.recurring_ratio:g}x or more"
     told = free if quiet else events  # a warning tells the whole pattern (its other spikes are incidents or notes)
     listed = ", ".join(map(str, told[:12])) + (" ..." if len(told) > 12 else "")
     told_size = grouped.filter(pl.col("step").is_in(told)).get_column("ratio")
-    summary = (f"{len(told)} {what} between steps {told[0]} and {told[-1]} (median {float(told_size.median()):.1f}x, "
-               f"max {float(told_size.max()):.1f}x their level; at steps {listed})"
-               + ("" if quiet else ": recurring, not a one-off (LR too high?)") + f"; {effect}"
-               + ("; the grad norm's heavy tail (note)" if quiet else ""))
-    return findings + [Finding(kind="hard_spike", step_start=min(free), step_end=max(free), peak_step=int(top["step"]),
-                               severity=severity, score=float(len(events)), evidence=ev[:10], summary=summary,
-                               facts={"recurring_spikes": events, "run_spike_pattern": pattern if long_run else events,
-                                      "onset_step": min(free), "blip_pattern": blip_pattern, **facts})]
+    summary = (
+        f"{len(told)} {what} between steps {told[0]} and {told[-1]} (median {float(told_size.median()):.1f}x, "
+        f"max {float(told_size.max()):.1f}x their level; at steps {listed})"
+        + ("" if quiet else ": recurring, not a one-off (LR too high?)")
+        + f"; {effect}"
+        + ("; the grad norm's heavy tail (note)" if quiet else "")
+    )
+    return findings + [
+        Finding(
+            kind="hard_spike",
+            step_start=min(free),
+            step_end=max(free),
+            peak_step=int(top["step"]),
+            severity=severity,
+            score=float(len(events)),
+            evidence=ev[:10],
+            summary=summary,
+            facts={
+                "recurring_spikes": events,
+                "run_spike_pattern": pattern if long_run else events,
+                "onset_step": min(free),
+                "blip_pattern": blip_pattern,
+                **facts,
+            },
+        )
+    ]
 
 
 def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
@@ -308,8 +393,14 @@ def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
     events, unless they come often (`_dense`): each becomes a note (fact `blip`) for `_recurring` to group,
     and True is returned. Fewer keep their severity: a one-off 50x grad norm on a short run is worth a look."""
     hp, width = params.hard_spike, params.blips.max_width * _run_interval(run)
-    cands = [f for f in findings if not f.facts.get("early_rise") and not f.facts.get("blip")
-             and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"} and f.step_end - f.step_start + 1 <= width]
+    cands = [
+        f
+        for f in findings
+        if not f.facts.get("early_rise")
+        and not f.facts.get("blip")
+        and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}
+        and f.step_end - f.step_start + 1 <= width
+    ]
     if len(cands) < hp.recurring_count:
         return False
     answer = _loss_answer(run, params, sorted({s for f in cands for s in range(f.step_start, f.step_end + 1)}))
@@ -317,9 +408,14 @@ def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
         return False  # no loss to judge by: the spikes keep their severity
     moved = set(answer.filter(pl.col("moved")).get_column("step").to_list())
     seen = set(answer.get_column("step").to_list())
-    quiet = [f for f in cands if not moved & set(range(f.step_start, f.step_end + 1))
-             and seen & set(range(f.step_start, f.step_end + 1))]
-    if len(quiet) < max(hp.recurring_count, params.blips.short_run_min_blips) or _dense(run, params, [f.peak_step for f in quiet]):
+    quiet = [
+        f
+        for f in cands
+        if not moved & set(range(f.step_start, f.step_end + 1)) and seen & set(range(f.step_start, f.step_end + 1))
+    ]
+    if len(quiet) < max(hp.recurring_count, params.blips.short_run_min_blips) or _dense(
+        run, params, [f.peak_step for f in quiet]
+    ):
         return False
     for f in quiet:
         if f.severity != "info":
@@ -354,18 +450,28 @@ def _loss_answer(run: RunData, params, steps: list[int]) -> pl.DataFrame | None:
     key = ("sf-loss-answer", id(loss))  # asked once per blip: the judged rows are prepared once
     if key not in run._cache:
         run._cache[key] = loss.filter(pl.col("left").is_not_null()).select(
-            "step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left")
+            "step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left"
+        )
     rows = run._cache[key]
     if rows.height == 0 or not steps:
         return None
-    at = rows.filter(pl.col("step").is_in(steps)).select(pl.col("step").alias("at"), pl.col("t").alias("t0")).unique("at")
+    at = (
+        rows.filter(pl.col("step").is_in(steps))
+        .select(pl.col("step").alias("at"), pl.col("t").alias("t0"))
+        .unique("at")
+    )
     if at.height == 0:
         return None
     near = pl.concat([at.with_columns((pl.col("t0") + d).alias("t")) for d in range(bp.reach + 1)])
     hit = near.join(rows, on="t").with_columns(
-        ((pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z)).alias("moved"))
-    return hit.group_by("at").agg(pl.col("rise").max().exp(), pl.col("moved").sum() >= bp.loss_effect_records).rename(
-        {"at": "step"}).sort("step")
+        ((pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z)).alias("moved")
+    )
+    return (
+        hit.group_by("at")
+        .agg(pl.col("rise").max().exp(), pl.col("moved").sum() >= bp.loss_effect_records)
+        .rename({"at": "step"})
+        .sort("step")
+    )
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:
@@ -380,26 +486,54 @@ def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: R
     evidence = []
     for (signal, _per_rank), rows in main.group_by("signal", "per_rank", maintain_order=True):
         top = rows.sort("ratio_left", descending=True).row(0, named=True)
-        evidence.append(Evidence(
-            signal=signal, step=top["step"], value=top["value"], baseline=math.exp(top["left"]),
-            ratio=round(top["ratio_left"], 4), rank=top["rank"],
-            note=(signals.DERIVED_NOTE + "; " if rows.get_column("derived").any() else "")
-            + f"robust z {top['z_left']:.1f} over the pre-spike median",
-        ))
+        evidence.append(
+            Evidence(
+                signal=signal,
+                step=top["step"],
+                value=top["value"],
+                baseline=math.exp(top["left"]),
+                ratio=round(top["ratio_left"], 4),
+                rank=top["rank"],
+                note=(signals.DERIVED_NOTE + "; " if rows.get_column("derived").any() else "")
+                + f"robust z {top['z_left']:.1f} over the pre-spike median",
+            )
+        )
     ranks_flagged = sorted(group.filter(pl.col("rank").is_not_null()).get_column("rank").unique().to_list())
     all_ranks = run.ranks()
     rank = None
     if ranks_flagged and len(all_ranks) > 1 and len(ranks_flagged) < len(all_ranks):
         rank = int(group.filter(pl.col("rank").is_not_null()).sort("ratio_left", descending=True).get_column("rank")[0])
-        for r in group.filter(pl.col("per_rank")).group_by("rank").agg(pl.all().sort_by("ratio_left").last()).iter_rows(named=True):
-            evidence.append(Evidence(signal=r["signal"], step=r["step"], value=r["value"], baseline=math.exp(r["left"]),
-                                     ratio=round(r["ratio_left"], 4), rank=r["rank"], note="per-rank value"))
+        for r in (
+            group.filter(pl.col("per_rank"))
+            .group_by("rank")
+            .agg(pl.all().sort_by("ratio_left").last())
+            .iter_rows(named=True)
+        ):
+            evidence.append(
+                Evidence(
+                    signal=r["signal"],
+                    step=r["step"],
+                    value=r["value"],
+                    baseline=math.exp(r["left"]),
+                    ratio=round(r["ratio_left"], 4),
+                    rank=r["rank"],
+                    note="per-rank value",
+                )
+            )
     step_lo, step_hi = int(group.get_column("step").min()), int(group.get_column("step").max())
     layers = _top_layers(layer_base, step_lo, step_hi, hp.layer_ratio_min)
     for lay in layers[:3]:
-        evidence.append(Evidence(signal="layer_grad_norm", step=lay["step"], value=lay["grad_norm"],
-                                 baseline=math.exp(lay["left"]), ratio=round(lay["ratio"], 4), rank=lay["rank"],
-                                 layer=lay["layer"]))
+        evidence.append(
+            Evidence(
+                signal="layer_grad_norm",
+                step=lay["step"],
+                value=lay["grad_norm"],
+                baseline=math.exp(lay["left"]),
+                ratio=round(lay["ratio"], 4),
+                rank=lay["rank"],
+                layer=lay["layer"],
+            )
+        )
     pos_lo, pos_hi = int(group.get_column("pos").min()), int(group.get_column("pos").max())
     facts = shape.describe(tracks, pos_lo, pos_hi, params)
     if ranks_flagged:
@@ -408,13 +542,24 @@ def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: R
         facts["layers"] = [lay["layer"] for lay in layers[:3]]
     signals_hit = sorted(set(main.get_column("signal")))
     ratio = max(e.ratio for e in evidence if e.signal in SIGNALS)
-    summary = (f"{' and '.join(signals_hit)} spiked to {ratio:.1f}x the pre-spike level at step {peak['step']}"
-               + (f" (rank {rank})" if rank is not None else "")
-               + (f", led by layer {layers[0]['layer']}" if layers else ""))
+    summary = (
+        f"{' and '.join(signals_hit)} spiked to {ratio:.1f}x the pre-spike level at step {peak['step']}"
+        + (f" (rank {rank})" if rank is not None else "")
+        + (f", led by layer {layers[0]['layer']}" if layers else "")
+    )
     return Finding(
-        kind="hard_spike", step_start=step_lo, step_end=step_hi, peak_step=peak["step"], severity=severity,
-        score=round(float(group.get_column("z").max()), 3), summary=summary, rank=rank,
-        layer=layers[0]["layer"] if layers else None, attempt=int(peak["attempt"] or 0), evidence=evidence, facts=facts,
+        kind="hard_spike",
+        step_start=step_lo,
+        step_end=step_hi,
+        peak_step=peak["step"],
+        severity=severity,
+        score=round(float(group.get_column("z").max()), 3),
+        summary=summary,
+        rank=rank,
+        layer=layers[0]["layer"] if layers else None,
+        attempt=int(peak["attempt"] or 0),
+        evidence=evidence,
+        facts=facts,
     )
 
 
@@ -426,7 +571,8 @@ def _severity(group: pl.DataFrame, hp) -> str:
     grad = group.filter(pl.col("signal") == "grad_norm")
     if loss.height:
         crit = (loss.get_column("ratio_left") >= hp.loss_ratio_critical).any() or (
-            grad.get_column("ratio_left") >= hp.grad_ratio_critical).any()
+            grad.get_column("ratio_left") >= hp.grad_ratio_critical
+        ).any()
         return "critical" if crit else "warning"
     extreme = grad.filter((pl.col("ratio_left") >= hp.grad_ratio_critical) & (pl.col("z_left") >= hp.grad_only_z))
     return "critical" if extreme.height else "info"
@@ -451,14 +597,30 @@ def _absurd_norms(run: RunData, params, found: list[Finding]) -> list[Finding]:
         if any(a == attempt and s <= lo and hi <= e for a, s, e in covered):
             continue
         peak = g.sort("value", descending=True).row(0, named=True)
-        out.append(Finding(
-            kind="hard_spike", step_start=lo, step_end=hi, peak_step=int(peak["step"]), severity="critical",
-            score=float(math.log10(peak["value"])), attempt=attempt,
-            evidence=[Evidence(signal="grad_norm", step=int(peak["step"]), value=float(peak["value"]),
-                               note=f"{g.height} record(s) with a grad norm >= {params.hard_spike.absurd_grad_norm:g}")],
-            summary=(f"grad norm {peak['value']:.3g} at step {peak['step']}: far beyond any healthy magnitude "
-                     f"(>= {params.hard_spike.absurd_grad_norm:g}); the gradients have exploded"),
-            facts={"onset_step": lo, "cause": "absurd_grad_norm", "recovery": "unknown"}))
+        out.append(
+            Finding(
+                kind="hard_spike",
+                step_start=lo,
+                step_end=hi,
+                peak_step=int(peak["step"]),
+                severity="critical",
+                score=float(math.log10(peak["value"])),
+                attempt=attempt,
+                evidence=[
+                    Evidence(
+                        signal="grad_norm",
+                        step=int(peak["step"]),
+                        value=float(peak["value"]),
+                        note=f"{g.height} record(s) with a grad norm >= {params.hard_spike.absurd_grad_norm:g}",
+                    )
+                ],
+                summary=(
+                    f"grad norm {peak['value']:.3g} at step {peak['step']}: far beyond any healthy magnitude "
+                    f"(>= {params.hard_spike.absurd_grad_norm:g}); the gradients have exploded"
+                ),
+                facts={"onset_step": lo, "cause": "absurd_grad_norm", "recovery": "unknown"},
+            )
+        )
     return out
 
 
@@ -473,13 +635,22 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == 0))
     if loss.height < 2:
         return []
-    loss = loss.filter(pl.col("rank") == loss.get_column("rank").first()) if loss.get_column("rank").null_count() == 0 else loss.filter(pl.col("rank").is_null())
+    loss = (
+        loss.filter(pl.col("rank") == loss.get_column("rank").first())
+        if loss.get_column("rank").null_count() == 0
+        else loss.filter(pl.col("rank").is_null())
+    )
     first = loss.row(0, named=True)
     if run.series("loss").get_column("step").null_count() or first["step"] > hp.start_max_step:
         return []  # an excerpt from mid-training (or without step numbers) has no "start" to judge
     ref_value, ref_y, ref_what = first["value"], first["y"], "its initial value"
-    start_eval = run.metrics.filter((pl.col("name") == "eval_loss") & (pl.col("attempt") == 0) & pl.col("value").is_finite()
-                                    & (pl.col("value") > 0) & (pl.col("step") <= first["step"])).sort("step", "line")
+    start_eval = run.metrics.filter(
+        (pl.col("name") == "eval_loss")
+        & (pl.col("attempt") == 0)
+        & pl.col("value").is_finite()
+        & (pl.col("value") > 0)
+        & (pl.col("step") <= first["step"])
+    ).sort("step", "line")
     if start_eval.height and start_eval.item(0, "value") < ref_value:
         ref_value = float(start_eval.item(0, "value"))
         ref_y, ref_what = math.log(ref_value), f"the eval loss before training ({ref_value:g})"
@@ -499,16 +670,41 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     back = loss.filter((pl.col("t") > peak["t"]) & (pl.col("y") <= ref_y)).head(1)
     end = int(back.get_column("step")[0]) if back.height else int(loss.get_column("step")[-1])
     severity = "critical" if peak["ratio"] >= hp.loss_ratio_critical else "warning"
-    ev = [Evidence(signal="loss", step=peak["step"], value=peak["value"], baseline=ref_value, ratio=round(peak["ratio"], 4),
-                   note=f"peak over {ref_what} in the first records; "
-                        + (f"back below it at step {end}" if back.height else "not back below it by the end of the log"))]
-    return [Finding(kind="hard_spike", step_start=int(first["step"]), step_end=end, peak_step=int(peak["step"]),
-                    severity=severity, score=float(peak["ratio"]), evidence=ev,
-                    summary=(f"loss rose to {peak['ratio']:.1f}x {ref_what} at step {peak['step']}"
-                             + (f" before falling (back below it at step {end})" if back.height else "")
-                             + ": unstable start, warmup too short or LR too high"),
-                    facts={"onset_step": int(first["step"]), "early_rise": True, "cause": "unstable_start",
-                           "recovery": "never" if not back.height else ("fast" if end - peak["step"] < params.shape.fast_recovery else "slow")})]
+    ev = [
+        Evidence(
+            signal="loss",
+            step=peak["step"],
+            value=peak["value"],
+            baseline=ref_value,
+            ratio=round(peak["ratio"], 4),
+            note=f"peak over {ref_what} in the first records; "
+            + (f"back below it at step {end}" if back.height else "not back below it by the end of the log"),
+        )
+    ]
+    return [
+        Finding(
+            kind="hard_spike",
+            step_start=int(first["step"]),
+            step_end=end,
+            peak_step=int(peak["step"]),
+            severity=severity,
+            score=float(peak["ratio"]),
+            evidence=ev,
+            summary=(
+                f"loss rose to {peak['ratio']:.1f}x {ref_what} at step {peak['step']}"
+                + (f" before falling (back below it at step {end})" if back.height else "")
+                + ": unstable start, warmup too short or LR too high"
+            ),
+            facts={
+                "onset_step": int(first["step"]),
+                "early_rise": True,
+                "cause": "unstable_start",
+                "recovery": "never"
+                if not back.height
+                else ("fast" if end - peak["step"] < params.shape.fast_recovery else "slow"),
+            },
+        )
+    ]
 
 
 def _top_layers(layer_base: pl.DataFrame, step_lo: int, step_hi: int, min_ratio: float) -> list[dict]:

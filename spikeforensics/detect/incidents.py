@@ -65,9 +65,18 @@ def _incident(group: list[Finding], priority: tuple) -> Incident:
     if kind != top.kind:
         kinds = [k for k in [top.kind, *kinds] if k != kind]
     return Incident(
-        id="", kind=kind, kinds=[kind, *kinds], severity=max((f.severity for f in group), key=severity_rank),
-        step_start=min(f.step_start for f in group), step_end=max(f.step_end for f in group), peak_step=peak,
-        findings=group, ranks=ranks, layers=layers, attempt=top.attempt, facts=facts,
+        id="",
+        kind=kind,
+        kinds=[kind, *kinds],
+        severity=max((f.severity for f in group), key=severity_rank),
+        step_start=min(f.step_start for f in group),
+        step_end=max(f.step_end for f in group),
+        peak_step=peak,
+        findings=group,
+        ranks=ranks,
+        layers=layers,
+        attempt=top.attempt,
+        facts=facts,
     )
 
 
@@ -80,8 +89,14 @@ def group_incidents(findings: list[Finding], params) -> list[Incident]:
     clusters = _clusters(point, ip.merge_gap)
     alone = []
     for f in wide:  # a run-wide condition joins the event it starts with, else stands apart
-        home = next((c for c in clusters if c[0].attempt == f.attempt
-                     and abs(min(x.step_start for x in c) - f.step_start) <= ip.merge_gap), None)
+        home = next(
+            (
+                c
+                for c in clusters
+                if c[0].attempt == f.attempt and abs(min(x.step_start for x in c) - f.step_start) <= ip.merge_gap
+            ),
+            None,
+        )
         (home if home is not None else alone).append(f)
     clusters += _clusters(alone, ip.merge_gap)
     incidents = [_incident(g, ip.kind_priority) for g in clusters]

@@ -44,8 +44,11 @@ def scale_timeline(run: RunData) -> tuple[pl.DataFrame, str]:
     s = run.series("loss_scale")
     if s.height:
         return s.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).select(
-            robust.position(pl.col("attempt"), pl.col("step")).alias("pos"), "step", "attempt",
-            _snapped(pl.col("value")).alias("scale")).sort("pos"), "loss_scale"
+            robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+            "step",
+            "attempt",
+            _snapped(pl.col("value")).alias("scale"),
+        ).sort("pos"), "loss_scale"
     ev = _overflows(run)
     if ev.height == 0:
         return pl.DataFrame(schema={"pos": pl.Int64, "step": pl.Int64, "attempt": pl.Int32, "scale": pl.Float64}), ""
@@ -69,7 +72,10 @@ def _overflows(run: RunData) -> pl.DataFrame:
     ev = run.events_of("overflow").filter(pl.col("step").is_not_null())
     detail = pl.col("detail").fill_null("{}")
     return ev.select(
-        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"), "step", "attempt", "rank",
+        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+        "step",
+        "attempt",
+        "rank",
         detail.str.json_path_match("$.old_scale").cast(pl.Float64, strict=False).alias("old_scale"),
         detail.str.json_path_match("$.new_scale").cast(pl.Float64, strict=False).alias("new_scale"),
         detail.str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1).alias("count"),
@@ -86,8 +92,12 @@ def _skip_counts(run: RunData) -> pl.DataFrame:
         return pl.DataFrame(schema={"pos": pl.Int64, "step": pl.Int64, "attempt": pl.Int32, "count": pl.Int64})
     s = s.sort("t").with_columns(pl.col("value").diff().alias("inc")).filter(pl.col("inc") > 0)
     # a counter that jumps by inf or past Int64 (a garbled number) is no count of skipped steps
-    return s.select(robust.position(pl.col("attempt"), pl.col("step")).alias("pos"), "step", "attempt",
-                    pl.col("inc").cast(pl.Int64, strict=False).alias("count")).drop_nulls("count")
+    return s.select(
+        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+        "step",
+        "attempt",
+        pl.col("inc").cast(pl.Int64, strict=False).alias("count"),
+    ).drop_nulls("count")
 
 
 def detect(run: RunData, params) -> list[Finding]:
@@ -103,7 +113,8 @@ def detect(run: RunData, params) -> list[Finding]:
         first_step = int(scale.get_column("step").min())
         settled = pl.col("step") >= first_step + calibration
         scale = scale.with_columns(pl.col("scale").log(2).alias("l2")).with_columns(
-            pl.when(settled).then(pl.col("l2")).alias("l2s"))
+            pl.when(settled).then(pl.col("l2")).alias("l2s")
+        )
         scale = scale.with_columns(
             pl.col("l2s").rolling_max_by("pos", window_size=f"{lp.window_steps}i").alias("level")
         ).with_columns((pl.col("level") - pl.col("l2")).alias("halvings"), _excess(scale, lp).alias("excess"))
@@ -126,7 +137,8 @@ def detect(run: RunData, params) -> list[Finding]:
     if skips.height:
         first_step = int(skips.get_column("step").min()) if scale.height == 0 else int(scale.get_column("step").min())
         skips = skips.sort("pos").with_columns(
-            pl.col("count").rolling_sum_by("pos", window_size=f"{lp.storm_window}i").alias("recent"))
+            pl.col("count").rolling_sum_by("pos", window_size=f"{lp.storm_window}i").alias("recent")
+        )
         storm = skips.filter((pl.col("step") >= first_step + calibration) & (pl.col("recent") >= lp.storm_count))
         if storm.height:
             for _, g in robust.flag_groups(storm, lp.storm_window).group_by("group", maintain_order=True):
@@ -142,8 +154,11 @@ def _excess(scale: pl.DataFrame, lp) -> pl.Expr:
     parts = []
     for k in range(max(1, math.ceil(lp.window_steps / lp.growth_interval))):
         span = min(lp.growth_interval, lp.window_steps - k * lp.growth_interval)
-        top = scale.rolling(index_column="pos", period=f"{span}i", offset=f"-{k * lp.growth_interval + span}i").agg(
-            pl.col("l2s").max()).get_column("l2s")
+        top = (
+            scale.rolling(index_column="pos", period=f"{span}i", offset=f"-{k * lp.growth_interval + span}i")
+            .agg(pl.col("l2s").max())
+            .get_column("l2s")
+        )
         parts.append(pl.lit(top) - pl.col("l2") - k)
     return pl.max_horizontal(parts)
 
@@ -162,17 +177,29 @@ def _regrew(scale: pl.DataFrame, low: dict, origin: str, log_end: int, lp) -> bo
     after = scale.filter(pl.col("pos") > low["pos"]).select("pos", (pl.col("l2") >= target - 1e-9).alias("up"))
     if origin == "overflow events":
         need = levels * lp.growth_interval + lp.regrowth_hold
-        gaps = pl.concat([pl.DataFrame({"pos": [low["pos"]]}), after.select("pos").unique(),
-                          pl.DataFrame({"pos": [max(log_end, low["pos"])]})]).sort("pos")
+        gaps = pl.concat(
+            [
+                pl.DataFrame({"pos": [low["pos"]]}),
+                after.select("pos").unique(),
+                pl.DataFrame({"pos": [max(log_end, low["pos"])]}),
+            ]
+        ).sort("pos")
         gaps = gaps.with_columns(pl.col("pos").shift(-1).alias("next")).drop_nulls("next")
         return gaps.filter((pl.col("pos") <= horizon) & (pl.col("next") - pl.col("pos") >= need)).height > 0
     if after.height == 0:
         return False
-    stretches = after.with_columns((pl.col("up") != pl.col("up").shift(1)).fill_null(True).cum_sum().alias("run")).group_by(
-        "run", maintain_order=True).agg(pl.col("up").first(), pl.col("pos").min().alias("start"))
+    stretches = (
+        after.with_columns((pl.col("up") != pl.col("up").shift(1)).fill_null(True).cum_sum().alias("run"))
+        .group_by("run", maintain_order=True)
+        .agg(pl.col("up").first(), pl.col("pos").min().alias("start"))
+    )
     stretches = stretches.with_columns(pl.col("start").shift(-1).fill_null(max(log_end, low["pos"])).alias("end"))
-    return stretches.filter(pl.col("up") & (pl.col("start") <= horizon)
-                            & (pl.col("end") - pl.col("start") >= lp.regrowth_hold)).height > 0
+    return (
+        stretches.filter(
+            pl.col("up") & (pl.col("start") <= horizon) & (pl.col("end") - pl.col("start") >= lp.regrowth_hold)
+        ).height
+        > 0
+    )
 
 
 def _log_end(run: RunData, scale: pl.DataFrame) -> int:
@@ -189,16 +216,40 @@ def _collapse(g: pl.DataFrame, floor: float, origin: str, lp) -> Finding:
     at_floor = low["l2"] <= floor
     step_lo, step_hi = int(g.get_column("step").min()), int(g.get_column("step").max())
     level = 2.0 ** low["level"] if low["level"] is not None else None
-    ev = [Evidence(signal="loss_scale", step=low["step"], value=low["scale"], baseline=level,
-                   ratio=(low["scale"] / level) if level else None,
-                   note=f"{low['halvings']:.0f} net halvings within {lp.window_steps} steps, no regrowth within "
-                        f"{lp.regrowth_steps} steps after (from {origin})")]
-    summary = (f"fp16 loss scale fell to {low['scale']:g}" + (" (the minimum)" if at_floor else "")
-               + f", {low['halvings']:.0f} halvings without regrowth, steps {step_lo}-{step_hi}")
-    return Finding(kind="loss_scale_collapse", step_start=step_lo, step_end=step_hi, peak_step=int(low["step"]),
-                   severity="critical" if at_floor else "warning", score=float(low["halvings"] or 0.0), summary=summary,
-                   attempt=int(low["attempt"] or 0), evidence=ev,
-                   facts={"min_scale": low["scale"], "halvings": float(low["halvings"] or 0.0), "at_floor": at_floor, "onset_step": step_lo, "source": origin})
+    ev = [
+        Evidence(
+            signal="loss_scale",
+            step=low["step"],
+            value=low["scale"],
+            baseline=level,
+            ratio=(low["scale"] / level) if level else None,
+            note=f"{low['halvings']:.0f} net halvings within {lp.window_steps} steps, no regrowth within "
+            f"{lp.regrowth_steps} steps after (from {origin})",
+        )
+    ]
+    summary = (
+        f"fp16 loss scale fell to {low['scale']:g}"
+        + (" (the minimum)" if at_floor else "")
+        + f", {low['halvings']:.0f} halvings without regrowth, steps {step_lo}-{step_hi}"
+    )
+    return Finding(
+        kind="loss_scale_collapse",
+        step_start=step_lo,
+        step_end=step_hi,
+        peak_step=int(low["step"]),
+        severity="critical" if at_floor else "warning",
+        score=float(low["halvings"] or 0.0),
+        summary=summary,
+        attempt=int(low["attempt"] or 0),
+        evidence=ev,
+        facts={
+            "min_scale": low["scale"],
+            "halvings": float(low["halvings"] or 0.0),
+            "at_floor": at_floor,
+            "onset_step": step_lo,
+            "source": origin,
+        },
+    )
 
 
 def _storm(g: pl.DataFrame, skips: pl.DataFrame, lp) -> Finding:
@@ -208,9 +259,25 @@ def _storm(g: pl.DataFrame, skips: pl.DataFrame, lp) -> Finding:
     n = int(inside.get_column("count").sum())
     step_lo = int(inside.get_column("step").min())
     peak = g.sort("recent", descending=True).row(0, named=True)
-    ev = [Evidence(signal="overflow_skips", step=peak["step"], value=float(peak["recent"]), baseline=float(lp.storm_count),
-                   ratio=float(peak["recent"]) / lp.storm_count, note=f"{n} overflow-skipped steps in steps {step_lo}-{step_hi}")]
-    return Finding(kind="loss_scale_collapse", step_start=step_lo, step_end=step_hi, peak_step=int(peak["step"]),
-                   severity="warning", score=float(peak["recent"]) / lp.storm_count,
-                   summary=f"overflow storm: {n} fp16 overflow-skipped steps between steps {step_lo} and {step_hi}",
-                   attempt=int(peak["attempt"] or 0), evidence=ev, facts={"overflow_skips": n, "onset_step": step_lo})
+    ev = [
+        Evidence(
+            signal="overflow_skips",
+            step=peak["step"],
+            value=float(peak["recent"]),
+            baseline=float(lp.storm_count),
+            ratio=float(peak["recent"]) / lp.storm_count,
+            note=f"{n} overflow-skipped steps in steps {step_lo}-{step_hi}",
+        )
+    ]
+    return Finding(
+        kind="loss_scale_collapse",
+        step_start=step_lo,
+        step_end=step_hi,
+        peak_step=int(peak["step"]),
+        severity="warning",
+        score=float(peak["recent"]) / lp.storm_count,
+        summary=f"overflow storm: {n} fp16 overflow-skipped steps between steps {step_lo} and {step_hi}",
+        attempt=int(peak["attempt"] or 0),
+        evidence=ev,
+        facts={"overflow_skips": n, "onset_step": step_lo},
+    )

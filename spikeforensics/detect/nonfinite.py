@@ -24,18 +24,35 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
     names = list(params.nonfinite.signals)
     loss_name = run.resolve("loss")  # a training loss logged under its own name (`decode.loss_seg`)
     m = run.metrics.filter(
-        (pl.col("name").is_in(names) | (pl.col("name") == loss_name)) & pl.col("record").is_not_null()
+        (pl.col("name").is_in(names) | (pl.col("name") == loss_name))
+        & pl.col("record").is_not_null()
         & ~pl.col("value").is_finite().fill_null(True)
-    ).with_columns(pl.col("step").fill_null(pl.col("record")),  # no step numbers in the log: record index
-                   pl.col("name").replace(loss_name, "loss"))
-    return m.select(pl.col("name").alias("signal"), "step", "attempt", "rank", pl.lit(None, pl.String).alias("layer"),
-                    "value", robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))
+    ).with_columns(
+        pl.col("step").fill_null(pl.col("record")),  # no step numbers in the log: record index
+        pl.col("name").replace(loss_name, "loss"),
+    )
+    return m.select(
+        pl.col("name").alias("signal"),
+        "step",
+        "attempt",
+        "rank",
+        pl.lit(None, pl.String).alias("layer"),
+        "value",
+        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+    )
 
 
 def _event_rows(run: RunData) -> pl.DataFrame:
     ev = run.events_of("nan").filter(pl.col("step").is_not_null())
-    return ev.select(pl.lit("nan_event").alias("signal"), "step", "attempt", "rank", pl.lit(None, pl.String).alias("layer"),
-                     pl.lit(float("nan")).alias("value"), robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))
+    return ev.select(
+        pl.lit("nan_event").alias("signal"),
+        "step",
+        "attempt",
+        "rank",
+        pl.lit(None, pl.String).alias("layer"),
+        pl.lit(float("nan")).alias("value"),
+        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+    )
 
 
 def _counter_rows(run: RunData) -> pl.DataFrame:
@@ -44,22 +61,45 @@ def _counter_rows(run: RunData) -> pl.DataFrame:
         return pl.DataFrame(schema={c: t for c, t in _schema().items()})
     s = s.sort("rank", "t", nulls_last=True).with_columns(pl.col("value").diff().over("rank").alias("inc"))
     s = s.filter(pl.col("inc") > 0)
-    return s.select(pl.lit("nan_iters").alias("signal"), "step", "attempt", "rank", pl.lit(None, pl.String).alias("layer"),
-                    pl.col("inc").alias("value"), robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))
+    return s.select(
+        pl.lit("nan_iters").alias("signal"),
+        "step",
+        "attempt",
+        "rank",
+        pl.lit(None, pl.String).alias("layer"),
+        pl.col("inc").alias("value"),
+        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+    )
 
 
 def _layer_rows(run: RunData) -> pl.DataFrame:
     layers = signals.layer_frame(run)
     if layers.height == 0:
         return pl.DataFrame(schema=_schema())
-    bad = layers.filter(~pl.col("grad_norm").is_finite().fill_null(True) | ~pl.col("max_abs").is_finite().fill_null(True))
-    return bad.select(pl.lit("layer_grad_norm").alias("signal"), "step", "attempt", "rank", "layer",
-                      pl.col("grad_norm").alias("value"), "pos")
+    bad = layers.filter(
+        ~pl.col("grad_norm").is_finite().fill_null(True) | ~pl.col("max_abs").is_finite().fill_null(True)
+    )
+    return bad.select(
+        pl.lit("layer_grad_norm").alias("signal"),
+        "step",
+        "attempt",
+        "rank",
+        "layer",
+        pl.col("grad_norm").alias("value"),
+        "pos",
+    )
 
 
 def _schema() -> dict:
-    return {"signal": pl.String, "step": pl.Int64, "attempt": pl.Int32, "rank": pl.Int32, "layer": pl.String,
-            "value": pl.Float64, "pos": pl.Int64}
+    return {
+        "signal": pl.String,
+        "step": pl.Int64,
+        "attempt": pl.Int32,
+        "rank": pl.Int32,
+        "layer": pl.String,
+        "value": pl.Float64,
+        "pos": pl.Int64,
+    }
 
 
 def _masked_zero_rows(run: RunData, params) -> pl.DataFrame:
@@ -79,8 +119,15 @@ def _masked_zero_rows(run: RunData, params) -> pl.DataFrame:
     run_id = (~zero).cum_sum()
     seeded = seed.cast(pl.Int32).cum_sum().over(run_id) > 0
     rows = frame.filter(zero & seeded).with_columns(pl.col("step").fill_null(pl.col("t")))
-    return rows.select(pl.lit("loss_masked_zero").alias("signal"), "step", "attempt", "rank", pl.lit(None, pl.String).alias("layer"),
-                       "value", robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))
+    return rows.select(
+        pl.lit("loss_masked_zero").alias("signal"),
+        "step",
+        "attempt",
+        "rank",
+        pl.lit(None, pl.String).alias("layer"),
+        "value",
+        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+    )
 
 
 def _handled_overflow_steps(run: RunData) -> pl.DataFrame:
@@ -90,7 +137,13 @@ def _handled_overflow_steps(run: RunData) -> pl.DataFrame:
 
 def detect(run: RunData, params) -> list[Finding]:
     np_ = params.nonfinite
-    parts = [_metric_rows(run, params), _event_rows(run), _counter_rows(run), _layer_rows(run), _masked_zero_rows(run, params)]
+    parts = [
+        _metric_rows(run, params),
+        _event_rows(run),
+        _counter_rows(run),
+        _layer_rows(run),
+        _masked_zero_rows(run, params),
+    ]
     rows = pl.concat([p.select([pl.col(c).cast(t) for c, t in _schema().items()]) for p in parts])
     if rows.height == 0:
         return []
@@ -118,36 +171,70 @@ def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding
     evidence = []
     for (signal,), rows in g.group_by("signal", maintain_order=True):
         r = rows.row(0, named=True)
-        evidence.append(Evidence(signal=signal, step=r["step"], value=r["value"], rank=r["rank"], layer=r["layer"],
-                                 note=f"{rows.height} non-finite row(s) from step {r['step']} to {rows.get_column('step').max()}"))
+        evidence.append(
+            Evidence(
+                signal=signal,
+                step=r["step"],
+                value=r["value"],
+                rank=r["rank"],
+                layer=r["layer"],
+                note=f"{rows.height} non-finite row(s) from step {r['step']} to {rows.get_column('step').max()}",
+            )
+        )
     # the last finite grad norm before the outbreak: astronomically large means clipping was not in effect
     if grad.height:
         before = grad.filter((pl.col("pos") < first["pos"]) & pl.col("finite")).tail(1)
         if before.height:
             b = before.row(0, named=True)
-            evidence.append(Evidence(signal="grad_norm", step=b["step"], value=b["value"],
-                                     note="last finite grad norm before the first non-finite value"))
+            evidence.append(
+                Evidence(
+                    signal="grad_norm",
+                    step=b["step"],
+                    value=b["value"],
+                    note="last finite grad norm before the first non-finite value",
+                )
+            )
     first_layers = g.filter(pl.col("layer").is_not_null())
-    first_layers = first_layers.filter(pl.col("step") == first_layers.get_column("step").min()) if first_layers.height else first_layers
+    first_layers = (
+        first_layers.filter(pl.col("step") == first_layers.get_column("step").min())
+        if first_layers.height
+        else first_layers
+    )
     ranks = sorted(g.get_column("rank").drop_nulls().unique().to_list())
     first_rank = g.filter(pl.col("rank").is_not_null()).sort("pos").get_column("rank")
     layer_names = first_layers.get_column("layer").unique(maintain_order=True).to_list() if first_layers.height else []
-    facts = {"onset_step": step_lo, "nonfinite_rows": g.height, "signals": sorted(set(g.get_column("signal"))),
-             "recovery": _recovery(loss, int(g.get_column("pos").max()))}
+    facts = {
+        "onset_step": step_lo,
+        "nonfinite_rows": g.height,
+        "signals": sorted(set(g.get_column("signal"))),
+        "recovery": _recovery(loss, int(g.get_column("pos").max())),
+    }
     if first_rank.len():
         facts["first_rank"] = int(first_rank[0])
         facts["ranks_flagged"] = ranks
     if layer_names:
         facts["layers"] = layer_names[:5]
     rank = int(first_rank[0]) if first_rank.len() else None
-    summary = (f"non-finite {', '.join(facts['signals'])} from step {step_lo}"
-               + (f" to {step_hi}" if step_hi != step_lo else "")
-               + (f", first on rank {rank}" if rank is not None else "")
-               + (f", first in layer {layer_names[0]}" if layer_names else ""))
-    return Finding(kind="nonfinite", step_start=step_lo, step_end=step_hi, peak_step=int(first["step"]),
-                   severity="critical", score=float(g.height), summary=summary, rank=rank,
-                   layer=layer_names[0] if layer_names else None, attempt=int(first["attempt"] or 0),
-                   evidence=evidence, facts=facts)
+    summary = (
+        f"non-finite {', '.join(facts['signals'])} from step {step_lo}"
+        + (f" to {step_hi}" if step_hi != step_lo else "")
+        + (f", first on rank {rank}" if rank is not None else "")
+        + (f", first in layer {layer_names[0]}" if layer_names else "")
+    )
+    return Finding(
+        kind="nonfinite",
+        step_start=step_lo,
+        step_end=step_hi,
+        peak_step=int(first["step"]),
+        severity="critical",
+        score=float(g.height),
+        summary=summary,
+        rank=rank,
+        layer=layer_names[0] if layer_names else None,
+        attempt=int(first["attempt"] or 0),
+        evidence=evidence,
+        facts=facts,
+    )
 
 
 def _recovery(loss: pl.DataFrame, last_bad_pos: int) -> str | None:

@@ -25,13 +25,20 @@ def detect(run: RunData, params) -> list[Finding]:
     if loss.height < op.min_records + op.window:
         return []
     key = pl.col("rank").cast(pl.String).fill_null("-")
-    data = loss.with_columns(key.alias("_k")).with_columns(
-        pl.col("y").rolling_median(op.detrend, min_samples=1, center=True).over("_k").alias("trend"),
-    ).with_columns((pl.col("y") - pl.col("trend")).alias("resid"))
-    data = data.with_columns(pl.col("resid").abs().alias("_abs"), pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i"))
+    data = (
+        loss.with_columns(key.alias("_k"))
+        .with_columns(
+            pl.col("y").rolling_median(op.detrend, min_samples=1, center=True).over("_k").alias("trend"),
+        )
+        .with_columns((pl.col("y") - pl.col("trend")).alias("resid"))
+    )
+    data = data.with_columns(
+        pl.col("resid").abs().alias("_abs"), pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i")
+    )
     vol = robust.strided_rolling_median(data, "_abs", "_k", op.window).with_columns(pl.col("_med") * robust.MAD_SCALE)
     data = data.join(vol, on=["_k", "_i"], how="left").with_columns(
-        pl.col("_med").forward_fill().backward_fill().over("_k").alias("vol"))
+        pl.col("_med").forward_fill().backward_fill().over("_k").alias("vol")
+    )
     typical = pl.col("vol").median().over("_k")
     high = (pl.col("vol") >= op.vol_ratio * typical) | (pl.col("vol") >= op.abs_vol)
     data = data.with_columns(typical.alias("typical"))
@@ -49,14 +56,34 @@ def detect(run: RunData, params) -> list[Finding]:
             continue  # still improving: a noisy phase, not an oscillation
         peak = g.sort("vol", descending=True).row(0, named=True)
         ratio = peak["vol"] / peak["typical"] if peak["typical"] else None
-        ev = [Evidence(signal="loss_volatility", step=peak["step"], value=peak["vol"], baseline=peak["typical"], ratio=ratio,
-                       rank=peak["rank"], note="robust scale of detrended log-loss (about the relative swing per step)")]
-        findings.append(Finding(
-            kind="loss_oscillation", step_start=lo, step_end=hi, peak_step=int(peak["step"]), severity="warning",
-            score=round(float(ratio or 0.0), 3), rank=peak["rank"], attempt=int(peak["attempt"] or 0), evidence=ev,
-            summary=(f"loss oscillating about {math.expm1(peak['vol']):.0%} per step "
-                     + (f"({ratio:.1f}x its usual noise) " if ratio is not None else "(its usual noise is nil) ")
-                     + f"without improving, steps {lo}-{hi}"),
-            facts={"onset_step": lo},
-        ))
+        ev = [
+            Evidence(
+                signal="loss_volatility",
+                step=peak["step"],
+                value=peak["vol"],
+                baseline=peak["typical"],
+                ratio=ratio,
+                rank=peak["rank"],
+                note="robust scale of detrended log-loss (about the relative swing per step)",
+            )
+        ]
+        findings.append(
+            Finding(
+                kind="loss_oscillation",
+                step_start=lo,
+                step_end=hi,
+                peak_step=int(peak["step"]),
+                severity="warning",
+                score=round(float(ratio or 0.0), 3),
+                rank=peak["rank"],
+                attempt=int(peak["attempt"] or 0),
+                evidence=ev,
+                summary=(
+                    f"loss oscillating about {math.expm1(peak['vol']):.0%} per step "
+                    + (f"({ratio:.1f}x its usual noise) " if ratio is not None else "(its usual noise is nil) ")
+                    + f"without improving, steps {lo}-{hi}"
+                ),
+                facts={"onset_step": lo},
+            )
+        )
     return findings

@@ -47,13 +47,32 @@ def candidates(run: RunData, params) -> pl.DataFrame:
         if frame.height == 0:
             continue
         rise = pl.col("y") - pl.col("base")
-        rows = frame.filter(pl.col("left").is_not_null() & (pl.col("z") >= hp.bump_z)
-                            & (rise >= math.log(getattr(hp, ratio_field))))
-        out.append(rows.select("step", "attempt", "value", pl.lit(name).alias("signal"), pl.col("base").exp().alias("base"),
-                               rise.exp().alias("ratio"), "z"))
+        rows = frame.filter(
+            pl.col("left").is_not_null() & (pl.col("z") >= hp.bump_z) & (rise >= math.log(getattr(hp, ratio_field)))
+        )
+        out.append(
+            rows.select(
+                "step",
+                "attempt",
+                "value",
+                pl.lit(name).alias("signal"),
+                pl.col("base").exp().alias("base"),
+                rise.exp().alias("ratio"),
+                "z",
+            )
+        )
     if not out:
-        return pl.DataFrame(schema={"step": pl.Int64, "attempt": pl.Int32, "value": pl.Float64, "signal": pl.String,
-                                    "base": pl.Float64, "ratio": pl.Float64, "z": pl.Float64})
+        return pl.DataFrame(
+            schema={
+                "step": pl.Int64,
+                "attempt": pl.Int32,
+                "value": pl.Float64,
+                "signal": pl.String,
+                "base": pl.Float64,
+                "ratio": pl.Float64,
+                "z": pl.Float64,
+            }
+        )
     return pl.concat(out, how="vertical_relaxed").sort("step")
 
 
@@ -73,8 +92,14 @@ def _manifest(run: RunData, params) -> pl.DataFrame:
 def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
     """Samples that explain several candidate events: sample_id, events (list of event ids), expected (chance)."""
     hp = params.hard_spike
-    empty = pl.DataFrame(schema={"sample_id": pl.String, "events": pl.List(pl.Int64), "hit_steps": pl.List(pl.Int64),
-                                 "expected": pl.Float64})
+    empty = pl.DataFrame(
+        schema={
+            "sample_id": pl.String,
+            "events": pl.List(pl.Int64),
+            "hit_steps": pl.List(pl.Int64),
+            "expected": pl.Float64,
+        }
+    )
     man = _manifest(run, params)
     if man.height == 0 or cands.height == 0:
         return empty
@@ -83,28 +108,47 @@ def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
     interval = _interval(run)
     steps = step_scores(run, params).join(cands.select("step").unique(), on="step", how="semi")
     steps = robust.flag_groups(steps.with_columns(pl.col("step").alias("pos")), hp.group_gap)
-    covered = pl.concat([steps.select((pl.col("step") - d).alias("step"), pl.col("group").alias("event"), "score")
-                         for d in range(interval)]).sort("score", descending=True).unique(subset=["step"], keep="first")
+    covered = (
+        pl.concat(
+            [
+                steps.select((pl.col("step") - d).alias("step"), pl.col("group").alias("event"), "score")
+                for d in range(interval)
+            ]
+        )
+        .sort("score", descending=True)
+        .unique(subset=["step"], keep="first")
+    )
     has_losses = man.get_column("rel").is_not_null().any()
     # only the manifest rows of candidate steps can be hits: a small frame, whatever the run's length
     hits = man.join(covered, on="step", how="inner")
     if has_losses:  # in a candidate step the sample must be why the step stood out
         hits = hits.filter(pl.col("rel") >= hp.corroborate_sample_ratio)
-    per = hits.group_by("sample_id").agg(
-        pl.col("event").unique().alias("events"),
-        pl.col("step").unique().sort().alias("hit_steps"),
-        pl.col("step").n_unique().alias("k"),
-        pl.col("score").min().alias("weakest"),
-    ).filter(pl.col("events").list.len() >= hp.corroborate_min_events)
+    per = (
+        hits.group_by("sample_id")
+        .agg(
+            pl.col("event").unique().alias("events"),
+            pl.col("step").unique().sort().alias("hit_steps"),
+            pl.col("step").n_unique().alias("k"),
+            pl.col("score").min().alias("weakest"),
+        )
+        .filter(pl.col("events").list.len() >= hp.corroborate_min_events)
+    )
     if per.height == 0:
         return empty
-    appearances = man.join(per.select("sample_id"), on="sample_id", how="semi").group_by("sample_id").agg(
-        pl.col("step").n_unique().alias("n"))
+    appearances = (
+        man.join(per.select("sample_id"), on="sample_id", how="semi")
+        .group_by("sample_id")
+        .agg(pl.col("step").n_unique().alias("n"))
+    )
     per = per.join(appearances, on="sample_id").filter(pl.col("k") >= hp.corroborate_min_share * pl.col("n"))
     if per.height == 0:
         return empty
     # samples tested: all of them; with per-sample losses only those elevated somewhere
-    tested = (man.filter(pl.col("rel") >= hp.corroborate_sample_ratio) if has_losses else man).get_column("sample_id").n_unique()
+    tested = (
+        (man.filter(pl.col("rel") >= hp.corroborate_sample_ratio) if has_losses else man)
+        .get_column("sample_id")
+        .n_unique()
+    )
     # chance that a sample's appearances land on steps standing out at least as much as its weakest
     # hit: q = share of manifest steps scoring that high; binomial tail over its n appearances
     n_steps = man.get_column("step").n_unique()
@@ -126,8 +170,11 @@ def step_scores(run: RunData, params) -> pl.DataFrame:
     for name, _ in SIGNALS:
         frame, _ = signals.with_baseline(run, name, params)
         if frame.height:
-            parts.append(frame.filter((pl.col("attempt") == 0) & pl.col("z").is_not_null())
-                         .group_by("step").agg(pl.col("z").max().alias(f"z_{name}")))
+            parts.append(
+                frame.filter((pl.col("attempt") == 0) & pl.col("z").is_not_null())
+                .group_by("step")
+                .agg(pl.col("z").max().alias(f"z_{name}"))
+            )
     if not parts:
         return pl.DataFrame(schema={"step": pl.Int64, "score": pl.Float64})
     joined = parts[0] if len(parts) == 1 else parts[0].join(parts[1], on="step", how="full", coalesce=True)
@@ -165,8 +212,14 @@ def promote(run: RunData, findings: list[Finding], params) -> list[Finding]:
         if own:
             rows = rows.filter(pl.col("step").is_between(min(own) - hp.group_gap, max(own) + hp.group_gap))
         lo, hi = int(rows.get_column("step").min()), int(rows.get_column("step").max())
-        near = [f for f in out if f.step_start <= hi + hp.group_gap and f.step_end >= lo - hp.group_gap
-                and not f.facts.get("early_rise") and not f.facts.get("recurring_spikes")]
+        near = [
+            f
+            for f in out
+            if f.step_start <= hi + hp.group_gap
+            and f.step_end >= lo - hp.group_gap
+            and not f.facts.get("early_rise")
+            and not f.facts.get("recurring_spikes")
+        ]
         if any(severity_rank(f.severity) >= severity_rank("warning") for f in near):
             continue
         out = [f for f in out if f not in near]  # an info note at these steps becomes the warning
@@ -174,24 +227,49 @@ def promote(run: RunData, findings: list[Finding], params) -> list[Finding]:
     return sorted(out, key=lambda f: (f.attempt, f.step_start))
 
 
-def _finding(rows: pl.DataFrame, samples: list[str], culprits: pl.DataFrame, lo: int, hi: int,
-             own: list[int]) -> Finding:
+def _finding(
+    rows: pl.DataFrame, samples: list[str], culprits: pl.DataFrame, lo: int, hi: int, own: list[int]
+) -> Finding:
     # the peak is the bump the culprit explains (its own step), not a louder neighbour in the chain
     at_own = rows.filter(pl.col("step").is_in(own)) if own else rows
     peak = (at_own if at_own.height else rows).sort("z", descending=True).row(0, named=True)
-    evidence = [Evidence(signal=r["signal"], step=r["step"], value=r["value"], baseline=r["base"], ratio=round(r["ratio"], 4),
-                         note=f"robust z {r['z']:.1f}: below the hard-spike bar on its own")
-                for r in rows.sort("ratio", descending=True).unique(subset=["signal"], keep="first", maintain_order=True).iter_rows(named=True)]
+    evidence = [
+        Evidence(
+            signal=r["signal"],
+            step=r["step"],
+            value=r["value"],
+            baseline=r["base"],
+            ratio=round(r["ratio"], 4),
+            note=f"robust z {r['z']:.1f}: below the hard-spike bar on its own",
+        )
+        for r in rows.sort("ratio", descending=True)
+        .unique(subset=["signal"], keep="first", maintain_order=True)
+        .iter_rows(named=True)
+    ]
     info = culprits.filter(pl.col("sample_id").is_in(samples))
     n_events = int(info.get_column("events").list.len().max())
-    evidence.append(Evidence(signal="sample", step=peak["step"], value=float(n_events),
-                             note=f"sample {', '.join(samples[:3])} is in {n_events} such bumps "
-                                  f"(chance expectation {float(info.get_column('expected').min()):.2g})"))
+    evidence.append(
+        Evidence(
+            signal="sample",
+            step=peak["step"],
+            value=float(n_events),
+            note=f"sample {', '.join(samples[:3])} is in {n_events} such bumps "
+            f"(chance expectation {float(info.get_column('expected').min()):.2g})",
+        )
+    )
     ratio = max(e.ratio or 0 for e in evidence if e.signal != "sample")
     return Finding(
-        kind="hard_spike", step_start=lo, step_end=hi, peak_step=int(peak["step"]), severity="warning",
-        score=round(float(peak["z"]), 3), evidence=evidence, attempt=int(peak["attempt"] or 0),
-        summary=(f"{' and '.join(sorted(set(rows.get_column('signal'))))} rose {ratio:.2f}x at step {peak['step']}, "
-                 f"a small bump corroborated by sample {samples[0]} recurring in {n_events} such bumps"),
+        kind="hard_spike",
+        step_start=lo,
+        step_end=hi,
+        peak_step=int(peak["step"]),
+        severity="warning",
+        score=round(float(peak["z"]), 3),
+        evidence=evidence,
+        attempt=int(peak["attempt"] or 0),
+        summary=(
+            f"{' and '.join(sorted(set(rows.get_column('signal'))))} rose {ratio:.2f}x at step {peak['step']}, "
+            f"a small bump corroborated by sample {samples[0]} recurring in {n_events} such bumps"
+        ),
         facts={"onset_step": lo, "corroborated_by": samples[:5]},
     )

@@ -35,7 +35,9 @@ def prepare(series: pl.DataFrame) -> pl.DataFrame:
     and `pos` (attempt-major step position, comparable across signals from one log)."""
     if series.height == 0:
         return series.with_columns(
-            pl.lit(None, pl.Boolean).alias("finite"), pl.lit(None, pl.Float64).alias("y"), pl.lit(None, pl.Int64).alias("pos")
+            pl.lit(None, pl.Boolean).alias("finite"),
+            pl.lit(None, pl.Float64).alias("y"),
+            pl.lit(None, pl.Int64).alias("pos"),
         )
     series = series.with_columns(pl.col("step").fill_null(pl.col("t")))  # a log without step numbers: record index
     return series.sort("rank", "t", nulls_last=True).with_columns(
@@ -85,9 +87,17 @@ def add_baseline(
     data = data.join(mad.drop("_med"), on=[by, "_i"], how="left", nulls_equal=True)
     enough = pl.len().over(by) >= MIN_SCALE_POINTS  # fewer points than this: no scale estimate, the floor
     data = data.with_columns(
-        pl.when(enough).then(pl.col("sigma").forward_fill().backward_fill().over(by)
-                             .fill_null(pl.col("_absdev").median().over(by) * MAD_SCALE)).fill_null(sigma_floor)
-        .clip(lower_bound=sigma_floor).alias("sigma"),
+        pl.when(enough)
+        .then(
+            pl.col("sigma")
+            .forward_fill()
+            .backward_fill()
+            .over(by)
+            .fill_null(pl.col("_absdev").median().over(by) * MAD_SCALE)
+        )
+        .fill_null(sigma_floor)
+        .clip(lower_bound=sigma_floor)
+        .alias("sigma"),
         pl.max_horizontal("left", "right").alias("base"),
     )
     return data.drop("_absdev", "_i").with_columns(
@@ -117,14 +127,22 @@ def rolling_scale(data: pl.DataFrame, col: str, by: str, window: int) -> pl.Data
         short, long = data.filter(n <= EXACT_SCALE_RECORDS), data.filter(n > EXACT_SCALE_RECORDS)
     parts = []
     if short.height:
-        parts.append(short.with_columns(
-            pl.col(col).rolling_median(window, min_samples=window, center=True).over(by).alias("_med")))
+        parts.append(
+            short.with_columns(
+                pl.col(col).rolling_median(window, min_samples=window, center=True).over(by).alias("_med")
+            )
+        )
     if long.height:
         stride = max(1, window // SCALE_SAMPLES)
         win = max(1, window // stride)
-        parts.append(long.filter(pl.col("_i") % stride == 0).with_columns(
-            pl.col(col).rolling_median(win, min_samples=win, center=True).over(by).alias("_med")))
-    parts = [p.select(by, "_i", "_med") for p in parts] or [data.select(by, "_i", pl.lit(None, pl.Float64).alias("_med"))]
+        parts.append(
+            long.filter(pl.col("_i") % stride == 0).with_columns(
+                pl.col(col).rolling_median(win, min_samples=win, center=True).over(by).alias("_med")
+            )
+        )
+    parts = [p.select(by, "_i", "_med") for p in parts] or [
+        data.select(by, "_i", pl.lit(None, pl.Float64).alias("_med"))
+    ]
     return pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
 
 
@@ -170,8 +188,16 @@ def binned(frame: pl.DataFrame, col: str, max_bins: int, by: list[str] | None = 
     keys = list(by or [])
     data = frame.filter(pl.col(col).is_not_null())
     if data.height == 0:
-        return pl.DataFrame(schema={**{k: frame.schema[k] for k in keys}, "bin": pl.Int64, "value": pl.Float64,
-                                    "step_first": pl.Int64, "step_last": pl.Int64, "n": pl.UInt32})
+        return pl.DataFrame(
+            schema={
+                **{k: frame.schema[k] for k in keys},
+                "bin": pl.Int64,
+                "value": pl.Float64,
+                "step_first": pl.Int64,
+                "step_last": pl.Int64,
+                "n": pl.UInt32,
+            }
+        )
     idx = pl.int_range(pl.len(), dtype=pl.Int64)
     size = (pl.len() / max_bins).ceil().cast(pl.Int64).clip(lower_bound=1)
     if keys:
@@ -179,8 +205,12 @@ def binned(frame: pl.DataFrame, col: str, max_bins: int, by: list[str] | None = 
     data = data.with_columns((idx // size).alias("bin"))
     return (
         data.group_by([*keys, "bin"], maintain_order=True)
-        .agg(pl.col(col).median().alias("value"), pl.col("step").first().alias("step_first"),
-             pl.col("step").last().alias("step_last"), pl.len().alias("n"))
+        .agg(
+            pl.col(col).median().alias("value"),
+            pl.col("step").first().alias("step_first"),
+            pl.col("step").last().alias("step_last"),
+            pl.len().alias("n"),
+        )
         .sort([*keys, "bin"])
     )
 

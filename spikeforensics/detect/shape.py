@@ -32,9 +32,12 @@ class Track:
         frame = frame.sort("pos")
         left = frame.get_column("left").fill_null(strategy="forward").fill_null(strategy="backward")
         return cls(
-            signal=signal, rank=rank,
-            pos=frame.get_column("pos").to_numpy(), step=frame.get_column("step").to_numpy(),
-            y=frame.get_column("y").to_numpy(), left=left.to_numpy().astype(float),
+            signal=signal,
+            rank=rank,
+            pos=frame.get_column("pos").to_numpy(),
+            step=frame.get_column("step").to_numpy(),
+            y=frame.get_column("y").to_numpy(),
+            left=left.to_numpy().astype(float),
             sigma=frame.get_column("sigma").to_numpy(),
         )
 
@@ -61,7 +64,7 @@ def onset_index(track: Track, i_peak: int, z_thr: float) -> int | None:
     peak itself does not clear z_thr: this track did not move (another rank or signal raised the flag)."""
     level, sigma = track.left[i_peak], track.sigma[i_peak]
     lo = max(0, i_peak - LOOKBACK)
-    z = (track.y[lo:i_peak + 1] - level) / sigma
+    z = (track.y[lo : i_peak + 1] - level) / sigma
     if not z[-1] > z_thr:
         return None
     quiet = np.nonzero(~(z > z_thr))[0]
@@ -72,7 +75,7 @@ def recovery_index(track: Track, i_peak: int, z_thr: float, hold: int) -> int | 
     """First record after the peak from which the signal stays within z_thr of the pre-peak level
     for `hold` records; None when it never does (or the run ends first)."""
     level, sigma = track.left[i_peak], track.sigma[i_peak]
-    seg = track.y[i_peak + 1:i_peak + 1 + LOOKAHEAD]
+    seg = track.y[i_peak + 1 : i_peak + 1 + LOOKAHEAD]
     if seg.size < hold:
         calm = (seg - level) / sigma < z_thr
         return i_peak + 1 if seg.size and calm.all() and seg.size >= max(1, hold // 4) else None
@@ -88,7 +91,7 @@ def plateau_steps(track: Track, i_peak: int, i_rec: int | None, window: int, tol
     if i_rec is None or track.signal != "loss":
         return None
     level = track.left[i_peak]
-    seg = track.y[i_rec:i_rec + window]
+    seg = track.y[i_rec : i_rec + window]
     if seg.size < 5:
         return None
     smooth = pl.Series(seg).rolling_median(min(25, seg.size), min_samples=1).to_numpy()

@@ -22,7 +22,9 @@ def detect(run: RunData, params) -> list[Finding]:
     if layers.height == 0 or layers.get_column("pos_frac").drop_nulls().len() == 0:
         return []
     zero = pl.col("zero_frac").fill_null(0.0).clip(0.0, 1.0)
-    data = layers.filter(pl.col("pos_frac").is_finite() & (pl.col("numel").is_null() | (pl.col("numel") >= sp.min_numel)))
+    data = layers.filter(
+        pl.col("pos_frac").is_finite() & (pl.col("numel").is_null() | (pl.col("numel") >= sp.min_numel))
+    )
     # with most elements exactly zero (underflow, a mask) the sign share of the few others says nothing
     data = data.with_columns(
         pl.when(zero <= sp.max_zero_frac).then(pl.col("pos_frac") / (1.0 - zero)).clip(0.0, 1.0).alias("p")
@@ -32,8 +34,16 @@ def detect(run: RunData, params) -> list[Finding]:
     by = ["layer", "rank"]
     dev = (pl.col("p") - 0.5).abs()
     data = data.sort(*by, "step", nulls_last=True).with_columns(
-        (dev >= 0.5 - sp.extreme).cast(pl.Float64).rolling_mean(sp.window, min_samples=1, center=True).over(by).alias("ext"),
-        (dev >= 0.5 - sp.mild).cast(pl.Float64).rolling_mean(sp.window, min_samples=1, center=True).over(by).alias("mild"),
+        (dev >= 0.5 - sp.extreme)
+        .cast(pl.Float64)
+        .rolling_mean(sp.window, min_samples=1, center=True)
+        .over(by)
+        .alias("ext"),
+        (dev >= 0.5 - sp.mild)
+        .cast(pl.Float64)
+        .rolling_mean(sp.window, min_samples=1, center=True)
+        .over(by)
+        .alias("mild"),
     )
     findings = []
     for level, col, severity in (("extreme", "ext", "warning"), ("mild", "mild", "info")):
@@ -56,9 +66,28 @@ def _finding(g: pl.DataFrame, severity: str, sp) -> Finding:
     lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
     side = "positive" if med > 0.5 else "negative"
     share = med if med > 0.5 else 1 - med
-    ev = [Evidence(signal="pos_frac", step=lo, value=med, baseline=0.5, ratio=med / 0.5, rank=r["rank"], layer=r["layer"],
-                   note=f"median share of positive elements (among non-zeros) over steps {lo}-{hi}")]
-    return Finding(kind="sign_ratio_anomaly", step_start=lo, step_end=hi, peak_step=lo, severity=severity,
-                   score=abs(med - 0.5) * 2, rank=r["rank"], layer=r["layer"], evidence=ev,
-                   summary=f"layer {r['layer']} gradients {share:.0%} {side} over steps {lo}-{hi} (healthy 40-60%)",
-                   facts={"onset_step": lo, "pos_frac_median": med, "layers": [r["layer"]], "scope": "run"})
+    ev = [
+        Evidence(
+            signal="pos_frac",
+            step=lo,
+            value=med,
+            baseline=0.5,
+            ratio=med / 0.5,
+            rank=r["rank"],
+            layer=r["layer"],
+            note=f"median share of positive elements (among non-zeros) over steps {lo}-{hi}",
+        )
+    ]
+    return Finding(
+        kind="sign_ratio_anomaly",
+        step_start=lo,
+        step_end=hi,
+        peak_step=lo,
+        severity=severity,
+        score=abs(med - 0.5) * 2,
+        rank=r["rank"],
+        layer=r["layer"],
+        evidence=ev,
+        summary=f"layer {r['layer']} gradients {share:.0%} {side} over steps {lo}-{hi} (healthy 40-60%)",
+        facts={"onset_step": lo, "pos_frac_median": med, "layers": [r["layer"]], "scope": "run"},
+    )

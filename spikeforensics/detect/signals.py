@@ -52,10 +52,10 @@ def _derived_per_rank(run: RunData) -> pl.DataFrame:
     ranked = run.layer_l2_norms().filter(pl.col("rank").is_not_null())
     if ranked.get_column("rank").n_unique() < 2:
         return run.series("grad_norm").head(0)
-    out = (
-        ranked.sort("rank", "step")
-        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("t"),
-                      pl.lit(0, pl.Int32).alias("attempt"), pl.lit(None, pl.Datetime("us")).alias("time"))
+    out = ranked.sort("rank", "step").with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("t"),
+        pl.lit(0, pl.Int32).alias("attempt"),
+        pl.lit(None, pl.Datetime("us")).alias("time"),
     )
     return out.select("t", "step", "attempt", "rank", "value", "line", "source", "time")
 
@@ -67,8 +67,17 @@ def with_baseline(run: RunData, name: str, params, per_rank: bool = False) -> tu
         return run._cache[key]
     frame, derived = raw(run, name, per_rank)
     window, guard, min_side = short_series_windows(frame, params)
-    out = robust.add_baseline(frame, window=window, guard=guard, min_side=min_side,
-                              mad_window=params.series.mad_window, sigma_floor=_floor(name, params)), derived
+    out = (
+        robust.add_baseline(
+            frame,
+            window=window,
+            guard=guard,
+            min_side=min_side,
+            mad_window=params.series.mad_window,
+            sigma_floor=_floor(name, params),
+        ),
+        derived,
+    )
     run._cache[key] = out
     return out
 
@@ -92,8 +101,13 @@ def layer_frame(run: RunData) -> pl.DataFrame:
         return run._cache[key]
     layers = run.layers
     if layers.height:
-        layers = layers.filter(pl.col("step").is_not_null()).sort("layer", "rank", "step", nulls_last=True).with_columns(
-            pl.col("step").cast(pl.Int64).alias("pos"), pl.lit(0, pl.Int32).alias("attempt"),
+        layers = (
+            layers.filter(pl.col("step").is_not_null())
+            .sort("layer", "rank", "step", nulls_last=True)
+            .with_columns(
+                pl.col("step").cast(pl.Int64).alias("pos"),
+                pl.lit(0, pl.Int32).alias("attempt"),
+            )
         )
     run._cache[key] = layers
     return layers
@@ -110,11 +124,20 @@ def layer_baseline(run: RunData, params) -> pl.DataFrame:
     else:
         sp = params.series
         layers = layers.with_columns(
-            pl.when(pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)).then(pl.col("grad_norm").log()).alias("y"),
+            pl.when(pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0))
+            .then(pl.col("grad_norm").log())
+            .alias("y"),
             pl.concat_str(pl.col("layer"), pl.col("rank").cast(pl.String).fill_null("-"), separator="@").alias("_key"),
         )
-        out = robust.add_baseline(layers, window=sp.window, guard=sp.guard, min_side=sp.min_side,
-                                  mad_window=sp.mad_window, sigma_floor=sp.sigma_floor_grad, by="_key")
+        out = robust.add_baseline(
+            layers,
+            window=sp.window,
+            guard=sp.guard,
+            min_side=sp.min_side,
+            mad_window=sp.mad_window,
+            sigma_floor=sp.sigma_floor_grad,
+            by="_key",
+        )
     run._cache[key] = out
     return out
 

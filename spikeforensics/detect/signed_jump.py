@@ -38,11 +38,13 @@ def jumps(values: pl.DataFrame, window: int, min_records: int, z: float) -> pl.D
     )
     # the MAD over the same trailing window: the median of |x - median| of the window's records
     dev = (prev - pl.col("_med")).abs()
-    framed = framed.with_columns(
-        (dev.rolling_median(window, min_samples=min_records) * MAD_TO_SIGMA).alias("sigma"))
+    framed = framed.with_columns((dev.rolling_median(window, min_samples=min_records) * MAD_TO_SIGMA).alias("sigma"))
     beyond = pl.max_horizontal(pl.col("value") - pl.col("hi"), pl.col("lo") - pl.col("value"))
-    return framed.with_columns((beyond / pl.col("sigma")).alias("excess")).filter(
-        (pl.col("sigma") > 0) & (pl.col("excess") > z)).drop("_med")
+    return (
+        framed.with_columns((beyond / pl.col("sigma")).alias("excess"))
+        .filter((pl.col("sigma") > 0) & (pl.col("excess") > z))
+        .drop("_med")
+    )
 
 
 def detect(run: RunData, params) -> list[Finding]:
@@ -64,18 +66,44 @@ def detect(run: RunData, params) -> list[Finding]:
             last_i = int(group.get_column("_i").max())
             after = part.filter(pl.col("_i") > last_i)
             back = after.filter(pl.col("value").is_between(peak["lo"], peak["hi"]))
-            recovery = ("unknown" if after.height == 0 else "never" if back.height == 0
-                        else "fast" if int(back.get_column("step")[0]) - int(peak["step"]) < params.shape.fast_recovery
-                        else "slow")
-            out.append(Finding(
-                kind="hard_spike", step_start=int(group.get_column("step").min()), step_end=int(group.get_column("step").max()),
-                peak_step=int(peak["step"]), severity="critical", score=float(peak["excess"]), attempt=int(attempt),
-                evidence=[Evidence(signal="loss", step=int(peak["step"]), value=float(peak["value"]),
-                                   baseline=float(peak["hi"] if peak["value"] > peak["hi"] else peak["lo"]),
-                                   note=f"{peak['excess']:.0f} robust deviations past the range of the {hp.window} records before")],
-                summary=(f"the signed loss jumped to {peak['value']:.6g} at step {peak['step']}, {peak['excess']:.0f} robust "
-                         f"deviations outside the range [{peak['lo']:.4g}, {peak['hi']:.4g}] of the records before it"),
-                facts={"onset_step": int(group.get_column("step").min()), "recovery": recovery, "recovery_loss": recovery,
-                       "signed_loss": True, "lead_signal": "unknown"},
-            ))
+            recovery = (
+                "unknown"
+                if after.height == 0
+                else "never"
+                if back.height == 0
+                else "fast"
+                if int(back.get_column("step")[0]) - int(peak["step"]) < params.shape.fast_recovery
+                else "slow"
+            )
+            out.append(
+                Finding(
+                    kind="hard_spike",
+                    step_start=int(group.get_column("step").min()),
+                    step_end=int(group.get_column("step").max()),
+                    peak_step=int(peak["step"]),
+                    severity="critical",
+                    score=float(peak["excess"]),
+                    attempt=int(attempt),
+                    evidence=[
+                        Evidence(
+                            signal="loss",
+                            step=int(peak["step"]),
+                            value=float(peak["value"]),
+                            baseline=float(peak["hi"] if peak["value"] > peak["hi"] else peak["lo"]),
+                            note=f"{peak['excess']:.0f} robust deviations past the range of the {hp.window} records before",
+                        )
+                    ],
+                    summary=(
+                        f"the signed loss jumped to {peak['value']:.6g} at step {peak['step']}, {peak['excess']:.0f} robust "
+                        f"deviations outside the range [{peak['lo']:.4g}, {peak['hi']:.4g}] of the records before it"
+                    ),
+                    facts={
+                        "onset_step": int(group.get_column("step").min()),
+                        "recovery": recovery,
+                        "recovery_loss": recovery,
+                        "signed_loss": True,
+                        "lead_signal": "unknown",
+                    },
+                )
+            )
     return out

@@ -23,7 +23,9 @@ from spikeforensics.rundata import RunData
 
 
 def _prep(frame: pl.DataFrame, dp) -> pl.DataFrame:
-    data = frame.filter(pl.col("y").is_not_null()).with_columns(pl.col("rank").cast(pl.String).fill_null("-").alias("_k"))
+    data = frame.filter(pl.col("y").is_not_null()).with_columns(
+        pl.col("rank").cast(pl.String).fill_null("-").alias("_k")
+    )
     n = pl.len().over("_k")
     return data.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i"),
@@ -38,12 +40,23 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     # the noise of a rolling median of `smooth` records, from the residuals around it; a drift must
     # clear `loss_noise_c` sigma of a difference of two such medians (1.77 = 1.25 x sqrt 2)
     data = data.with_columns(
-        ((pl.col("y") - pl.col("smooth")).abs().median().over("_k") * robust.MAD_SCALE
-         * dp.loss_noise_c * 1.77 / math.sqrt(dp.smooth)).alias("_noise"))
+        (
+            (pl.col("y") - pl.col("smooth")).abs().median().over("_k")
+            * robust.MAD_SCALE
+            * dp.loss_noise_c
+            * 1.77
+            / math.sqrt(dp.smooth)
+        ).alias("_noise")
+    )
     data = data.with_columns(
         (pl.col("smooth") - pl.col("smooth").shift(span).over("_k")).alias("_short"),
-        (pl.col("smooth") - pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("smooth"))
-         .rolling_min(dp.long_span, min_samples=1).over("_k")).alias("_long"),
+        (
+            pl.col("smooth")
+            - pl.when(pl.col("_i") >= pl.col("_early"))
+            .then(pl.col("smooth"))
+            .rolling_min(dp.long_span, min_samples=1)
+            .over("_k")
+        ).alias("_long"),
     ).with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
     # a drift lasts (DOMAIN: over 50 consecutive steps): the smoothed loss over the next span stays, in its
     # median, above the midpoint of the rise. A rolling median wobbling 3 sigma for a few records and back
@@ -60,17 +73,26 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     data = data.with_columns(ahead.alias("_ahead"), level.alias("_level"), level_long.alias("_level_long"))
 
     def lasts(rise: str, before: str) -> pl.Expr:
-        return ((pl.col("_ahead") >= pl.col("smooth") - pl.col(rise) / 2)
-                & ~(pl.col("_ahead") < pl.col(before) + pl.col(rise) / 2)).fill_null(False)
+        return (
+            (pl.col("_ahead") >= pl.col("smooth") - pl.col(rise) / 2)
+            & ~(pl.col("_ahead") < pl.col(before) + pl.col(rise) / 2)
+        ).fill_null(False)
 
     flagged = data.filter(
-        ((pl.col("_i") - span >= pl.col("_early")) & (pl.col("_short") >= math.log1p(dp.loss_rise))
-         & (pl.col("_short") >= pl.col("_noise")) & lasts("_short", "_level"))
-        | ((pl.col("_i") >= pl.col("_early")) & (pl.col("_long") >= math.log1p(dp.long_rise))
-           & (pl.col("_long") >= pl.col("_noise")) & lasts("_long", "_level_long"))
+        (
+            (pl.col("_i") - span >= pl.col("_early"))
+            & (pl.col("_short") >= math.log1p(dp.loss_rise))
+            & (pl.col("_short") >= pl.col("_noise"))
+            & lasts("_short", "_level")
+        )
+        | (
+            (pl.col("_i") >= pl.col("_early"))
+            & (pl.col("_long") >= math.log1p(dp.long_rise))
+            & (pl.col("_long") >= pl.col("_noise"))
+            & lasts("_long", "_level_long")
+        )
     )
-    return flagged.with_columns(pl.lit("loss").alias("signal"),
-                                (pl.col("smooth") - pl.col("rise")).alias("before"))
+    return flagged.with_columns(pl.lit("loss").alias("signal"), (pl.col("smooth") - pl.col("rise")).alias("before"))
 
 
 def _grad_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
@@ -83,7 +105,8 @@ def _grad_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
         (pl.col("y") - pl.col("smooth")).abs().median().over("_k").mul(robust.MAD_SCALE).alias("noise"),
     ).with_columns((pl.col("after") - pl.col("before")).alias("rise"))
     flagged = data.filter(
-        (pl.col("_i") - w >= pl.col("_early")) & (pl.col("rise") >= math.log(dp.grad_rise))
+        (pl.col("_i") - w >= pl.col("_early"))
+        & (pl.col("rise") >= math.log(dp.grad_rise))
         & (pl.col("rise") >= dp.level_c * 1.77 * pl.col("noise") / math.sqrt(w))
     )
     if flagged.height == 0:
@@ -97,9 +120,13 @@ def _grad_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
         after = data.filter((pl.col("_k") == cp["_k"]) & (pl.col("_i") >= cp["_i"]))
         low = after.filter((pl.col("_i") >= cp["_i"] + dp.smooth) & (pl.col("smooth") < midway)).head(1)
         last = int(low.get_column("_i")[0]) - 1 if low.height else int(after.get_column("_i").max())
-        out.append(after.filter(pl.col("_i") <= last).with_columns(
-            pl.lit(cp["before"]).alias("before"), pl.lit(cp["rise"]).alias("rise"),
-            pl.lit(cp["before"] + cp["rise"]).alias("smooth")))  # evidence: the level after the change point
+        out.append(
+            after.filter(pl.col("_i") <= last).with_columns(
+                pl.lit(cp["before"]).alias("before"),
+                pl.lit(cp["rise"]).alias("rise"),
+                pl.lit(cp["before"] + cp["rise"]).alias("smooth"),
+            )
+        )  # evidence: the level after the change point
     return pl.concat(out).with_columns(pl.lit("grad_norm").alias("signal"))
 
 
@@ -112,13 +139,20 @@ def detect(run: RunData, params) -> list[Finding]:
     grad, derived = signals.raw(run, "grad_norm")
     if grad.height > dp.early_min + 2 * dp.level_window:
         parts.append(_grad_flags(grad, dp))
-    parts = [p.select("signal", "_k", "step", "attempt", "rank", "pos", "smooth", "before", "rise", "_i") for p in parts if p.height]
+    parts = [
+        p.select("signal", "_k", "step", "attempt", "rank", "pos", "smooth", "before", "rise", "_i")
+        for p in parts
+        if p.height
+    ]
     if not parts:
         return []
     flags = robust.flag_groups(pl.concat(parts), gap=max(dp.loss_span, dp.level_window))
     findings = []
     for _, g in flags.group_by("group", maintain_order=True):
-        if g.filter(pl.col("signal") == "loss").height < dp.smooth // 5 and g.filter(pl.col("signal") == "grad_norm").height == 0:
+        if (
+            g.filter(pl.col("signal") == "loss").height < dp.smooth // 5
+            and g.filter(pl.col("signal") == "grad_norm").height == 0
+        ):
             continue  # a loss bump of a couple of records is a spike's echo, not a drift
         findings.append(_finding(g, derived))
     return findings
@@ -129,14 +163,36 @@ def _finding(g: pl.DataFrame, derived: bool) -> Finding:
     ev = []
     for (signal,), rows in g.group_by("signal", maintain_order=True):
         top = rows.sort(["rise", "step"], descending=[True, False]).row(0, named=True)
-        note = "level shift: median after vs before" if signal == "grad_norm" else "rolling-median loss vs its level a span earlier"
+        note = (
+            "level shift: median after vs before"
+            if signal == "grad_norm"
+            else "rolling-median loss vs its level a span earlier"
+        )
         if signal == "grad_norm" and derived:
             note = signals.DERIVED_NOTE + "; " + note
-        ev.append(Evidence(signal=signal, step=top["step"], value=math.exp(top["smooth"]), baseline=math.exp(top["before"]),
-                           ratio=math.exp(top["rise"]), rank=top["rank"], note=note))
+        ev.append(
+            Evidence(
+                signal=signal,
+                step=top["step"],
+                value=math.exp(top["smooth"]),
+                baseline=math.exp(top["before"]),
+                ratio=math.exp(top["rise"]),
+                rank=top["rank"],
+                note=note,
+            )
+        )
     top = g.sort(["rise", "step"], descending=[True, False]).row(0, named=True)
     sigs = " and ".join(sorted(set(g.get_column("signal"))))
-    return Finding(kind="soft_drift", step_start=lo, step_end=hi, peak_step=int(top["step"]), severity="warning",
-                   score=round(math.exp(top["rise"]), 3), rank=None, attempt=int(top["attempt"] or 0), evidence=ev,
-                   summary=f"{sigs} drifting up {math.expm1(top['rise']):.0%} over steps {lo}-{hi}",
-                   facts={"onset_step": lo})
+    return Finding(
+        kind="soft_drift",
+        step_start=lo,
+        step_end=hi,
+        peak_step=int(top["step"]),
+        severity="warning",
+        score=round(math.exp(top["rise"]), 3),
+        rank=None,
+        attempt=int(top["attempt"] or 0),
+        evidence=ev,
+        summary=f"{sigs} drifting up {math.expm1(top['rise']):.0%} over steps {lo}-{hi}",
+        facts={"onset_step": lo},
+    )

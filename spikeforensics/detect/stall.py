@@ -28,13 +28,21 @@ def detect(run: RunData, params) -> list[Finding]:
     lr = run.series("lr")
     if lr.height < sp.lr_zero_records:
         return []
-    runs = (lr.sort("t").with_columns((pl.col("value") == 0).fill_null(False).alias("_zero"))
-            .with_columns(pl.col("_zero").rle_id().alias("_run"))
-            .filter(pl.col("_zero")))
+    runs = (
+        lr.sort("t")
+        .with_columns((pl.col("value") == 0).fill_null(False).alias("_zero"))
+        .with_columns(pl.col("_zero").rle_id().alias("_run"))
+        .filter(pl.col("_zero"))
+    )
     if runs.height == 0:
         return []
-    sizes = runs.group_by("_run").agg(pl.len().alias("n"), pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi"),
-                                      pl.col("t").min().alias("t0"), pl.col("t").max().alias("t1"))
+    sizes = runs.group_by("_run").agg(
+        pl.len().alias("n"),
+        pl.col("step").min().alias("lo"),
+        pl.col("step").max().alias("hi"),
+        pl.col("t").min().alias("t0"),
+        pl.col("t").max().alias("t1"),
+    )
     longest = sizes.sort(["n", "t0"], descending=[True, False]).row(0, named=True)
     if longest["n"] < sp.lr_zero_records:
         return []
@@ -47,12 +55,21 @@ def detect(run: RunData, params) -> list[Finding]:
     if first is not None and last is not None and last < sp.loss_fall_ratio * first:
         return []  # the loss falls: the printed 0 is a rounded small LR, not a frozen run
     loss_note = f"; the loss stays at {last:.4g}" if last is not None else ""
-    return [Finding(
-        kind="no_progress", step_start=longest["lo"], step_end=longest["hi"], peak_step=longest["lo"], severity="warning",
-        score=float(longest["n"]),
-        summary=f"the learning rate is exactly 0 on {longest['n']} consecutive records (steps {longest['lo']}-{longest['hi']})"
-                f"{loss_note}: the weights are not being updated",
-        evidence=[Evidence(signal="lr", step=longest["lo"], value=0.0, baseline=None,
-                           note=f"lr = 0 on {longest['n']} records")],
-        facts={"cause": "lr_zero", "lr_zero_records": int(longest["n"]), "scope": "run"},
-    )]
+    return [
+        Finding(
+            kind="no_progress",
+            step_start=longest["lo"],
+            step_end=longest["hi"],
+            peak_step=longest["lo"],
+            severity="warning",
+            score=float(longest["n"]),
+            summary=f"the learning rate is exactly 0 on {longest['n']} consecutive records (steps {longest['lo']}-{longest['hi']})"
+            f"{loss_note}: the weights are not being updated",
+            evidence=[
+                Evidence(
+                    signal="lr", step=longest["lo"], value=0.0, baseline=None, note=f"lr = 0 on {longest['n']} records"
+                )
+            ],
+            facts={"cause": "lr_zero", "lr_zero_records": int(longest["n"]), "scope": "run"},
+        )
+    ]

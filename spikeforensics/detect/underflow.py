@@ -45,8 +45,12 @@ def detect(run: RunData, params) -> list[Finding]:
             res = _test(b.get_column("value").to_numpy(), up)
             if res is None or res["late"] - res["early"] < up.min_abs_rise:
                 continue
-            res.update(layer=layer, rank=rank, onset_step=int(b.get_column("step_first")[res["onset_bin"]]),
-                       last_step=int(b.get_column("step_last")[-1]))
+            res.update(
+                layer=layer,
+                rank=rank,
+                onset_step=int(b.get_column("step_first")[res["onset_bin"]]),
+                last_step=int(b.get_column("step_last")[-1]),
+            )
             hits.append(res)
         if hits:
             n_layers = data.select(pl.struct("layer", "rank").n_unique()).item()
@@ -56,8 +60,12 @@ def detect(run: RunData, params) -> list[Finding]:
         b = robust.binned(s.filter(pl.col("value").is_finite()).sort("t"), "value", up.bins)
         res = _test(b.get_column("value").to_numpy(), up)
         if res is not None:
-            res.update(layer=None, rank=None, onset_step=int(b.get_column("step_first")[res["onset_bin"]]),
-                       last_step=int(b.get_column("step_last")[-1]))
+            res.update(
+                layer=None,
+                rank=None,
+                onset_step=int(b.get_column("step_first")[res["onset_bin"]]),
+                last_step=int(b.get_column("step_last")[-1]),
+            )
             findings.append(_finding([res], "num_zeros", run, _severity(run, 1, 1, up)))
     return findings
 
@@ -76,16 +84,33 @@ def _finding(hits: list[dict], signal: str, run: RunData, severity: str) -> Find
     ranks = sorted({h["rank"] for h in hits if h["rank"] is not None})
     all_ranks = run.ranks()
     rank = top["rank"] if ranks and len(all_ranks) > 1 and len(ranks) < len(all_ranks) else None
-    evidence = [Evidence(signal=signal, step=h["last_step"], value=h["late"], baseline=h["early"],
-                         ratio=h["late"] / h["early"] if h["early"] > 0 else None, rank=h["rank"], layer=h["layer"],
-                         note=f"Mann-Kendall tau {h['tau']:.2f}, p {h['p']:.1e}; rising from step {h['onset_step']}")
-                for h in hits[:5]]
+    evidence = [
+        Evidence(
+            signal=signal,
+            step=h["last_step"],
+            value=h["late"],
+            baseline=h["early"],
+            ratio=h["late"] / h["early"] if h["early"] > 0 else None,
+            rank=h["rank"],
+            layer=h["layer"],
+            note=f"Mann-Kendall tau {h['tau']:.2f}, p {h['p']:.1e}; rising from step {h['onset_step']}",
+        )
+        for h in hits[:5]
+    ]
     onset = min(h["onset_step"] for h in hits)
     layers = [h["layer"] for h in hits if h["layer"] is not None]
     what = f"{len(layers)} layer(s), most in {layers[0]}" if layers else "the gradient"
-    summary = (f"exact-zero gradient share rising in {what}: {top['early']:.3g} -> {top['late']:.3g} "
-               f"from step {onset}")
-    return Finding(kind="underflow_zeros", step_start=onset, step_end=max(h["last_step"] for h in hits), peak_step=onset,
-                   severity=severity, score=float(abs(np.log10(max(top["p"], 1e-300)))), summary=summary, rank=rank,
-                   layer=top["layer"], evidence=evidence,
-                   facts={"onset_step": onset, "layers": layers[:10], "ranks_flagged": ranks, "scope": "run"})
+    summary = f"exact-zero gradient share rising in {what}: {top['early']:.3g} -> {top['late']:.3g} from step {onset}"
+    return Finding(
+        kind="underflow_zeros",
+        step_start=onset,
+        step_end=max(h["last_step"] for h in hits),
+        peak_step=onset,
+        severity=severity,
+        score=float(abs(np.log10(max(top["p"], 1e-300)))),
+        summary=summary,
+        rank=rank,
+        layer=top["layer"],
+        evidence=evidence,
+        facts={"onset_step": onset, "layers": layers[:10], "ranks_flagged": ranks, "scope": "run"},
+    )

@@ -42,8 +42,12 @@ def _drops(frame: pl.DataFrame, by: str, vp) -> pl.DataFrame:
         pl.col("y").rolling_median(vp.smooth, min_samples=1, center=True).over(by).alias("smooth"),
         pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("y")).alias("_ry"),
     ).with_columns(
-        pl.col("_ry").rolling_median(ref_window, min_samples=max(ref_window // 4, 1))
-        .shift(min_records).cum_max().over(by).alias("ref"),
+        pl.col("_ry")
+        .rolling_median(ref_window, min_samples=max(ref_window // 4, 1))
+        .shift(min_records)
+        .cum_max()
+        .over(by)
+        .alias("ref"),
     )
     low = data.with_columns((pl.col("smooth") - pl.col("ref") <= math.log(vp.ratio)).fill_null(False).alias("_low"))
     low = low.with_columns(pl.col("_low").rle_id().over(by).alias("_run"))
@@ -65,7 +69,9 @@ def detect(run: RunData, params) -> list[Finding]:
     layers = signals.layer_frame(run)
     if layers.height:
         lay = layers.with_columns(
-            pl.when(pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0)).then(pl.col("grad_norm").log()).alias("y"),
+            pl.when(pl.col("grad_norm").is_finite() & (pl.col("grad_norm") > 0))
+            .then(pl.col("grad_norm").log())
+            .alias("y"),
             pl.concat_str(pl.col("layer"), pl.col("rank").cast(pl.String).fill_null("-"), separator="@").alias("_k"),
         )
         drops = _drops(lay, "_k", vp)
@@ -99,11 +105,29 @@ def _finding(g: pl.DataFrame, layer: str | None, derived: bool, run: RunData, vp
     ratio = math.exp(worst["smooth"] - worst["ref"])
     layers = g.get_column("layer").unique(maintain_order=True).to_list() if "layer" in g.columns else []
     note = signals.DERIVED_NOTE if derived else ""
-    ev = [Evidence(signal="layer_grad_norm" if layer else "grad_norm", step=worst["step"], value=math.exp(worst["smooth"]),
-                   baseline=math.exp(worst["ref"]), ratio=ratio, rank=worst.get("rank"), layer=layer,
-                   note=(note + "; " if note else "") + "rolling median vs the median of earlier records")]
+    ev = [
+        Evidence(
+            signal="layer_grad_norm" if layer else "grad_norm",
+            step=worst["step"],
+            value=math.exp(worst["smooth"]),
+            baseline=math.exp(worst["ref"]),
+            ratio=ratio,
+            rank=worst.get("rank"),
+            layer=layer,
+            note=(note + "; " if note else "") + "rolling median vs the median of earlier records",
+        )
+    ]
     what = f"layer {layer}" if layer else "global grad norm"
-    return Finding(kind="vanishing_gradients", step_start=lo, step_end=hi, peak_step=int(worst["step"]), severity="warning",
-                   score=round(-math.log10(max(ratio, 1e-300)), 3), layer=layer, rank=worst.get("rank"), evidence=ev,
-                   summary=f"{what} fell to {ratio:.2g}x its earlier level from step {lo} to {hi}",
-                   facts={"onset_step": lo, "layers": [x for x in layers if x][:10]})
+    return Finding(
+        kind="vanishing_gradients",
+        step_start=lo,
+        step_end=hi,
+        peak_step=int(worst["step"]),
+        severity="warning",
+        score=round(-math.log10(max(ratio, 1e-300)), 3),
+        layer=layer,
+        rank=worst.get("rank"),
+        evidence=ev,
+        summary=f"{what} fell to {ratio:.2g}x its earlier level from step {lo} to {hi}",
+        facts={"onset_step": lo, "layers": [x for x in layers if x][:10]},
+    )

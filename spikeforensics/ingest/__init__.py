@@ -166,8 +166,9 @@ def _wide_sample(path: Path) -> SniffSample | None:
     return sample if sample.lines else None
 
 
-def expand_paths(paths: list[str | Path], follow_symlinks: bool = False,
-                 skipped: list[tuple[Path, str, str]] | None = None) -> list[tuple[Path, str, bool]]:
+def expand_paths(
+    paths: list[str | Path], follow_symlinks: bool = False, skipped: list[tuple[Path, str, str]] | None = None
+) -> list[tuple[Path, str, bool]]:
     """(file, source name, came_from_folder) for every file under the given paths.
 
     A folder is not left through symlinks: a file or folder symlink inside it whose target
@@ -207,14 +208,24 @@ def _walk(folder: Path, follow_symlinks: bool, skipped: list | None) -> list[Pat
             for d in dirnames:
                 link = here / d
                 if link.is_symlink() and not _inside(link.resolve(), top) and skipped is not None:
-                    skipped.append((link, link.relative_to(folder).as_posix(), "a symlink to a folder outside "
-                                    f"{folder}; not followed (--follow-symlinks to allow)"))
+                    skipped.append(
+                        (
+                            link,
+                            link.relative_to(folder).as_posix(),
+                            f"a symlink to a folder outside {folder}; not followed (--follow-symlinks to allow)",
+                        )
+                    )
         for name in filenames:
             f = here / name
             if f.is_symlink() and not follow_symlinks and not _inside(f.resolve(), top):
                 if skipped is not None and not name.startswith("."):
-                    skipped.append((f, f.relative_to(folder).as_posix(), f"a symlink to a file outside {folder}; "
-                                    "not followed (--follow-symlinks to allow)"))
+                    skipped.append(
+                        (
+                            f,
+                            f.relative_to(folder).as_posix(),
+                            f"a symlink to a file outside {folder}; not followed (--follow-symlinks to allow)",
+                        )
+                    )
                 continue
             if f.is_file():
                 found.append(f)
@@ -323,8 +334,9 @@ def ingest_paths(
         if outcome.status == "failed" and not in_folder:
             raise IngestError(outcome.message)
         outcomes.append(outcome)
-    outcomes += [FileOutcome(path=str(f), source=source, status="failed", message=f"{f}: {why}")
-                 for f, source, why in skipped]
+    outcomes += [
+        FileOutcome(path=str(f), source=source, status="failed", message=f"{f}: {why}") for f, source, why in skipped
+    ]
     return IngestReport(run_id=run_id, store=str(store.root), files=outcomes)
 
 
@@ -367,8 +379,10 @@ def drop_out_of_range_steps(result: ParseResult) -> None:
         lines = bad.get_column("line").unique() if "line" in bad.columns else pl.Series([None])
         result.unparsed += lines.len()
         room = MANIFEST_EXAMPLES - len(result.unparsed_examples)
-        result.unparsed_examples += [(int(x) if x is not None else 0, f"step out of range in {table}")
-                                     for x in lines.head(max(room, 0)).to_list()]
+        result.unparsed_examples += [
+            (int(x) if x is not None else 0, f"step out of range in {table}")
+            for x in lines.head(max(room, 0)).to_list()
+        ]
 
 
 def _finish_tables(tables: dict[str, pl.DataFrame], source: str) -> tuple[dict[str, pl.DataFrame], pl.Series]:
@@ -388,7 +402,10 @@ def _finish_tables(tables: dict[str, pl.DataFrame], source: str) -> tuple[dict[s
             derived = pl.Series("derived", range(nans.height), dtype=pl.UInt32)
         else:
             both = pl.concat(
-                [out["events"].with_columns(pl.lit(False).alias("_derived")), nans.with_columns(pl.lit(True).alias("_derived"))]
+                [
+                    out["events"].with_columns(pl.lit(False).alias("_derived")),
+                    nans.with_columns(pl.lit(True).alias("_derived")),
+                ]
             ).sort("line", nulls_last=True, maintain_order=True)
             derived = both.select(pl.arg_where("_derived")).to_series().cast(pl.UInt32)
             out["events"] = both.drop("_derived")
@@ -441,8 +458,9 @@ def _parse_whole(parser: ModuleType, src: SourceFile, stage: Staging, mixing: bo
     return parsed
 
 
-def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging,
-                     on_chunk: Callable[[int], None] | None = None) -> _Parsed:
+def _parse_streaming(
+    parser: ModuleType, src: SourceFile, stage: Staging, on_chunk: Callable[[int], None] | None = None
+) -> _Parsed:
     """Write each chunk's tables as they come (chunk k is written in a background thread
     while chunk k + 1 is parsed); then apply the one-rank rule (see the module
     docstring), rewriting the staged metrics only when exactly one rank printed values
@@ -475,9 +493,15 @@ def _parse_streaming(parser: ModuleType, src: SourceFile, stage: Staging,
         if derived:
             positions = pl.concat(derived)
             row = pl.int_range(pl.len(), dtype=pl.UInt32)
-            stage.rewrite("events", lambda frame, first: frame.with_columns(
-                pl.when((row + first).is_in(positions.implode())).then(no_rank).otherwise(pl.col("rank")).alias("rank")
-            ))
+            stage.rewrite(
+                "events",
+                lambda frame, first: frame.with_columns(
+                    pl.when((row + first).is_in(positions.implode()))
+                    .then(no_rank)
+                    .otherwise(pl.col("rank"))
+                    .alias("rank")
+                ),
+            )
     return parsed
 
 
@@ -490,8 +514,16 @@ def _append_all(stage: Staging, tables: dict[str, pl.DataFrame]) -> None:
         stage.append(table, frame)
 
 
-def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: Store, year: int | None,
-                 progress: Callable[[str], None] | None = None, mixing: bool = False) -> FileOutcome:
+def _ingest_file(
+    path: Path,
+    source: str,
+    fmt: str | None,
+    run_id: str,
+    store: Store,
+    year: int | None,
+    progress: Callable[[str], None] | None = None,
+    mixing: bool = False,
+) -> FileOutcome:
     outcome = FileOutcome(path=str(path), source=source, status="failed", format=fmt)
     try:
         size = path.stat().st_size
@@ -544,8 +576,14 @@ def _ingest_file(path: Path, source: str, fmt: str | None, run_id: str, store: S
         if len(parsed.grammars) > 1:  # a text log that mixes grammars: all of them, the primary first
             fmt = outcome.format = "+".join(parsed.grammars)
         record = SourceRecord(
-            source=source, path=str(path.resolve()), sha256=sha, bytes=size, lines=lines,
-            format=fmt, records=parsed.records, unparsed=parsed.unparsed,
+            source=source,
+            path=str(path.resolve()),
+            sha256=sha,
+            bytes=size,
+            lines=lines,
+            format=fmt,
+            records=parsed.records,
+            unparsed=parsed.unparsed,
             unparsed_examples=json.dumps([list(x) for x in parsed.examples]),
         )
         store.write_source(run_id, record, stage)

@@ -27,8 +27,11 @@ def grammar_records(
     g = cand.with_columns(pl.col("text").str.extract_groups(pattern).alias("_g")).unnest("_g")
     hit = g.filter(pl.col(step_group).is_not_null())
     records = hit.select(
-        "line", step_int(pl.col(step_group)).alias("step"), "prefix_rank",
-        pl.lit(kind).alias("record_kind"), extract_time(pl.col("text")).alias("time"),
+        "line",
+        step_int(pl.col(step_group)).alias("step"),
+        "prefix_rank",
+        pl.lit(kind).alias("record_kind"),
+        extract_time(pl.col("text")).alias("time"),
     )
     values = captured_values(hit, cols) if hit.height else pl.DataFrame(schema=VALUE_SCHEMA)
     rest = cand.join(hit.select("line"), on="line", how="anti")

@@ -37,10 +37,19 @@ from spikeforensics.ingest.base import (
 
 # Formats whose file is one structure (a table, a JSON document, a binary), or whose only
 # job is events: never offered the rest lines of a text log.
-WHOLE_FILE_FORMATS = frozenset({
-    "batches", "csv_metrics", "jsonl_metrics", "layers", "telemetry", "tensorboard",
-    "hf_trainer_state", "kernel", "stdout_events",
-})
+WHOLE_FILE_FORMATS = frozenset(
+    {
+        "batches",
+        "csv_metrics",
+        "jsonl_metrics",
+        "layers",
+        "telemetry",
+        "tensorboard",
+        "hf_trainer_state",
+        "kernel",
+        "stdout_events",
+    }
+)
 # A grammar joins the mix when it sniffs at least this sure on the rest lines.
 MIN_SECONDARY_CONFIDENCE = 0.3
 # Rest lines shown to a sniffer: those that could hold a record (a digit and a word a
@@ -84,7 +93,9 @@ def _record_lines(result: ParseResult) -> pl.Series:
     return metrics.get_column("line").drop_nulls().cast(pl.Int64).unique()
 
 
-def mix(primary_name: str, src: SourceFile, primary: ParseResult, grammars: dict[str, ModuleType]) -> tuple[ParseResult, list[str]]:
+def mix(
+    primary_name: str, src: SourceFile, primary: ParseResult, grammars: dict[str, ModuleType]
+) -> tuple[ParseResult, list[str]]:
     """Offer the lines `primary` did not read as records to the other line grammars.
     Returns the merged result and the names of the grammars that read records (primary first)."""
     lines = prepared_lines(src)  # cached on `src`: the primary already computed it
@@ -92,8 +103,11 @@ def mix(primary_name: str, src: SourceFile, primary: ParseResult, grammars: dict
     # a line the event catalogue read (an overflow, a checkpoint, a traceback) is no record for a
     # catch-all grammar (a specific grammar may still find its record glued before the event)
     events = primary.tables.get("events")
-    event_lines = (events.select(pl.col("line").cast(pl.Int64)).drop_nulls().unique() if events is not None and events.height
-                   else pl.DataFrame(schema={"line": pl.Int64}))
+    event_lines = (
+        events.select(pl.col("line").cast(pl.Int64)).drop_nulls().unique()
+        if events is not None and events.height
+        else pl.DataFrame(schema={"line": pl.Int64})
+    )
     parts: list[tuple[str, ParseResult]] = []
     tried = {primary_name}
     while rest.height:
@@ -131,36 +145,62 @@ def attach_continuations(result: ParseResult, lines: pl.DataFrame) -> ParseResul
     if metrics is None or metrics.height == 0 or lines.height == 0 or "record" not in metrics.columns:
         return result
     read = metrics.get_column("line").drop_nulls().cast(pl.Int64).unique().implode()
-    owners = (metrics.filter(pl.col("record").is_not_null()).group_by("line")
-              .agg(pl.col("record").first().alias("_owner")).with_columns(pl.col("line").cast(pl.Int64)))
+    owners = (
+        metrics.filter(pl.col("record").is_not_null())
+        .group_by("line")
+        .agg(pl.col("record").first().alias("_owner"))
+        .with_columns(pl.col("line").cast(pl.Int64))
+    )
     text = pl.col("text")
     cont = text.str.contains(r"^\s+\S") & text.str.contains(CONTINUATION_PAIR) & ~pl.col("line").is_in(read)
-    marked = (lines.select(pl.col("line").cast(pl.Int64), "text").sort("line")
-              .join(owners, on="line", how="left")
-              .with_columns(cont.alias("_cont"))
-              .with_columns(pl.when(pl.col("_owner").is_not_null()).then(pl.col("_owner"))
-                            .when(pl.col("_cont")).then(None).otherwise(-1).forward_fill().alias("_owner")))
+    marked = (
+        lines.select(pl.col("line").cast(pl.Int64), "text")
+        .sort("line")
+        .join(owners, on="line", how="left")
+        .with_columns(cont.alias("_cont"))
+        .with_columns(
+            pl.when(pl.col("_owner").is_not_null())
+            .then(pl.col("_owner"))
+            .when(pl.col("_cont"))
+            .then(None)
+            .otherwise(-1)
+            .forward_fill()
+            .alias("_owner")
+        )
+    )
     taken = marked.filter(pl.col("_cont") & (pl.col("_owner") >= 0))
     if taken.height == 0:
         return result
-    pairs = (taken.with_columns(text.str.extract_all(CONTINUATION_PAIR).alias("_p")).explode("_p")
-             .with_columns(pl.col("_p").str.extract(CONTINUATION_PAIR, 1).alias("name"),
-                           to_float(pl.col("_p").str.extract(CONTINUATION_PAIR, 2)).alias("value"))
-             .filter(pl.col("value").is_not_null()))
-    heads = (metrics.filter(pl.col("record").is_not_null())
-             .group_by("record").agg(pl.all().exclude("name", "value", "line").first()))
+    pairs = (
+        taken.with_columns(text.str.extract_all(CONTINUATION_PAIR).alias("_p"))
+        .explode("_p")
+        .with_columns(
+            pl.col("_p").str.extract(CONTINUATION_PAIR, 1).alias("name"),
+            to_float(pl.col("_p").str.extract(CONTINUATION_PAIR, 2)).alias("value"),
+        )
+        .filter(pl.col("value").is_not_null())
+    )
+    heads = (
+        metrics.filter(pl.col("record").is_not_null())
+        .group_by("record")
+        .agg(pl.all().exclude("name", "value", "line").first())
+    )
     held = metrics.filter(pl.col("record").is_not_null()).select("record", "name").unique()
-    rows = (pairs.select(pl.col("_owner").alias("record"), "line", "name", "value")
-            .unique(["record", "name"], keep="first", maintain_order=True)
-            .join(held, on=["record", "name"], how="anti")
-            .join(heads, on="record", how="inner"))
+    rows = (
+        pairs.select(pl.col("_owner").alias("record"), "line", "name", "value")
+        .unique(["record", "name"], keep="first", maintain_order=True)
+        .join(held, on=["record", "name"], how="anti")
+        .join(heads, on="record", how="inner")
+    )
     if rows.height == 0:
         return result
     line_type = metrics.schema["line"]
     rows = rows.with_columns(pl.col("line").cast(line_type)).select([c for c in metrics.columns if c in rows.columns])
     result.tables["metrics"] = pl.concat([metrics, rows], how="diagonal_relaxed").sort("line", maintain_order=True)
     if result.unparsed_lines is not None:
-        left = result.unparsed_lines.filter(~result.unparsed_lines.is_in(rows.get_column("line").cast(pl.Int64).implode()))
+        left = result.unparsed_lines.filter(
+            ~result.unparsed_lines.is_in(rows.get_column("line").cast(pl.Int64).implode())
+        )
         result.unparsed = left.len()
         result.unparsed_lines = left
         keep = set(left.to_list())
@@ -199,8 +239,12 @@ def _drop_repeats(metrics: pl.DataFrame) -> pl.DataFrame:
     """The contract's rule across grammars: consecutive train records of one stream with the same
     step are one record. A line the primary merged into its previous record (the same step printed
     by several ranks without a prefix) must not come back as another grammar's record."""
-    train = (metrics.filter(pl.col("record").is_not_null())
-             .group_by("line").agg(pl.col("step").first(), pl.col("rank").first(), pl.col("_part").first()).sort("line"))
+    train = (
+        metrics.filter(pl.col("record").is_not_null())
+        .group_by("line")
+        .agg(pl.col("step").first(), pl.col("rank").first(), pl.col("_part").first())
+        .sort("line")
+    )
     prev = pl.col("step").shift(1).over(pl.col("rank").fill_null(-1))
     repeats = train.filter((pl.col("_part") > 0) & pl.col("step").is_not_null() & (pl.col("step") == prev))
     if repeats.height == 0:
@@ -212,12 +256,16 @@ def _renumber(metrics: pl.DataFrame) -> pl.DataFrame:
     """`record` numbers train records 0.. in file order across every grammar of the file."""
     train_lines = metrics.filter(pl.col("record").is_not_null()).select(pl.col("line").unique().sort())
     order = train_lines.with_row_index("_rec").with_columns(pl.col("_rec").cast(pl.Int64))
-    return metrics.join(order, on="line", how="left", maintain_order="left").with_columns(
-        pl.when(pl.col("record").is_not_null()).then(pl.col("_rec")).alias("record")
-    ).drop("_rec")
+    return (
+        metrics.join(order, on="line", how="left", maintain_order="left")
+        .with_columns(pl.when(pl.col("record").is_not_null()).then(pl.col("_rec")).alias("record"))
+        .drop("_rec")
+    )
 
 
-def _merge_unparsed(out: ParseResult, primary: ParseResult, parts: list[tuple[str, ParseResult]], merged: pl.DataFrame) -> None:
+def _merge_unparsed(
+    out: ParseResult, primary: ParseResult, parts: list[tuple[str, ParseResult]], merged: pl.DataFrame
+) -> None:
     """Unparsed lines of every grammar, less the lines another grammar did read."""
     read = merged.get_column("line").drop_nulls().cast(pl.Int64).unique()
     pools = [r.unparsed_lines for r in (primary, *[s for _, s in parts]) if r.unparsed_lines is not None]

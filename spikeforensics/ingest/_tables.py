@@ -57,8 +57,11 @@ _EXTRA_NONFINITE_RE = r"([:\[,]\s*)(-?(?:NAN|INF|INFINITY|Nan|Inf|-NaN))([,\]}\s
 # turns them back in the rows that had a token. Why these values: within 2x of the largest double,
 # which no metric is, and short, so every JSON reader (polars' path matcher too) reads them back
 # exactly; a quoted token (`"nan"`) stays text and `numeric` reads it.
-NONFINITE_SENTINELS = {1.1e308: (float("nan"), "NaN"), 1.2e308: (float("inf"), "Infinity"),
-                       -1.2e308: (float("-inf"), "-Infinity")}
+NONFINITE_SENTINELS = {
+    1.1e308: (float("nan"), "NaN"),
+    1.2e308: (float("inf"), "Infinity"),
+    -1.2e308: (float("-inf"), "-Infinity"),
+}
 _NAN_TOKEN = r"([:\[,]\s*)-?(?:NaN|nan|NAN|Nan)\b"
 _INF_TOKEN = r"(?:Infinity|INFINITY|inf|INF|Inf)\b"
 _NONFINITE_TOKENS = (
@@ -113,8 +116,10 @@ def check_expansion(path: Path, expanded: int, what: str) -> None:
     if expanded > MAX_DECOMPRESSED_BYTES:
         raise ingest_error(f"{path}: {what} expands to {expanded:,} bytes; at most {MAX_DECOMPRESSED_BYTES:,} are read")
     if expanded > RATIO_CHECK_FROM_BYTES and expanded / size > MAX_DECOMPRESSION_RATIO:
-        raise ingest_error(f"{path}: {what} expands {expanded / size:,.0f}x ({size:,} -> {expanded:,} bytes); "
-                           f"at most {MAX_DECOMPRESSION_RATIO}x is read (a decompression bomb?)")
+        raise ingest_error(
+            f"{path}: {what} expands {expanded / size:,.0f}x ({size:,} -> {expanded:,} bytes); "
+            f"at most {MAX_DECOMPRESSION_RATIO}x is read (a decompression bomb?)"
+        )
 
 
 def parquet_expansion(path: Path) -> int:
@@ -163,7 +168,8 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     """
     cols = ["line", *keep]
     cand = lines.filter(pl.col("text").str.contains("{", literal=True)).with_columns(
-        pl.col("text").str.starts_with("{").alias(_JSON))
+        pl.col("text").str.starts_with("{").alias(_JSON)
+    )
     # a line that starts with `{` is its own JSON text (trailing blanks cut): the regex
     # runs only on lines with a logger prefix
     bare = pl.col("text").str.strip_chars_end()
@@ -175,22 +181,28 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
         cand = plain
     keys = cand.select(pl.col(_JSON).str.count_matches(r'"\s*:').max()).item() if cand.height else 0
     if keys and keys > MAX_KEYS:
-        raise ingest_error(f"a JSON record with {keys:,} keys; at most {MAX_KEYS:,} are read per record "
-                           "(a metrics, gradient or manifest record has far fewer)")
+        raise ingest_error(
+            f"a JSON record with {keys:,} keys; at most {MAX_KEYS:,} are read per record "
+            "(a metrics, gradient or manifest record has far fewer)"
+        )
     unclosed = cand.filter(pl.col(_JSON).is_null()).select("line", "text")  # a `{` but no `{...}` ending the line
     cand = cand.filter(pl.col(_JSON).is_not_null())
     many = cand.filter(pl.col(_JSON).str.count_matches(r"[\[{]") > MAX_JSON_DEPTH)  # only these can be too deep
     if many.height:
         deep = [line for line, text in many.select("line", _JSON).iter_rows() if json_depth(text) > MAX_JSON_DEPTH]
         if deep:
-            unclosed = pl.concat([unclosed, cand.filter(pl.col("line").is_in(deep)).select("line", "text")]).sort("line")
+            unclosed = pl.concat([unclosed, cand.filter(pl.col("line").is_in(deep)).select("line", "text")]).sort(
+                "line"
+            )
             cand = cand.filter(~pl.col("line").is_in(deep))
     # bare NaN/Infinity tokens -> sentinel numbers, only on the few lines that may hold one
     nonfinite = pl.col(_JSON).str.contains_any(["nan", "inf"], ascii_case_insensitive=True)
     cand = cand.with_columns(nonfinite.alias(_NF))
     flagged = bool(cand.get_column(_NF).any())
     if flagged:
-        cand = cand.with_columns(pl.when(pl.col(_NF)).then(_to_sentinels(pl.col(_JSON))).otherwise(pl.col(_JSON)).alias(_JSON))
+        cand = cand.with_columns(
+            pl.when(pl.col(_NF)).then(_to_sentinels(pl.col(_JSON))).otherwise(pl.col(_JSON)).alias(_JSON)
+        )
     if cand.height == 0:
         return cand.select(cols), unclosed
     obj = None
@@ -215,7 +227,8 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
         keys = _json_keys(good.get_column(_JSON))
         exprs = [
             pl.col(_JSON).str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k)
-            for k in keys if k not in inner
+            for k in keys
+            if k not in inner
         ]
         out = good.select(*inner, *exprs)
     if flagged:
@@ -250,7 +263,9 @@ def _restore_nonfinite(out: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         if dtype.is_float() or dtype == pl.String:
             fixes.append(pl.when(flag).then(_restored(col, dtype)).otherwise(col).alias(key))
         elif isinstance(dtype, pl.List) and (dtype.inner.is_float() or dtype.inner == pl.String):
-            fixes.append(pl.when(flag).then(col.list.eval(_restored(pl.element(), dtype.inner))).otherwise(col).alias(key))
+            fixes.append(
+                pl.when(flag).then(col.list.eval(_restored(pl.element(), dtype.inner))).otherwise(col).alias(key)
+            )
         elif dtype.is_integer():
             lost = out.select(pl.arg_where(flag & col.is_null())).to_series()
             if lost.len() == 0:
@@ -346,8 +361,10 @@ def _check_header_width(lines: pl.DataFrame) -> None:
     """Refuse a CSV header of more than `MAX_KEYS` columns (one clear line, not a hang)."""
     header = lines.get_column("text")[0]
     if header.count(",") >= MAX_KEYS:
-        raise ingest_error(f"CSV header with {header.count(',') + 1:,} columns; at most {MAX_KEYS:,} are read "
-                           "(a metrics, gradient or manifest file has far fewer)")
+        raise ingest_error(
+            f"CSV header with {header.count(',') + 1:,} columns; at most {MAX_KEYS:,} are read "
+            "(a metrics, gradient or manifest file has far fewer)"
+        )
 
 
 def _read_csv_text(lines: pl.DataFrame) -> pl.DataFrame:
@@ -404,8 +421,11 @@ def whole_file(parts: Iterable[ParseResult]) -> ParseResult:
         result.unparsed += part.unparsed
         result.unparsed_examples += part.unparsed_examples[: UNPARSED_EXAMPLES - len(result.unparsed_examples)]
         if part.unparsed_lines is not None:
-            result.unparsed_lines = (part.unparsed_lines if result.unparsed_lines is None
-                                     else pl.concat([result.unparsed_lines, part.unparsed_lines]))
+            result.unparsed_lines = (
+                part.unparsed_lines
+                if result.unparsed_lines is None
+                else pl.concat([result.unparsed_lines, part.unparsed_lines])
+            )
     metrics = result.tables.get("metrics")
     if metrics is not None and metrics.get_column("rank").drop_nulls().n_unique() <= 1:
         result.tables["metrics"] = metrics.with_columns(pl.lit(None, dtype=pl.Int32).alias("rank"))
@@ -471,15 +491,23 @@ def classify_rows(frame: pl.DataFrame, metric_cols: list[str], neutral: tuple[st
     epoch_agg = [c for c in metric_cols if norm[c] != "epoch" and re.search(r"(^|_)epoch(_|$)", norm[c])]
     eval_cols = [c for c in metric_cols if is_eval_name(c)]
     neutral_cols = [c for c in metric_cols if norm[c] in neutral]
-    train_cols = [c for c in metric_cols if c not in eval_cols and c not in epoch_agg and c not in neutral_cols
-                  and c not in summary_cols]
+    train_cols = [
+        c
+        for c in metric_cols
+        if c not in eval_cols and c not in epoch_agg and c not in neutral_cols and c not in summary_cols
+    ]
     has_any = any_of(metric_cols)
     return (
-        pl.when(any_of(summary_cols)).then(pl.lit("summary"))
-        .when(any_of(train_cols)).then(pl.lit("train"))
-        .when(any_of(eval_cols)).then(pl.lit("eval"))
-        .when(any_of(epoch_agg)).then(pl.lit("summary"))
-        .when(has_any).then(pl.lit("train"))
+        pl.when(any_of(summary_cols))
+        .then(pl.lit("summary"))
+        .when(any_of(train_cols))
+        .then(pl.lit("train"))
+        .when(any_of(eval_cols))
+        .then(pl.lit("eval"))
+        .when(any_of(epoch_agg))
+        .then(pl.lit("summary"))
+        .when(has_any)
+        .then(pl.lit("train"))
         .otherwise(pl.lit(None, dtype=pl.String))
     )
 

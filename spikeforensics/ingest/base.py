@@ -53,6 +53,7 @@ def strip_controls(text: str, keep_newlines: bool = False) -> str:
     text = _ESCAPE_SEQ_RE.sub("", text)
     return (_CONTROL_KEEP_NL_RE if keep_newlines else _CONTROL_RE).sub("", text)
 
+
 # Steps (and the other integer counters read from inputs: ranks, token counts, numel) are
 # bounded by 2^53 - 1 (JavaScript's MAX_SAFE_INTEGER): every integer up to it is exact in a
 # float64, so a step survives float columns, JSON and the report's charts unchanged, and a
@@ -227,7 +228,8 @@ def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
         out = lines
     else:
         pieces = (
-            marked.filter(pl.col("_cr")).drop("_cr")
+            marked.filter(pl.col("_cr"))
+            .drop("_cr")
             .with_columns(text.str.replace_all("^M", "\r", literal=True).str.split("\r"))
             .explode("text")
         )
@@ -244,7 +246,10 @@ def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
     The regexes run only on the lines a cheap test flags (ANSI escape, prefix-like start)."""
     text = pl.col("text")
     lines = lines.with_columns(
-        pl.when(text.str.contains("\x1b", literal=True)).then(text.str.replace_all(ANSI_RE, "")).otherwise(text).alias("text")
+        pl.when(text.str.contains("\x1b", literal=True))
+        .then(text.str.replace_all(ANSI_RE, ""))
+        .otherwise(text)
+        .alias("text")
     )
     hinted = text.str.contains(PREFIX_HINT_RE)
     marked = lines.with_columns(hinted.alias("_pfx"))
@@ -255,7 +260,9 @@ def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
     fixed = caps.with_columns(
         pl.coalesce(
             pl.col("_c").struct.field("rank"), pl.col("_c").struct.field("rank2"), pl.col("_c").struct.field("rank3")
-        ).cast(pl.Int32, strict=False).alias("prefix_rank"),
+        )
+        .cast(pl.Int32, strict=False)
+        .alias("prefix_rank"),
         text.str.replace(PREFIX_RE, "").alias("text"),
     ).drop("_c")
     return pl.concat([plain, fixed]).sort("line", maintain_order=True)
@@ -289,12 +296,16 @@ def to_float(expr: pl.Expr) -> pl.Expr:
         .then(float("-inf"))
     )
     suffix = s.str.extract(r"^[-+]?[0-9.]+(?:[eE][-+]?\d+)?\s*([KMGTB])$", 1)
-    mantissa = s.str.extract(r"^([-+]?[0-9.]+(?:[eE][-+]?\d+)?)\s*[KMGTB]$", 1).cast(
-        pl.Float64, strict=False
-    )
+    mantissa = s.str.extract(r"^([-+]?[0-9.]+(?:[eE][-+]?\d+)?)\s*[KMGTB]$", 1).cast(pl.Float64, strict=False)
     scale = (
-        pl.when(suffix == "K").then(1e3).when(suffix == "M").then(1e6)
-        .when(suffix.is_in(["G", "B"])).then(1e9).when(suffix == "T").then(1e12)
+        pl.when(suffix == "K")
+        .then(1e3)
+        .when(suffix == "M")
+        .then(1e6)
+        .when(suffix.is_in(["G", "B"]))
+        .then(1e9)
+        .when(suffix == "T")
+        .then(1e12)
     )
     plain = s.str.strip_suffix("%").cast(pl.Float64, strict=False)
     return special.otherwise(pl.coalesce(plain, mantissa * scale))
@@ -315,7 +326,9 @@ def json_safe(expr: pl.Expr) -> pl.Expr:
 
 # `2023-04-28 06:51:29,903`, `2024-08-06T09:59:26.181`, `2023-03-22 09:30:39`
 # a year of four digits not inside a longer number (`1000...0000-03-09` is no year 0), from year 1
-TIME_ISO_RE = r"(?:^|\D)((?:[1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
+TIME_ISO_RE = (
+    r"(?:^|\D)((?:[1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
+)
 # `01/17/2024 13:47:27` (nanotron)
 TIME_US_RE = r"(?:^|\D)(\d{2}/\d{2}/[1-9]\d{3} \d{2}:\d{2}:\d{2})"
 
@@ -353,24 +366,25 @@ def detail_expr(
     for key, e in (floats or {}).items():
         f = e.cast(pl.Float64, strict=False)
         pieces[key] = (
-            pl.when(f.is_nan()).then(pl.lit('"nan"'))
-            .when(f == float("inf")).then(pl.lit('"inf"'))
-            .when(f == float("-inf")).then(pl.lit('"-inf"'))
+            pl.when(f.is_nan())
+            .then(pl.lit('"nan"'))
+            .when(f == float("inf"))
+            .then(pl.lit('"inf"'))
+            .when(f == float("-inf"))
+            .then(pl.lit('"-inf"'))
             .otherwise(f.cast(pl.String))
         )
     for key, e in (strings or {}).items():
         escaped = (
-            e.cast(pl.String).str.replace_all("\\", "\\\\", literal=True)
+            e.cast(pl.String)
+            .str.replace_all("\\", "\\\\", literal=True)
             .str.replace_all('"', '\\"', literal=True)
             .str.replace_all(r"[\x00-\x1f]", " ")
         )
         pieces[key] = pl.concat_str(pl.lit('"'), escaped, pl.lit('"'))
     for key, e in (bools or {}).items():
         pieces[key] = pl.when(e).then(pl.lit("true")).when(~e).then(pl.lit("false"))
-    items = [
-        pl.when(v.is_not_null()).then(pl.concat_str(pl.lit(f'"{k}": '), v))
-        for k, v in sorted(pieces.items())
-    ]
+    items = [pl.when(v.is_not_null()).then(pl.concat_str(pl.lit(f'"{k}": '), v)) for k, v in sorted(pieces.items())]
     if not items:
         return pl.lit("{}")
     return pl.concat_str(pl.lit("{"), pl.concat_list(items).list.drop_nulls().list.join(", "), pl.lit("}"))
@@ -416,9 +430,7 @@ def number_records(frame: pl.DataFrame, state: RecordState | None = None) -> pl.
     `state` (updated in place) carries the numbering across chunks of one source.
     """
     state = state if state is not None else RecordState()
-    frame = _with_meta(frame).sort("line").with_columns(
-        pl.col("prefix_rank").fill_null(-1).alias("_stream")
-    )
+    frame = _with_meta(frame).sort("line").with_columns(pl.col("prefix_rank").fill_null(-1).alias("_stream"))
     is_train = pl.col("record_kind") == "train"
     seed = pl.DataFrame(
         {
@@ -451,9 +463,7 @@ def number_records(frame: pl.DataFrame, state: RecordState | None = None) -> pl.
     other = frame.filter(~is_train).with_columns(
         pl.lit(None, dtype=pl.Int64).alias("record"), pl.lit(None, dtype=pl.Int32).alias("attempt")
     )
-    both = pl.concat(
-        [train.drop("_seed_step", "_seed_attempt", "_prev"), other], how="diagonal_relaxed"
-    ).sort("line")
+    both = pl.concat([train.drop("_seed_step", "_seed_attempt", "_prev"), other], how="diagonal_relaxed").sort("line")
     carried = max(state.attempt.values(), default=0)
     return both.with_columns(pl.col("attempt").forward_fill().fill_null(carried)).drop("_stream")
 
@@ -491,9 +501,9 @@ def metrics_from_long(
         multi_rank = kept.filter(pl.col("record_kind") == "train").get_column("prefix_rank").drop_nulls().n_unique() > 1
     rank = pl.col("prefix_rank") if multi_rank else pl.lit(None, dtype=pl.Int32)
     kept = kept.select("line", "step", "record", "attempt", rank.cast(pl.Int32).alias("rank"), "time")
-    vals = values.select(
-        "line", pl.col("name").cast(pl.String), pl.col("value").cast(pl.Float64, strict=False)
-    ).filter(pl.col("value").is_not_null())
+    vals = values.select("line", pl.col("name").cast(pl.String), pl.col("value").cast(pl.Float64, strict=False)).filter(
+        pl.col("value").is_not_null()
+    )
     # a name twice in one record keeps the first: dedupe on an integer key (names are few)
     codes = {n: i for i, n in enumerate(vals.get_column("name").unique().to_list())}
     key = pl.col("line") * max(len(codes), 1) + pl.col("name").replace_strict(codes, return_dtype=pl.Int64)
@@ -537,9 +547,9 @@ def records_to_metrics(
         value_columns = [c for c in wide.columns if c not in _META]
     present = set(wide.columns)
     value_columns = [c for c in value_columns if c in present]
-    values = wide.select(
-        "line", *[pl.col(c).cast(pl.Float64, strict=False) for c in value_columns]
-    ).unpivot(index="line", variable_name="name", value_name="value")
+    values = wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in value_columns]).unpivot(
+        index="line", variable_name="name", value_name="value"
+    )
     records = wide.select([c for c in wide.columns if c in _META])
     return metrics_from_long(records, values, source, state)
 
@@ -576,9 +586,7 @@ def attach_steps(events: pl.DataFrame, wide_records: pl.DataFrame, mode: str = "
     if "step" not in ev.columns:
         ev = ev.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
     ev = ev.with_columns(bounded_int(pl.col("step")).alias("_hint"), pl.col("line").cast(pl.Int64))
-    recs = _with_meta(wide_records) if wide_records.height else _with_meta(
-        pl.DataFrame(schema={"line": pl.Int64})
-    )
+    recs = _with_meta(wide_records) if wide_records.height else _with_meta(pl.DataFrame(schema={"line": pl.Int64}))
     recs = recs.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null())
     if "attempt" not in recs.columns:
         recs = number_records(recs, RecordState())
@@ -589,9 +597,15 @@ def attach_steps(events: pl.DataFrame, wide_records: pl.DataFrame, mode: str = "
     ).sort("_rline")
     ev = ev.sort("line")
     back = ev.join_asof(recs, left_on="line", right_on="_rline", strategy="backward", allow_exact_matches=False)
-    fwd = ev.select("line").with_row_index("_i").join_asof(
-        recs.rename({"_rline": "_nline", "_rstep": "_nstep", "_rattempt": "_nattempt"}),
-        left_on="line", right_on="_nline", strategy="forward",
+    fwd = (
+        ev.select("line")
+        .with_row_index("_i")
+        .join_asof(
+            recs.rename({"_rline": "_nline", "_rstep": "_nstep", "_rattempt": "_nattempt"}),
+            left_on="line",
+            right_on="_nline",
+            strategy="forward",
+        )
     )
     out = pl.concat([back, fwd.drop("line", "_i")], how="horizontal")
     is_ovf = pl.col("kind").is_in(list(OVERFLOW_KINDS))
@@ -599,8 +613,10 @@ def attach_steps(events: pl.DataFrame, wide_records: pl.DataFrame, mode: str = "
     bump = pl.when(is_ovf & (pl.lit(mode) == "done")).then(nth).otherwise(0)
     is_resume = pl.col("kind") == "resume"
     step = (
-        pl.when(pl.col("_hint").is_not_null()).then(pl.col("_hint"))
-        .when(is_resume).then(pl.col("_nstep"))
+        pl.when(pl.col("_hint").is_not_null())
+        .then(pl.col("_hint"))
+        .when(is_resume)
+        .then(pl.col("_nstep"))
         .otherwise(pl.col("_rstep") + bump)
     )
     attempt = pl.when(is_resume).then(pl.coalesce("_nattempt", "_rattempt")).otherwise(pl.col("_rattempt"))
@@ -612,15 +628,16 @@ def attach_steps(events: pl.DataFrame, wide_records: pl.DataFrame, mode: str = "
 def nan_events(metrics: pl.DataFrame) -> pl.DataFrame:
     """`nan` events for step records whose loss or grad norm is non-finite."""
     bad = metrics.filter(
-        pl.col("record").is_not_null()
-        & pl.col("name").is_in(["loss", "grad_norm"])
-        & ~pl.col("value").is_finite()
+        pl.col("record").is_not_null() & pl.col("name").is_in(["loss", "grad_norm"]) & ~pl.col("value").is_finite()
     )
     if bad.height == 0:
         return schema.empty("events")
     detail = pl.concat_str(
-        pl.lit('{"metric": "'), pl.col("name"), pl.lit('", "value": "'),
-        pl.col("value").cast(pl.String).str.to_lowercase(), pl.lit('"}'),
+        pl.lit('{"metric": "'),
+        pl.col("name"),
+        pl.lit('", "value": "'),
+        pl.col("value").cast(pl.String).str.to_lowercase(),
+        pl.lit('"}'),
     )
     out = bad.group_by("source", "line", "step", "attempt", "rank", "time", maintain_order=True).agg(
         detail.first().alias("detail")
@@ -637,11 +654,7 @@ def normalise_name(name: str) -> str:
 
 
 def normalise_name_expr(expr: pl.Expr) -> pl.Expr:
-    return (
-        expr.str.to_lowercase()
-        .str.replace_all(r"[^a-z0-9]+", "_")
-        .str.strip_chars("_")
-    )
+    return expr.str.to_lowercase().str.replace_all(r"[^a-z0-9]+", "_").str.strip_chars("_")
 
 
 def detail_json(**fields) -> str:
@@ -678,16 +691,18 @@ def parse_numbers(frame: pl.DataFrame, raw: str = "raw", out: str = "value") -> 
     return frame
 
 
-
 def captured_values(frame: pl.DataFrame, cols: dict[str, str]) -> pl.DataFrame:
     """(line, name, value) from regex-captured string columns, renamed to metric names
     (`cols` maps capture column -> metric name); absent captures give no row."""
     if frame.height == 0:
         return pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64})
-    raw = frame.select("line", *[pl.col(c).alias(n) for c, n in cols.items()]).unpivot(
-        index="line", variable_name="name", value_name="raw"
-    ).filter(pl.col("raw").is_not_null())
+    raw = (
+        frame.select("line", *[pl.col(c).alias(n) for c, n in cols.items()])
+        .unpivot(index="line", variable_name="name", value_name="raw")
+        .filter(pl.col("raw").is_not_null())
+    )
     return parse_numbers(raw).select("line", "name", "value")
+
 
 def split_fields(frame: pl.DataFrame, sep: str, field_re: str, text: str = "text") -> pl.DataFrame:
     """One row per field: split `text` on the literal `sep`, keep the pieces that fully
@@ -705,9 +720,11 @@ def split_colon_fields(frame: pl.DataFrame, sep: str, text: str = "text") -> pl.
     as value are dropped. Returns the frame's other columns plus `k`, `v`."""
     keep = [c for c in frame.columns if c != text]
     pieces = frame.select(*keep, pl.col(text).str.split(sep).alias("_p")).explode("_p")
-    kv = pieces.with_columns(
-        pl.col("_p").str.split_exact(":", 1).struct.rename_fields(["k", "v"]).alias("_g")
-    ).unnest("_g").drop("_p")
+    kv = (
+        pieces.with_columns(pl.col("_p").str.split_exact(":", 1).struct.rename_fields(["k", "v"]).alias("_g"))
+        .unnest("_g")
+        .drop("_p")
+    )
     kv = kv.with_columns(pl.col("v").str.strip_chars()).filter(pl.col("v").is_not_null() & (pl.col("v") != ""))
     return kv.filter(~pl.col("v").str.contains(" ", literal=True))
 
@@ -716,9 +733,12 @@ def find_pairs(frame: pl.DataFrame, pair_re: str, text: str = "text") -> pl.Data
     """One row per `key<sep>value` match of `pair_re` (groups `k`, `v`) anywhere in the
     text; returns the frame's other columns plus `k`, `v`, `_piece` (match index)."""
     keep = [c for c in frame.columns if c != text]
-    found = frame.select(*keep, pl.col(text).str.extract_all(pair_re).alias("_p")).with_columns(
-        pl.int_ranges(pl.col("_p").list.len()).alias("_piece")
-    ).explode("_p", "_piece").filter(pl.col("_p").is_not_null())
+    found = (
+        frame.select(*keep, pl.col(text).str.extract_all(pair_re).alias("_p"))
+        .with_columns(pl.int_ranges(pl.col("_p").list.len()).alias("_piece"))
+        .explode("_p", "_piece")
+        .filter(pl.col("_p").is_not_null())
+    )
     return found.with_columns(pl.col("_p").str.extract_groups(pair_re).alias("_g")).unnest("_g").drop("_p")
 
 
@@ -735,7 +755,11 @@ def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.Da
     evals = {k: (canon[k] if canon[k].startswith("eval_") or canon[k] == "epoch" else e) for k, e in evals.items()}
     name = pl.col("k").replace_strict(canon, default="", return_dtype=pl.String)
     if eval_rows is not None and pairs.select(eval_rows.any()).item():
-        name = pl.when(eval_rows).then(pl.col("k").replace_strict(evals, default="", return_dtype=pl.String)).otherwise(name)
+        name = (
+            pl.when(eval_rows)
+            .then(pl.col("k").replace_strict(evals, default="", return_dtype=pl.String))
+            .otherwise(name)
+        )
     out = parse_numbers(pairs.with_columns(name.alias("name")), raw="v", out="value")
     return out.filter(pl.col("value").is_not_null() & (pl.col("name") != ""))
 
@@ -762,7 +786,9 @@ def text_result(
         if bad.height:  # a step no run reaches: the line is unparsed, the rest of the file stays
             records = records.filter(~out_of_range.fill_null(False))
             bad = bad.join(lines.select("line", "text").unique("line"), on="line", how="left")
-            unparsed = bad if unparsed is None else pl.concat([unparsed.select("line", "text"), bad.select("line", "text")])
+            unparsed = (
+                bad if unparsed is None else pl.concat([unparsed.select("line", "text"), bad.select("line", "text")])
+            )
     records = records.join(values.select("line").unique(), on="line", how="semi")
     metrics = metrics_from_long(records, values, source)
     out.add("metrics", metrics)

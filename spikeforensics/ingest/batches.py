@@ -68,9 +68,13 @@ def parse(src: SourceFile) -> ParseResult:
             frame = frame.filter(~oob)
     frame = frame.with_row_index("_row")
     scalars = [
-        pl.col("line"), pl.col("_row"),
-        *[(T.integer(frame, c) if c != "sample_source" else pl.col(c).cast(pl.String)).alias(c)
-          for c in _SCALARS if c in frame.columns],
+        pl.col("line"),
+        pl.col("_row"),
+        *[
+            (T.integer(frame, c) if c != "sample_source" else pl.col(c).cast(pl.String)).alias(c)
+            for c in _SCALARS
+            if c in frame.columns
+        ],
     ]
     if "sample_ids" in frame.columns:
         rows = per_step_rows(frame, scalars)

@@ -59,7 +59,9 @@ def sniff(sample: SniffSample) -> float:
 
 def _header_names(tokens: pl.Expr, values: pl.Expr) -> pl.Expr:
     """The header's names, `X loss` pairs joined when the header is longer than its rows."""
-    joined = tokens.list.join(" ").str.replace_all(r"(?i)\b(train|valid|val|eval|test|training|validation) loss\b", "${1}_loss")
+    joined = tokens.list.join(" ").str.replace_all(
+        r"(?i)\b(train|valid|val|eval|test|training|validation) loss\b", "${1}_loss"
+    )
     return pl.when(tokens.list.len() > values.list.len()).then(joined.str.extract_all(r"\S+")).otherwise(tokens)
 
 
@@ -67,14 +69,20 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     headers = lines.filter(text.str.contains(HEADER) & text.str.contains(r"(?i)loss")).select(
-        pl.col("line").alias("_hline"), text.str.extract_all(r"\S+").alias("_names"))
+        pl.col("line").alias("_hline"), text.str.extract_all(r"\S+").alias("_names")
+    )
     if headers.height == 0:
         return ParseResult()
-    rows = lines.filter(text.str.contains(ROW)).sort("line").join_asof(
-        headers.sort("_hline"), left_on="line", right_on="_hline", strategy="backward")
+    rows = (
+        lines.filter(text.str.contains(ROW))
+        .sort("line")
+        .join_asof(headers.sort("_hline"), left_on="line", right_on="_hline", strategy="backward")
+    )
     rows = rows.filter(pl.col("_hline").is_not_null() & (pl.col("line") - pl.col("_hline") <= MAX_GAP))
     tokens = text.str.extract_all(r"\S+")
-    rows = rows.with_columns(tokens.alias("_vals")).with_columns(_header_names(pl.col("_names"), pl.col("_vals")).alias("_names"))
+    rows = rows.with_columns(tokens.alias("_vals")).with_columns(
+        _header_names(pl.col("_names"), pl.col("_vals")).alias("_names")
+    )
     rows = rows.filter(pl.col("_vals").list.len() >= pl.col("_names").list.len())
     if rows.height == 0:
         return ParseResult()
@@ -82,12 +90,16 @@ def parse(src: SourceFile) -> ParseResult:
     first_name = pl.col("_names").list.first().str.to_lowercase()
     counter = step_int(pl.col("_vals").list.first().str.extract(r"^(\d+)", 1))
     records = rows.select(
-        "line", "prefix_rank", extract_time(text).alias("time"),
+        "line",
+        "prefix_rank",
+        extract_time(text).alias("time"),
         pl.when(first_name.is_in(list(COUNTERS))).then(counter).alias("step"),
         pl.lit("train").alias("record_kind"),
     )
     pairs = rows.select("line", pl.col("_names").alias("k"), pl.col("_vals").alias("v")).explode("k", "v")
     pairs = pairs.filter(~pl.col("k").str.to_lowercase().is_in(list(COUNTERS)))
     pairs = pairs.with_columns(pl.col("v").str.strip_chars_end(":,"))
-    values = named_values(pairs, eval_rows=pl.col("k").str.contains(r"(?i)^(?:valid|val|eval|test)")).select("line", "name", "value")
+    values = named_values(pairs, eval_rows=pl.col("k").str.contains(r"(?i)^(?:valid|val|eval|test)")).select(
+        "line", "name", "value"
+    )
     return text_result(src.name, lines, records, values, None, mode="done")

@@ -106,8 +106,9 @@ def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
     return T.whole_file(parse_chunks(src, chunk_bytes))
 
 
-def _chunk_metrics(lines: pl.DataFrame | None, src: SourceFile, result: ParseResult, state: _FileState,
-                   last: bool) -> pl.DataFrame | None:
+def _chunk_metrics(
+    lines: pl.DataFrame | None, src: SourceFile, result: ParseResult, state: _FileState, last: bool
+) -> pl.DataFrame | None:
     """Metrics rows of one chunk of lines (None with `last`: flush the held-back rows)."""
     wide = state.held
     state.held = None
@@ -140,8 +141,9 @@ def _chunk_metrics(lines: pl.DataFrame | None, src: SourceFile, result: ParseRes
     if synthetic:  # quoted multi-line cells (a file read whole): keep file order with row numbers, report no line
         wide = wide.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
     wide, names = T.canonical_wide(wide, metric_cols, ["line", "step", "prefix_rank", "time"])
-    values = wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names if c in wide.columns]
-                         ).unpivot(index="line", variable_name="name", value_name="value")
+    values = wide.select(
+        "line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names if c in wide.columns]
+    ).unpivot(index="line", variable_name="name", value_name="value")
     records = wide.select([c for c in wide.columns if c in _META])
     # record by record (a file's chunks then concatenate in file order), metrics by name
     metrics = metrics_from_long(records, values, src.name, state.records, multi_rank=True).sort("line", "name")
@@ -161,15 +163,21 @@ def _chunk_wide(frame: pl.DataFrame, src: SourceFile, result: ParseResult) -> tu
     time_col = next((c for c in cols if c in TIME_KEYS), None)
     rank_col = next((c for c in cols if _norm(c) in RANK_KEYS), None)
     skip = {step_col, time_col, rank_col}
-    metric_cols = [c for c in cols if c not in skip and not c.startswith("_")
-                   and _norm(c) not in IGNORE_KEYS and _norm(c) not in ("step",)]
+    metric_cols = [
+        c
+        for c in cols
+        if c not in skip and not c.startswith("_") and _norm(c) not in IGNORE_KEYS and _norm(c) not in ("step",)
+    ]
     step = T.integer(frame, step_col)
     wide = frame.select(
         "line",
         step.alias("step"),
         (T.integer(frame, rank_col).cast(pl.Int32) if rank_col else pl.lit(None, dtype=pl.Int32)).alias("prefix_rank"),
-        (pl.from_epoch((T.numeric(frame, time_col) * 1e6).cast(pl.Int64, strict=False), time_unit="us")
-         if time_col else pl.lit(None, dtype=schema.TIME)).alias("time"),
+        (
+            pl.from_epoch((T.numeric(frame, time_col) * 1e6).cast(pl.Int64, strict=False), time_unit="us")
+            if time_col
+            else pl.lit(None, dtype=schema.TIME)
+        ).alias("time"),
         *[T.numeric(frame, c).alias(c) for c in metric_cols],
     )
     bad = wide.with_row_index("_i").filter(pl.col("step").is_null()).get_column("_i")
@@ -194,7 +202,9 @@ def _merge_logger_rows(wide: pl.DataFrame, metric_cols: list[str]) -> pl.DataFra
     if grouped.get_column("_run").n_unique() == wide.height:
         return wide
     others = [c for c in wide.columns if c not in (*metric_cols, "_run")]
-    return grouped.group_by("_run", maintain_order=True).agg(
-        *[pl.col(c).first() for c in others], *[pl.col(c).drop_nulls().first() for c in metric_cols]
-    ).drop("_run").select(wide.columns)
-
+    return (
+        grouped.group_by("_run", maintain_order=True)
+        .agg(*[pl.col(c).first() for c in others], *[pl.col(c).drop_nulls().first() for c in metric_cols])
+        .drop("_run")
+        .select(wide.columns)
+    )

@@ -71,19 +71,26 @@ DIAGNOSTIC = (
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [
-        (r"^\s*(?:\d+(?:, [\d.]+)?: )?\S+, \S+ avg(?: loss)?, \S+ rate, \S+ seconds, \S+ (?:images|epochs)", 0.8),
-        (r"^\s*(?:\d+: )?loss=\S+, avg loss=\S+, rate=\S+, ", 0.8),
-        (DIAGNOSTIC, 0.55),
-    ])
+    return sniff_tiers(
+        sample,
+        [
+            (r"^\s*(?:\d+(?:, [\d.]+)?: )?\S+, \S+ avg(?: loss)?, \S+ rate, \S+ seconds, \S+ (?:images|epochs)", 0.8),
+            (r"^\s*(?:\d+: )?loss=\S+, avg loss=\S+, rate=\S+, ", 0.8),
+            (DIAGNOSTIC, 0.55),
+        ],
+    )
 
 
 def _c_number(expr: pl.Expr) -> pl.Expr:
     """C printf spellings of NaN/Inf as the tokens `to_float` reads."""
     lower = expr.str.to_lowercase()
-    return (pl.when(lower.str.contains(r"#(?:qnan|snan|ind)|nan")).then(pl.lit("nan"))
-            .when(lower.str.contains(r"#inf")).then(pl.when(lower.str.starts_with("-")).then(pl.lit("-inf")).otherwise(pl.lit("inf")))
-            .otherwise(expr)).alias(expr.meta.output_name())
+    return (
+        pl.when(lower.str.contains(r"#(?:qnan|snan|ind)|nan"))
+        .then(pl.lit("nan"))
+        .when(lower.str.contains(r"#inf"))
+        .then(pl.when(lower.str.starts_with("-")).then(pl.lit("-inf")).otherwise(pl.lit("inf")))
+        .otherwise(expr)
+    ).alias(expr.meta.output_name())
 
 
 def _step_and_rank(frame: pl.DataFrame) -> pl.DataFrame:
@@ -102,7 +109,11 @@ def parse(src: SourceFile) -> ParseResult:
     text = pl.col("text")
     cand = lines.filter(text.str.contains(" avg", literal=True))
     recs, vals = [], []
-    classic = cand.with_columns(text.str.extract_groups(CLASSIC).alias("_g")).unnest("_g").filter(pl.col("loss").is_not_null())
+    classic = (
+        cand.with_columns(text.str.extract_groups(CLASSIC).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("loss").is_not_null())
+    )
     classic = _step_and_rank(classic)
     if classic.height:
         classic = classic.with_columns(
@@ -112,31 +123,71 @@ def parse(src: SourceFile) -> ParseResult:
             pl.when(pl.col("unit") == "epochs").then(pl.col("count")).alias("epochs"),
         ).with_columns(pl.coalesce("epoch", "epochs").alias("epoch"))
         recs.append(classic.select("line", "step", "prefix_rank"))
-        vals.append(captured_values(classic, {"loss": "loss", "avg": "avg_loss", "lr": "lr", "ms": "step_time_ms",
-                                              "images": "consumed_samples", "epoch": "epoch"}))
+        vals.append(
+            captured_values(
+                classic,
+                {
+                    "loss": "loss",
+                    "avg": "avg_loss",
+                    "lr": "lr",
+                    "ms": "step_time_ms",
+                    "images": "consumed_samples",
+                    "epoch": "epoch",
+                },
+            )
+        )
     rest = cand.join(classic.select("line"), on="line", how="anti") if classic.height else cand
-    hank = _step_and_rank(rest.with_columns(text.str.extract_groups(HANK).alias("_g")).unnest("_g").filter(pl.col("loss").is_not_null()))
+    hank = _step_and_rank(
+        rest.with_columns(text.str.extract_groups(HANK).alias("_g")).unnest("_g").filter(pl.col("loss").is_not_null())
+    )
     if hank.height:
-        scale = pl.when(pl.col("tu") == "seconds").then(1000.0).when(pl.col("tu") == "microseconds").then(0.001).otherwise(1.0)
+        scale = (
+            pl.when(pl.col("tu") == "seconds")
+            .then(1000.0)
+            .when(pl.col("tu") == "microseconds")
+            .then(0.001)
+            .otherwise(1.0)
+        )
         hank = hank.with_columns(
             *[_c_number(pl.col(c)) for c in ("loss", "avg", "lr")],
             (pl.col("t").cast(pl.Float64, strict=False) * scale).cast(pl.String).alias("ms"),
         )
         recs.append(hank.select("line", "step", "prefix_rank"))
-        vals.append(captured_values(hank, {"loss": "loss", "avg": "avg_loss", "lr": "lr", "ms": "step_time_ms",
-                                           "count": "consumed_samples"}))
-    records = (pl.concat(recs) if recs else pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64, "prefix_rank": pl.Int32}))
+        vals.append(
+            captured_values(
+                hank, {"loss": "loss", "avg": "avg_loss", "lr": "lr", "ms": "step_time_ms", "count": "consumed_samples"}
+            )
+        )
+    records = (
+        pl.concat(recs) if recs else pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64, "prefix_rank": pl.Int32})
+    )
     records = records.with_columns(pl.lit("train").alias("record_kind")).sort("line")
     # mAP lines: eval records at the step of the iteration line before them
-    maps = lines.filter(text.str.contains("mean_average_precision", literal=True)).with_columns(
-        _c_number(text.str.extract(MAP, 1).alias("map"))).filter(pl.col("map").is_not_null())
+    maps = (
+        lines.filter(text.str.contains("mean_average_precision", literal=True))
+        .with_columns(_c_number(text.str.extract(MAP, 1).alias("map")))
+        .filter(pl.col("map").is_not_null())
+    )
     if maps.height and records.height:
-        maps = maps.sort("line").join_asof(records.select(pl.col("line").alias("_rl"), pl.col("step").alias("_rs")).sort("_rl"),
-                                           left_on="line", right_on="_rl", strategy="backward")
-        records = pl.concat([records, maps.select("line", pl.col("_rs").alias("step"), "prefix_rank",
-                                                  pl.lit("eval").alias("record_kind"))], how="diagonal_relaxed").sort("line")
+        maps = maps.sort("line").join_asof(
+            records.select(pl.col("line").alias("_rl"), pl.col("step").alias("_rs")).sort("_rl"),
+            left_on="line",
+            right_on="_rl",
+            strategy="backward",
+        )
+        records = pl.concat(
+            [
+                records,
+                maps.select("line", pl.col("_rs").alias("step"), "prefix_rank", pl.lit("eval").alias("record_kind")),
+            ],
+            how="diagonal_relaxed",
+        ).sort("line")
         vals.append(captured_values(maps, {"map": "eval_map"}))
-    values = pl.concat(vals) if vals else pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64})
+    values = (
+        pl.concat(vals) if vals else pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64})
+    )
     # a line that starts like an iteration record (`N: x, y avg`) but did not parse
-    looks = cand.filter(text.str.contains(r"^\s*(?:\d+(?:,\s*\S+)?:\s+)?\S+, \S+ avg\b|avg loss=")).join(records.select("line"), on="line", how="anti")
+    looks = cand.filter(text.str.contains(r"^\s*(?:\d+(?:,\s*\S+)?:\s+)?\S+, \S+ avg\b|avg loss=")).join(
+        records.select("line"), on="line", how="anti"
+    )
     return text_result(src.name, lines, records, values, looks, mode="done")

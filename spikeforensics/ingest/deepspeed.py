@@ -50,20 +50,33 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     cand = lines.filter(text.str.contains("step=|SamplesPerSec="))
-    p = cand.with_columns(text.str.extract_groups(PROGRESS).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
+    p = (
+        cand.with_columns(text.str.extract_groups(PROGRESS).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("step").is_not_null())
+    )
     p = p.with_columns(step_int(pl.col("step")), pl.col("skipped").cast(pl.Float64)).sort("line")
     prev = pl.col("skipped").shift(1).over(pl.col("prefix_rank").fill_null(-1))
     p = p.with_columns((pl.col("skipped") - prev.fill_null(0)).clip(lower_bound=0).alias("skipped_iters"))
     records = p.select("line", "step", "prefix_rank", extract_time(text).alias("time"))
-    pv = p.select("line", pl.col("skipped").alias("skipped_total"), "skipped_iters",
-                  pl.col("lr").cast(pl.Float64, strict=False).alias("lr")).unpivot(
-        index="line", variable_name="name", value_name="value")
+    pv = p.select(
+        "line",
+        pl.col("skipped").alias("skipped_total"),
+        "skipped_iters",
+        pl.col("lr").cast(pl.Float64, strict=False).alias("lr"),
+    ).unpivot(index="line", variable_name="name", value_name="value")
     # throughput lines: values go to the progress record of the same step just before
     t = cand.with_columns(text.str.extract_groups(TIMER).alias("_g")).unnest("_g")
     t = t.with_columns(step_int(pl.coalesce("g", "o")).alias("step")).filter(pl.col("step").is_not_null()).sort("line")
-    t = t.join_asof(records.select(pl.col("line").alias("_pl"), pl.col("step").alias("_ps")).sort("_pl"),
-                    left_on="line", right_on="_pl", strategy="backward")
-    t = t.with_columns(pl.when(pl.col("_ps") == pl.col("step")).then(pl.col("_pl")).otherwise(pl.col("line")).alias("_target"))
+    t = t.join_asof(
+        records.select(pl.col("line").alias("_pl"), pl.col("step").alias("_ps")).sort("_pl"),
+        left_on="line",
+        right_on="_pl",
+        strategy="backward",
+    )
+    t = t.with_columns(
+        pl.when(pl.col("_ps") == pl.col("step")).then(pl.col("_pl")).otherwise(pl.col("line")).alias("_target")
+    )
     own = t.filter(pl.col("_target") == pl.col("line"))
     records = pl.concat([records, own.select("line", "step", "prefix_rank", extract_time(text).alias("time"))])
     body = text.str.replace(r"^.*?(?:global_step=\d+|\d+/\d+),", "")

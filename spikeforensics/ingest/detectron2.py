@@ -68,16 +68,21 @@ def _anomaly_dicts(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The `loss_dict = {...}` line printed with `Loss became infinite or NaN at iteration=N!`
     (within the next few lines): a record of step N, its terms and their sum as `loss`."""
     text = pl.col("text")
-    marked = lines.with_columns(text.str.extract(ANOMALY, 1).cast(pl.Int64, strict=False).alias("_it"),
-                                pl.col("line").alias("_at"))
-    marked = marked.with_columns(pl.when(pl.col("_it").is_not_null()).then(pl.col("_at")).forward_fill().alias("_at"),
-                                 pl.col("_it").forward_fill())
-    dicts = marked.filter(text.str.contains(LOSS_DICT) & pl.col("_it").is_not_null()
-                          & (pl.col("line") - pl.col("_at") <= 3))
+    marked = lines.with_columns(
+        text.str.extract(ANOMALY, 1).cast(pl.Int64, strict=False).alias("_it"), pl.col("line").alias("_at")
+    )
+    marked = marked.with_columns(
+        pl.when(pl.col("_it").is_not_null()).then(pl.col("_at")).forward_fill().alias("_at"),
+        pl.col("_it").forward_fill(),
+    )
+    dicts = marked.filter(
+        text.str.contains(LOSS_DICT) & pl.col("_it").is_not_null() & (pl.col("line") - pl.col("_at") <= 3)
+    )
     pairs = find_pairs(dicts.select("line", "text"), DICT_PAIR)
     values = named_values(pairs).select("line", "name", "value")
     total = values.group_by("line").agg(pl.col("value").sum().alias("value")).with_columns(pl.lit("loss").alias("name"))
     values = pl.concat([values, total.select("line", "name", "value")])
-    records = (dicts.filter(pl.col("line").is_in(values.get_column("line").implode()))
-               .select("line", pl.col("_it").alias("step"), "prefix_rank", pl.lit("train").alias("record_kind")))
+    records = dicts.filter(pl.col("line").is_in(values.get_column("line").implode())).select(
+        "line", pl.col("_it").alias("step"), "prefix_rank", pl.lit("train").alias("record_kind")
+    )
     return records, values

@@ -53,10 +53,16 @@ NOT_METRICS = ["num_updates", "epoch", "update", "best"]
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [
-        (rf"\bepoch \d+:?\s+\d+ / \d+ loss=|{VALID}", 0.9),
-        (r'\|\s*epoch \d+ \| (?:train )?loss |(?:^\s*|\| (?:train_inner|train|valid) \| )\{"epoch": .*"num_updates": ', 0.85),
-    ])
+    return sniff_tiers(
+        sample,
+        [
+            (rf"\bepoch \d+:?\s+\d+ / \d+ loss=|{VALID}", 0.9),
+            (
+                r'\|\s*epoch \d+ \| (?:train )?loss |(?:^\s*|\| (?:train_inner|train|valid) \| )\{"epoch": .*"num_updates": ',
+                0.85,
+            ),
+        ],
+    )
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -64,10 +70,14 @@ def parse(src: SourceFile) -> ParseResult:
     text = pl.col("text")
     cand = lines.filter(text.str.contains("epoch"))
     kind = (
-        pl.when(text.str.contains(INNER)).then(pl.lit("train"))
-        .when(text.str.contains(VALID)).then(pl.lit("eval"))
-        .when(text.str.contains(SUMMARY)).then(pl.lit("summary"))
-        .when(text.str.contains(JSON)).then(pl.lit("json"))
+        pl.when(text.str.contains(INNER))
+        .then(pl.lit("train"))
+        .when(text.str.contains(VALID))
+        .then(pl.lit("eval"))
+        .when(text.str.contains(SUMMARY))
+        .then(pl.lit("summary"))
+        .when(text.str.contains(JSON))
+        .then(pl.lit("json"))
     )
     cand = cand.with_columns(kind.alias("_kind")).filter(pl.col("_kind").is_not_null())
     inner = cand.filter(pl.col("_kind") == "train")
@@ -77,19 +87,30 @@ def parse(src: SourceFile) -> ParseResult:
     piped = cand.filter(pl.col("_kind").is_in(["eval", "summary"]))
     p2 = split_fields(piped.select("line", "text", "_kind"), "|", FIELD_SP)
     js = cand.filter(pl.col("_kind") == "json")
-    p3 = find_pairs(js.select("line", "text", "_kind", text.str.contains(JSON_SUMMARY).alias("_summary")), PAIR_JSON).with_columns(
-        pl.when(pl.col("k").str.starts_with("valid_")).then(pl.lit("eval"))
-        .when(pl.col("_summary")).then(pl.lit("summary")).otherwise(pl.lit("train")).alias("_kind")
+    p3 = find_pairs(
+        js.select("line", "text", "_kind", text.str.contains(JSON_SUMMARY).alias("_summary")), PAIR_JSON
+    ).with_columns(
+        pl.when(pl.col("k").str.starts_with("valid_"))
+        .then(pl.lit("eval"))
+        .when(pl.col("_summary"))
+        .then(pl.lit("summary"))
+        .otherwise(pl.lit("train"))
+        .alias("_kind")
     )
     pairs = pl.concat([p1, p2, p3.drop("_summary")], how="diagonal_relaxed")
-    steps = pairs.filter(pl.col("k") == "num_updates").select(
-        "line", step_int(pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False)).alias("step")
-    ).unique("line")
+    steps = (
+        pairs.filter(pl.col("k") == "num_updates")
+        .select("line", step_int(pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False)).alias("step"))
+        .unique("line")
+    )
     # a json line is eval when any of its keys is `valid_*` (its `epoch` key alone says nothing)
     rank = pl.col("_kind").replace_strict({"eval": 0, "summary": 1, "train": 2}, default=3, return_dtype=pl.Int8)
     kinds = pairs.group_by("line").agg(pl.col("_kind").sort_by(rank).first().alias("record_kind"))
-    kinds = kinds.join(cand.select("line", text.str.extract(EPOCH, 1).cast(pl.Int64, strict=False).alias("_epoch")),
-                       on="line", how="left")
+    kinds = kinds.join(
+        cand.select("line", text.str.extract(EPOCH, 1).cast(pl.Int64, strict=False).alias("_epoch")),
+        on="line",
+        how="left",
+    )
     # an epoch summary is a training record, one per logging interval (an epoch), when no inner
     # line of its epoch is in the file (inner lines off, or an excerpt that starts at the summary);
     # an epoch summary with no epoch number follows the whole file
@@ -98,15 +119,18 @@ def parse(src: SourceFile) -> ParseResult:
     if inner_epochs.len() == 0:
         alone = pl.lit(True)
     kinds = kinds.with_columns(
-        pl.when((pl.col("record_kind") == "summary") & alone).then(pl.lit("train"))
-        .otherwise(pl.col("record_kind")).alias("record_kind")
+        pl.when((pl.col("record_kind") == "summary") & alone)
+        .then(pl.lit("train"))
+        .otherwise(pl.col("record_kind"))
+        .alias("record_kind")
     ).drop("_epoch")
-    values = named_values(
-        pairs.filter(~pl.col("k").is_in(NOT_METRICS)), eval_rows=pl.col("_kind") == "eval"
-    ).select("line", "name", "value")
+    values = named_values(pairs.filter(~pl.col("k").is_in(NOT_METRICS)), eval_rows=pl.col("_kind") == "eval").select(
+        "line", "name", "value"
+    )
     records = (
         cand.select("line", "prefix_rank", extract_time(text).alias("time"))
-        .join(kinds, on="line").join(steps, on="line", how="left")
+        .join(kinds, on="line")
+        .join(steps, on="line", how="left")
     )
     unparsed = cand.join(records.select("line"), on="line", how="anti")
     return text_result(src.name, lines, records, values, unparsed, mode="done")

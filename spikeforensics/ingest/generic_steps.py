@@ -87,7 +87,9 @@ def _step(token: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     value = token.str.strip_chars_end("KM").cast(pl.Float64, strict=False) * mult
     # a float is exact only up to MAX_STEP: a counter past it is out of range
     value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
-    return step_int(pl.when(token.is_not_null()).then(value)).alias("step"), token.str.contains("[KM]$").alias("step_approx")
+    return step_int(pl.when(token.is_not_null()).then(value)).alias("step"), token.str.contains("[KM]$").alias(
+        "step_approx"
+    )
 
 
 def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
@@ -101,8 +103,11 @@ def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
         raw = lines_from_bytes(src.path.read_bytes())
     except OSError:
         return none
-    found = raw.filter(pl.col("line").is_in(wanted.implode())).select(
-        "line", pl.col("text").str.replace_all(ANSI_RE, "").str.extract(RAW_BRACKET, 1).alias("_b")).drop_nulls()
+    found = (
+        raw.filter(pl.col("line").is_in(wanted.implode()))
+        .select("line", pl.col("text").str.replace_all(ANSI_RE, "").str.extract(RAW_BRACKET, 1).alias("_b"))
+        .drop_nulls()
+    )
     if found.height == 0:
         return none
     mapping = dict(zip(found.get_column("line").to_list(), found.get_column("_b").to_list()))
@@ -126,11 +131,17 @@ def parse(src: SourceFile) -> ParseResult:
     eval_lines = cand.filter(text.str.extract(r"(?i)^(.*?)loss", 1).str.contains(EVAL_WORDS)).get_column("line")
     values = named_values(pairs, eval_rows=pl.col("line").is_in(eval_lines.implode())).select("line", "name", "value")
     # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
-    lossy = values.filter(pl.col("name").str.contains("loss") & ~pl.col("name").str.starts_with("loss_scale")).group_by("line").agg(
-        (pl.col("name").str.starts_with("eval_") | pl.col("name").str.starts_with("val")).all().alias("_eval")
+    lossy = (
+        values.filter(pl.col("name").str.contains("loss") & ~pl.col("name").str.starts_with("loss_scale"))
+        .group_by("line")
+        .agg((pl.col("name").str.starts_with("eval_") | pl.col("name").str.starts_with("val")).all().alias("_eval"))
     )
     records = cand.join(lossy, on="line").select(
-        "line", "step", "step_approx", "prefix_rank", extract_time(text).alias("time"),
+        "line",
+        "step",
+        "step_approx",
+        "prefix_rank",
+        extract_time(text).alias("time"),
         pl.when(pl.col("_eval")).then(pl.lit("eval")).otherwise(pl.lit("train")).alias("record_kind"),
     )
     values = values.join(records.select("line"), on="line", how="semi")

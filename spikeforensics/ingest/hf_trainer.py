@@ -71,7 +71,7 @@ def to_json(expr: pl.Expr) -> pl.Expr:
         expr.str.replace_all(r"\*\*([^*]*)\*\*", "$1")  # markdown bold of a pasted log: 'loss': **4.7581**
         .str.replace_all(r"(?:np\.)?(?:float|int|bfloat|half)\d*\(([^()]*)\)", "$1")
         .str.replace_all(r"tensor\(([^(),]+)(?:,[^()]*)?\)", "$1")
-        .str.replace_all(r"'((?:[^'\\]|\\.)*)'", "\"$1\"")
+        .str.replace_all(r"'((?:[^'\\]|\\.)*)'", '"$1"')
         .str.replace_all(r"([:\[,]\s*)None\b", "${1}null")
         .str.replace_all(r"([:\[,]\s*)True\b", "${1}true")
         .str.replace_all(r"([:\[,]\s*)False\b", "${1}false")
@@ -106,9 +106,11 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
     # regexes run only on the few segments a cheap literal test keeps, each once (a captured
     # column, not an expression repeated in every branch that uses it)
     cand = lines.filter(text.str.contains("{'", literal=True)).select(
-        "seg", "text", text.str.extract(f"({DICT_RE})", 1).alias("_found"))
+        "seg", "text", text.str.extract(f"({DICT_RE})", 1).alias("_found")
+    )
     cand = cand.with_columns(
-        (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE)).alias("_is_dict"))
+        (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE)).alias("_is_dict")
+    )
     is_dict = pl.col("_is_dict")
     cand = cand.select(
         "seg",
@@ -130,7 +132,11 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
         .sort("seg")
     )
     segs = segs.with_columns(
-        *[pl.col(f"_{w}").str.extract(TQDM_RE, i).alias(f"_{w}{n}") for w in ("pre", "all") for i, n in ((1, "n"), (2, "m"))]
+        *[
+            pl.col(f"_{w}").str.extract(TQDM_RE, i).alias(f"_{w}{n}")
+            for w in ("pre", "all")
+            for i, n in ((1, "n"), (2, "m"))
+        ]
     ).with_columns(*[step_int(pl.col(c)).alias(c) for c in ("_pren", "_prem", "_alln", "_allm")])
     # totals of the training bar: the bar total last seen before each loss-carrying dict
     segs = segs.with_columns(pl.coalesce(pl.col("_prem"), pl.col("_allm").shift(1).forward_fill()).alias("_before"))
@@ -149,9 +155,7 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
     prev_dict_seg = pl.when(loss_dict).then(seg).shift(1).forward_fill()
     fresh = ~loss_dict | prev_dict_seg.is_null() | (bar_seg > prev_dict_seg)  # an eval dict takes the last train step
     step = pl.coalesce(pre_n, pl.when(fresh).then(all_n.shift(1).forward_fill()))
-    return segs.select(
-        "line", "seg", "prefix_rank", "dict", "broken", all_n.alias("counter"), step.alias("step")
-    )
+    return segs.select("line", "seg", "prefix_rank", "dict", "broken", all_n.alias("counter"), step.alias("step"))
 
 
 def _metrics(objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: ParseResult) -> pl.DataFrame:
@@ -206,7 +210,9 @@ def _events(lines: pl.DataFrame, segs: pl.DataFrame) -> pl.DataFrame | None:
     if events.height == 0:
         return None
     counters = segs.filter(pl.col("counter").is_not_null() & (pl.col("counter") != STEP_OUT_OF_RANGE)).select(
-        (pl.col("seg") * 2).alias("line"), pl.col("counter").alias("step"), "prefix_rank",
+        (pl.col("seg") * 2).alias("line"),
+        pl.col("counter").alias("step"),
+        "prefix_rank",
         pl.lit("train").alias("record_kind"),
     )
     events = attach_steps(events, counters, mode="done")

@@ -40,7 +40,8 @@ def sniff(sample: SniffSample) -> float:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     cand = lines.filter(pl.col("text").str.contains("Global Step:", literal=True))
-    recs, vals, rest = grammar_records(cand, LINE, {"loss": "loss", "lr": "lr", "epoch": "epoch", "scale": "loss_scale",
-                                                    "speed": "samples_per_s"})
+    recs, vals, rest = grammar_records(
+        cand, LINE, {"loss": "loss", "lr": "lr", "epoch": "epoch", "scale": "loss_scale", "speed": "samples_per_s"}
+    )
     unparsed = rest.filter(pl.col("text").str.contains(r"\bLoss \S+.*Global Step: \d+"))
     return text_result(src.name, lines, recs, vals, unparsed, mode="done")

@@ -48,11 +48,32 @@ NAME = "jsonl_metrics"
 CHUNK_BYTES = 16 << 20
 
 # Normalised key names that carry the step, best first.
-STEP_KEYS = ("train_global_step", "global_step", "current_steps", "step", "num_updates",
-             "iteration", "iter", "trainer_global_step", "_step")
+STEP_KEYS = (
+    "train_global_step",
+    "global_step",
+    "current_steps",
+    "step",
+    "num_updates",
+    "iteration",
+    "iter",
+    "trainer_global_step",
+    "_step",
+)
 # Bookkeeping keys that are not metrics (progress, wall-clock strings).
-IGNORE_KEYS = {"total_steps", "percentage", "elapsed_time", "remaining_time", "runtime", "timestamp",
-               "time", "rank", "max_steps", "wandb", "update", "attempt"}
+IGNORE_KEYS = {
+    "total_steps",
+    "percentage",
+    "elapsed_time",
+    "remaining_time",
+    "runtime",
+    "timestamp",
+    "time",
+    "rank",
+    "max_steps",
+    "wandb",
+    "update",
+    "attempt",
+}
 TIME_KEYS = ("_timestamp", "timestamp")
 RANK_KEYS = ("rank", "global_rank")
 
@@ -113,8 +134,7 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
     rank: the driver applies the one-rank rule after the last chunk). `chunk_bytes`
     defaults to `CHUNK_BYTES`."""
     state = _FileState()
-    chunks = ([src.lines()] if src.only_lines is not None
-              else src.iter_line_chunks(chunk_bytes or CHUNK_BYTES))
+    chunks = [src.lines()] if src.only_lines is not None else src.iter_line_chunks(chunk_bytes or CHUNK_BYTES)
     for lines in chunks:
         result = ParseResult()
         objects, bad = T.json_objects(lines)
@@ -129,8 +149,9 @@ def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
     return T.whole_file(parse_chunks(src, chunk_bytes))
 
 
-def metrics_from_objects(objects: pl.DataFrame, source: str, result: ParseResult,
-                         state: _FileState | None = None) -> pl.DataFrame | None:
+def metrics_from_objects(
+    objects: pl.DataFrame, source: str, result: ParseResult, state: _FileState | None = None
+) -> pl.DataFrame | None:
     """Decoded JSON objects (line + one column per key) -> metrics rows. `state` carries
     what the next chunk of the same file needs (None: `objects` is the whole file, and
     `rank` follows the one-rank rule here)."""
@@ -146,22 +167,33 @@ def metrics_from_objects(objects: pl.DataFrame, source: str, result: ParseResult
     time_col = next((c for c in seen if c in TIME_KEYS), None)
     rank_col = next((c for c in seen if _norm(c) in RANK_KEYS), None)
     skip = {step_col, time_col, rank_col}
-    metric_cols = [c for c in cols if c not in skip and _norm(c).lstrip("_") not in IGNORE_KEYS
-                   and not c.startswith("_")]
+    metric_cols = [
+        c for c in cols if c not in skip and _norm(c).lstrip("_") not in IGNORE_KEYS and not c.startswith("_")
+    ]
     step_col, time_col, rank_col = (c if c in present else None for c in (step_col, time_col, rank_col))
     if step_col:  # a step no run reaches: that record is an unparsed line, the rest of the file stays
         oob = T.out_of_range(objects, step_col)
         bad = objects.filter(oob)
         if bad.height:
-            T.unparsed(result, bad.select("line", pl.concat_str(
-                pl.lit(f"{step_col} out of range: "), pl.col(step_col).cast(pl.String)).alias("text")))
+            T.unparsed(
+                result,
+                bad.select(
+                    "line",
+                    pl.concat_str(pl.lit(f"{step_col} out of range: "), pl.col(step_col).cast(pl.String)).alias("text"),
+                ),
+            )
             objects = objects.filter(~oob)
     wide = objects.select(
         "line",
         (T.integer(objects, step_col) if step_col else pl.lit(None, dtype=pl.Int64)).alias("step"),
-        (T.integer(objects, rank_col).cast(pl.Int32) if rank_col else pl.lit(None, dtype=pl.Int32)).alias("prefix_rank"),
-        (pl.from_epoch((T.numeric(objects, time_col) * 1e6).cast(pl.Int64, strict=False), time_unit="us")
-         if time_col else pl.lit(None, dtype=schema.TIME)).alias("time"),
+        (T.integer(objects, rank_col).cast(pl.Int32) if rank_col else pl.lit(None, dtype=pl.Int32)).alias(
+            "prefix_rank"
+        ),
+        (
+            pl.from_epoch((T.numeric(objects, time_col) * 1e6).cast(pl.Int64, strict=False), time_unit="us")
+            if time_col
+            else pl.lit(None, dtype=schema.TIME)
+        ).alias("time"),
         *[T.numeric(objects, c).alias(c) for c in metric_cols],
     )
     metric_cols = T.drop_empty_columns(wide, metric_cols)
@@ -175,7 +207,8 @@ def metrics_from_objects(objects: pl.DataFrame, source: str, result: ParseResult
     wide, names = T.canonical_wide(wide, metric_cols, meta)
     names = [c for c in names if c in wide.columns]
     values = wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names]).unpivot(
-        index="line", variable_name="name", value_name="value")
+        index="line", variable_name="name", value_name="value"
+    )
     records = wide.select([c for c in wide.columns if c in _META])
     metrics = metrics_from_long(records, values, source, state.records, multi_rank=None if whole else True)
     result.records += metrics.get_column("line").n_unique()
@@ -192,23 +225,35 @@ def dedupe_writers(wide: pl.DataFrame, carry: _Writers | None = None) -> tuple[p
     carry = carry if carry is not None else _Writers()
     streams = list(carry.last)
     seed = pl.DataFrame(
-        {"_stream": streams, "_s1": [carry.last[k] for k in streams], "_s2": [carry.before.get(k) for k in streams],
-         "_sa": [carry.attempt.get(k, 0) for k in streams]},
+        {
+            "_stream": streams,
+            "_s1": [carry.last[k] for k in streams],
+            "_s2": [carry.before.get(k) for k in streams],
+            "_sa": [carry.attempt.get(k, 0) for k in streams],
+        },
         schema={"_stream": pl.Int32, "_s1": pl.Int64, "_s2": pl.Int64, "_sa": pl.Int32},
     )
-    train = wide.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null()).with_columns(
-        pl.col("prefix_rank").fill_null(-1).alias("_stream")
-    ).join(seed, on="_stream", how="left", maintain_order="left")
+    train = (
+        wide.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null())
+        .with_columns(pl.col("prefix_rank").fill_null(-1).alias("_stream"))
+        .join(seed, on="_stream", how="left", maintain_order="left")
+    )
     pos = pl.int_range(pl.len()).over("_stream")
     # collapse consecutive repeats first (the duplicate-writer pattern)
     prev = pl.when(pos == 0).then(pl.col("_s1")).otherwise(pl.col("step").shift(1).over("_stream"))
     train = train.filter(prev.is_null() | (pl.col("step") != prev))
     p1 = pl.when(pos == 0).then(pl.col("_s1")).otherwise(pl.col("step").shift(1).over("_stream"))
-    p2 = (pl.when(pos == 0).then(pl.col("_s2")).when(pos == 1).then(pl.col("_s1"))
-          .otherwise(pl.col("step").shift(2).over("_stream")))
+    p2 = (
+        pl.when(pos == 0)
+        .then(pl.col("_s2"))
+        .when(pos == 1)
+        .then(pl.col("_s1"))
+        .otherwise(pl.col("step").shift(2).over("_stream"))
+    )
     back = (pl.col("step") < pl.min_horizontal(p1, p2.fill_null(p1))).fill_null(False)
     train = train.with_columns(
-        (back.cum_sum().over("_stream") + pl.col("_sa").fill_null(0)).cast(pl.Int32).alias("attempt"))
+        (back.cum_sum().over("_stream") + pl.col("_sa").fill_null(0)).cast(pl.Int32).alias("attempt")
+    )
     # a repeat is a step at or below an earlier one of its attempt: rank only when there is one
     earlier = pl.col("step").cum_max().shift(1).over("_stream", "attempt")
     if train.select((pl.col("step") <= earlier).any()).item():
@@ -216,8 +261,16 @@ def dedupe_writers(wide: pl.DataFrame, carry: _Writers | None = None) -> tuple[p
     else:
         repeat = pl.lit(False)
     if carry.seen:  # a step of the carried attempt seen in an earlier chunk
-        old = pl.concat([s.to_frame("step").with_columns(pl.lit(k, dtype=pl.Int32).alias("_stream"))
-                         for k, s in carry.seen.items()]).unique().with_columns(pl.lit(True).alias("_old"))
+        old = (
+            pl.concat(
+                [
+                    s.to_frame("step").with_columns(pl.lit(k, dtype=pl.Int32).alias("_stream"))
+                    for k, s in carry.seen.items()
+                ]
+            )
+            .unique()
+            .with_columns(pl.lit(True).alias("_old"))
+        )
         train = train.join(old, on=["_stream", "step"], how="left", maintain_order="left")
         repeat = repeat | (pl.col("_old").fill_null(False) & (pl.col("attempt") == pl.col("_sa").fill_null(0)))
     train = train.with_columns(repeat.alias("_repeat"))
@@ -226,7 +279,8 @@ def dedupe_writers(wide: pl.DataFrame, carry: _Writers | None = None) -> tuple[p
     attempts = train.filter(~pl.col("_repeat")).select("line", "attempt")
     kept = wide.filter(~pl.col("line").is_in(dropped.implode())) if dropped.len() else wide
     all_attempts = (  # `wide` is in line order
-        kept.select("line").join(attempts, on="line", how="left", maintain_order="left")
+        kept.select("line")
+        .join(attempts, on="line", how="left", maintain_order="left")
         .with_columns(pl.col("attempt").forward_fill().fill_null(carry.last_attempt))
     )
     if attempts.height:
@@ -239,8 +293,10 @@ def _carry_writers(carry: _Writers, train: pl.DataFrame) -> None:
     if train.height == 0:
         return
     tails = train.group_by("_stream", maintain_order=True).agg(
-        pl.col("step").tail(2).alias("steps"), pl.col("attempt").last().alias("attempt"),
-        pl.col("_sa").first().fill_null(0).alias("was"))
+        pl.col("step").tail(2).alias("steps"),
+        pl.col("attempt").last().alias("attempt"),
+        pl.col("_sa").first().fill_null(0).alias("was"),
+    )
     for stream, steps, attempt, was in tails.iter_rows():
         last = steps[-1]
         before = steps[-2] if len(steps) > 1 else carry.last.get(stream)

@@ -74,27 +74,48 @@ def parse(src: SourceFile) -> ParseResult:
     text = pl.col("text")
     # keep the order of the \r pieces of one physical line: `_o` is the row in file order
     work = lines.with_row_index("_o").with_columns(text.str.replace_all("\x08", "", literal=True))
-    headers = work.filter(text.str.contains(r"^\s*Epoch \d")).with_columns(
-        bounded_int(text.str.extract(HEADER, 1)).alias("_epoch")).filter(pl.col("_epoch").is_not_null())
+    headers = (
+        work.filter(text.str.contains(r"^\s*Epoch \d"))
+        .with_columns(bounded_int(text.str.extract(HEADER, 1)).alias("_epoch"))
+        .filter(pl.col("_epoch").is_not_null())
+    )
     prog = work.filter(text.str.contains(" - ", literal=True) & text.str.contains(PROGRESS))
     if prog.height == 0:
-        return text_result(src.name, lines, pl.DataFrame(schema={"line": pl.Int64}), pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64}))
+        return text_result(
+            src.name,
+            lines,
+            pl.DataFrame(schema={"line": pl.Int64}),
+            pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64}),
+        )
     last_piece = pl.col("_o") == pl.col("_o").max().over("line")
-    prog = prog.with_columns(text.str.extract_groups(COUNTER).alias("_c")).unnest("_c").with_columns(
-        pl.col("n").cast(pl.Int64, strict=False).alias("_n"), pl.col("m").cast(pl.Int64, strict=False).alias("_m"),
-        text.str.contains("ETA:", literal=True).alias("_eta"),
+    prog = (
+        prog.with_columns(text.str.extract_groups(COUNTER).alias("_c"))
+        .unnest("_c")
+        .with_columns(
+            pl.col("n").cast(pl.Int64, strict=False).alias("_n"),
+            pl.col("m").cast(pl.Int64, strict=False).alias("_m"),
+            text.str.contains("ETA:", literal=True).alias("_eta"),
+        )
     )
     final = (
-        pl.when(pl.col("n").is_null()).then(pl.lit(True))  # verbose=2 without a counter
-        .when(pl.col("m") == "Unknown").then(last_piece & ~pl.col("_eta"))
+        pl.when(pl.col("n").is_null())
+        .then(pl.lit(True))  # verbose=2 without a counter
+        .when(pl.col("m") == "Unknown")
+        .then(last_piece & ~pl.col("_eta"))
         .otherwise(pl.col("_n") >= pl.col("_m"))
     )
     prog = prog.with_columns(final.alias("_final")).sort("_o")
     if headers.height:
-        prog = prog.join_asof(headers.select(pl.col("_o").alias("_ho"), "_epoch").sort("_ho"),
-                              left_on="_o", right_on="_ho", strategy="backward")
+        prog = prog.join_asof(
+            headers.select(pl.col("_o").alias("_ho"), "_epoch").sort("_ho"),
+            left_on="_o",
+            right_on="_ho",
+            strategy="backward",
+        )
     else:
-        prog = prog.with_columns(pl.lit(None, dtype=pl.UInt32).alias("_ho"), pl.lit(None, dtype=pl.Int64).alias("_epoch"))
+        prog = prog.with_columns(
+            pl.lit(None, dtype=pl.UInt32).alias("_ho"), pl.lit(None, dtype=pl.Int64).alias("_epoch")
+        )
     group = pl.col("_ho").fill_null(-1)
     # the epoch's own bar: the target of its first progress line (a `model.evaluate` bar has its own)
     same = pl.col("m").is_null() | (pl.col("m") == pl.col("m").first().over(group))
@@ -104,18 +125,29 @@ def parse(src: SourceFile) -> ParseResult:
     any_final = own_final.any().over(group)
     headed = pl.col("_ho").is_not_null()
     kind = (
-        pl.when(~headed & pl.col("_final")).then(pl.lit("train"))
-        .when(headed & own_final & (finals_before == 0)).then(pl.lit("train"))
-        .when(headed & pl.col("_final")).then(pl.lit("eval"))
-        .when(headed & ~any_final & same & is_last_own).then(pl.lit("train"))  # a partial epoch: its last redraw
+        pl.when(~headed & pl.col("_final"))
+        .then(pl.lit("train"))
+        .when(headed & own_final & (finals_before == 0))
+        .then(pl.lit("train"))
+        .when(headed & pl.col("_final"))
+        .then(pl.lit("eval"))
+        .when(headed & ~any_final & same & is_last_own)
+        .then(pl.lit("train"))  # a partial epoch: its last redraw
     )
     recs = prog.with_columns(kind.alias("record_kind")).filter(pl.col("record_kind").is_not_null())
     recs = recs.unique("line", keep="first", maintain_order=True)  # one record per physical line
     records = recs.select("line", pl.col("_epoch").alias("step"), "prefix_rank", "record_kind")
     pairs = find_pairs(recs.select("line", "record_kind", "text"), PAIR)
     values = named_values(pairs, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")
-    st = recs.filter(pl.col("record_kind") == "train").select("line", text.str.extract_groups(STEP_TIME).alias("_t")).unnest("_t").filter(pl.col("1").is_not_null())
+    st = (
+        recs.filter(pl.col("record_kind") == "train")
+        .select("line", text.str.extract_groups(STEP_TIME).alias("_t"))
+        .unnest("_t")
+        .filter(pl.col("1").is_not_null())
+    )
     if st.height:
-        ms = pl.col("1").cast(pl.Float64, strict=False) * pl.when(pl.col("2") == "s").then(1000.0).when(pl.col("2") == "us").then(0.001).otherwise(1.0)
+        ms = pl.col("1").cast(pl.Float64, strict=False) * pl.when(pl.col("2") == "s").then(1000.0).when(
+            pl.col("2") == "us"
+        ).then(0.001).otherwise(1.0)
         values = pl.concat([values, st.select("line", pl.lit("step_time_ms").alias("name"), ms.alias("value"))])
     return text_result(src.name, lines, records, values, None, mode="done")

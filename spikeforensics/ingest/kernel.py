@@ -62,16 +62,23 @@ def sniff(sample: SniffSample) -> float:
 
 def kernel_time(text: pl.Expr, year: int | None) -> pl.Expr:
     """Wall-clock time of a kernel log line (null for seconds-since-boot stamps)."""
-    ctime = text.str.extract(CTIME_RE, 1).str.replace_all(r"\s+", " ").str.to_datetime(
-        "%a %b %d %H:%M:%S %Y", strict=False, time_unit="us"
+    ctime = (
+        text.str.extract(CTIME_RE, 1)
+        .str.replace_all(r"\s+", " ")
+        .str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False, time_unit="us")
     )
     iso = pl.concat_str(
-        text.str.extract(ISO_RE, 1), pl.lit(" "), text.str.extract(ISO_RE, 2), pl.lit("."),
+        text.str.extract(ISO_RE, 1),
+        pl.lit(" "),
+        text.str.extract(ISO_RE, 2),
+        pl.lit("."),
         text.str.extract(ISO_RE, 3).fill_null("0").str.slice(0, 6).str.pad_end(6, "0"),
     ).str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
     exprs = [ctime, iso]
     if year is not None:
-        syslog = pl.concat_str(pl.lit(str(year)), pl.lit(" "), text.str.extract(SYSLOG_RE, 1).str.replace_all(r"\s+", " "))
+        syslog = pl.concat_str(
+            pl.lit(str(year)), pl.lit(" "), text.str.extract(SYSLOG_RE, 1).str.replace_all(r"\s+", " ")
+        )
         exprs.append(syslog.str.to_datetime("%Y %b %d %H:%M:%S", strict=False, time_unit="us"))
     return pl.coalesce(exprs).cast(schema.TIME)
 
@@ -87,14 +94,17 @@ def parse(src: SourceFile) -> ParseResult:
     )
     xid = lines.filter(text.str.contains(XID_RE)).with_columns(text.str.extract_groups(XID_RE).alias("_x"))
     xid_events = xid.select(
-        "line", "time",
+        "line",
+        "time",
         pl.lit("xid").alias("kind"),
         detail_expr(
             ints={"code": pl.col("_x").struct.field("2")},
             floats={"uptime_s": pl.col("uptime_s")},
-            strings={"pci": _short_pci(pl.col("_x").struct.field("1")),
-                     "message": pl.col("_x").struct.field("3").str.strip_chars().str.slice(0, 300),
-                     "host": pl.col("host")},
+            strings={
+                "pci": _short_pci(pl.col("_x").struct.field("1")),
+                "message": pl.col("_x").struct.field("3").str.strip_chars().str.slice(0, 300),
+                "host": pl.col("host"),
+            },
         ).alias("detail"),
         _short_pci(pl.col("_x").struct.field("1")).alias("_pci"),
         pl.col("_x").struct.field("2").cast(pl.Int64, strict=False).alias("_code"),
@@ -122,7 +132,10 @@ def fallen_off_bus(lines: pl.DataFrame) -> pl.DataFrame:
     """The multi-line, Xid-less 'fallen off the bus' report -> inferred Xid 79 events."""
     text = pl.col("text")
     named = lines.filter(text.str.contains(GPU_NAMED_RE)).select(
-        pl.col("line").alias("_gline"), "time", "uptime_s", "host",
+        pl.col("line").alias("_gline"),
+        "time",
+        "uptime_s",
+        "host",
         _short_pci(text.str.extract(GPU_NAMED_RE, 1)).alias("_pci"),
     )
     fell = lines.filter(text.str.contains(FALLEN_RE) & ~text.str.contains(XID_RE)).select("line")
@@ -133,13 +146,19 @@ def fallen_off_bus(lines: pl.DataFrame) -> pl.DataFrame:
         named.sort("_gline"), left_on="line", right_on="_gline", strategy="backward", tolerance=4
     )
     return joined.select(
-        pl.coalesce("_gline", "line").alias("line"), "time", pl.lit("xid").alias("kind"),
+        pl.coalesce("_gline", "line").alias("line"),
+        "time",
+        pl.lit("xid").alias("kind"),
         detail_expr(
             ints={"code": pl.lit(79)},
             floats={"uptime_s": pl.col("uptime_s")},
-            strings={"pci": pl.col("_pci"), "message": pl.lit("GPU has fallen off the bus (no Xid line)"),
-                     "host": pl.col("host")},
+            strings={
+                "pci": pl.col("_pci"),
+                "message": pl.lit("GPU has fallen off the bus (no Xid line)"),
+                "host": pl.col("host"),
+            },
             bools={"inferred": pl.lit(True)},
         ).alias("detail"),
-        pl.col("_pci").fill_null(""), pl.lit(79, dtype=pl.Int64).alias("_code"),
+        pl.col("_pci").fill_null(""),
+        pl.lit(79, dtype=pl.Int64).alias("_code"),
     )

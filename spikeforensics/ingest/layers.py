@@ -28,8 +28,15 @@ NAME = "layers"
 BINARY = True  # Parquet / NPZ dumps are binary; text dumps are sniffed the same way
 
 STAT_COLUMNS = ("grad_norm", "zero_frac", "pos_frac", "max_abs", "param_norm", "update_norm")
-_NPZ_PLURALS = {"steps": "step", "layers": "layer", "names": "layer", "layer_names": "layer",
-                "ranks": "rank", "grad_norms": "grad_norm", "norms": "grad_norm"}
+_NPZ_PLURALS = {
+    "steps": "step",
+    "layers": "layer",
+    "names": "layer",
+    "layer_names": "layer",
+    "ranks": "rank",
+    "grad_norms": "grad_norm",
+    "norms": "grad_norm",
+}
 _GLOBAL_OK = {"step", "rank", "grad_norm", "grad_norm_clipped", "time", "timestamp", "attempt"}
 
 
@@ -124,9 +131,7 @@ def _count_bad(result: ParseResult, raw: pl.DataFrame, parsed: pl.DataFrame, goo
     bad = raw.filter(~mask)
     if bad.height == 0:
         return
-    text = pl.concat_str(
-        [pl.col(c).cast(pl.String).fill_null("") for c in raw.columns if c != "line"], separator=","
-    )
+    text = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in raw.columns if c != "line"], separator=",")
     T.unparsed(result, bad.select("line", text.alias("text")))
 
 
@@ -138,8 +143,9 @@ def global_grads(frame: pl.DataFrame, rename: dict[str, str], source: str, resul
     wide = frame.select(
         (pl.col("line") if has_lines else pl.int_range(1, pl.len() + 1, dtype=pl.Int64)).alias("line"),
         T.integer(frame, "step").alias("step"),
-        (T.integer(frame, "rank").cast(pl.Int32) if "rank" in frame.columns
-         else pl.lit(None, dtype=pl.Int32)).alias("prefix_rank"),
+        (T.integer(frame, "rank").cast(pl.Int32) if "rank" in frame.columns else pl.lit(None, dtype=pl.Int32)).alias(
+            "prefix_rank"
+        ),
         T.numeric(frame, "grad_norm").alias("grad_norm"),
         *([T.numeric(frame, clipped).alias("grad_norm_clipped")] if clipped else []),
     ).filter(pl.col("step").is_not_null())

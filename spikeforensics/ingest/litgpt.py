@@ -38,7 +38,9 @@ VAL = rf"\biter (?P<step>\d+): val loss (?P<val>{N})(?:, val time: (?P<vt>{N})\s
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [(r"\biter \d+ step \d+: (?:loss \S+, )?iter time: |\| iter \d+ step \d+ \| loss train: ", 0.9)])
+    return sniff_tiers(
+        sample, [(r"\biter \d+ step \d+: (?:loss \S+, )?iter time: |\| iter \d+ step \d+ \| loss train: ", 0.9)]
+    )
 
 
 def parse(src: SourceFile) -> ParseResult:

@@ -40,13 +40,14 @@ LOOKS_LIKE = r"^\s*s:\d+ \w+:|\bstep\s+\d+/\d+ \|"
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [
-        (r"^\s*s:\d+ (?:trl|tel):", 0.95),
-        (r"\bstep\s+\d+/\d+ \| (?:train )?loss \S+ (?:\([^)]*z\))?\s*\| norm ", 0.9),
-        (r"\bstep \d+: train loss \S+ \(took ", 0.8),
-    ])
-
-
+    return sniff_tiers(
+        sample,
+        [
+            (r"^\s*s:\d+ (?:trl|tel):", 0.95),
+            (r"\bstep\s+\d+/\d+ \| (?:train )?loss \S+ (?:\([^)]*z\))?\s*\| norm ", 0.9),
+            (r"\bstep \d+: train loss \S+ \(took ", 0.8),
+        ],
+    )
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -54,7 +55,11 @@ def parse(src: SourceFile) -> ParseResult:
     text = pl.col("text")
     recs, vals = [], []
     # main.log
-    m = lines.with_columns(text.str.extract_groups(MAINLOG).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
+    m = (
+        lines.with_columns(text.str.extract_groups(MAINLOG).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("step").is_not_null())
+    )
     kind = pl.when(pl.col("key") == "trl").then(pl.lit("train")).otherwise(pl.lit("eval"))
     recs.append(m.select("line", step_int(pl.col("step")), "prefix_rank", kind.alias("record_kind")))
     m = m.with_columns(
@@ -62,20 +67,35 @@ def parse(src: SourceFile) -> ParseResult:
         pl.when(pl.col("key") == "tel").then("v").alias("tel"),
         pl.when(pl.col("key") == "eval").then("v").alias("hs"),
     )
-    vals.append(captured_values(m, {"loss": "loss", "lr": "lr", "norm": "grad_norm", "tel": "eval_loss", "hs": "hellaswag_acc"}))
+    vals.append(
+        captured_values(m, {"loss": "loss", "lr": "lr", "norm": "grad_norm", "tel": "eval_loss", "hs": "hellaswag_acc"})
+    )
     rest = lines.join(m.select("line"), on="line", how="anti")
     # stdout
     for pattern in (STDOUT, OLD_STDOUT):
-        s = rest.with_columns(text.str.extract_groups(pattern).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
+        s = (
+            rest.with_columns(text.str.extract_groups(pattern).alias("_g"))
+            .unnest("_g")
+            .filter(pl.col("step").is_not_null())
+        )
         rest = rest.join(s.select("line"), on="line", how="anti")
         recs.append(s.select("line", step_int(pl.col("step")), "prefix_rank", pl.lit("train").alias("record_kind")))
         cols = {"loss": "loss", "ms": "step_time_ms"}
-        cols |= {k: v for k, v in {"norm": "grad_norm", "lr": "lr", "mfu": "mfu", "tps": "tokens_per_s"}.items() if k in s.columns}
+        cols |= {
+            k: v
+            for k, v in {"norm": "grad_norm", "lr": "lr", "mfu": "mfu", "tps": "tokens_per_s"}.items()
+            if k in s.columns
+        }
         vals.append(captured_values(s, cols))
     # stdout `val loss X`: the step of the next step line
     v = rest.with_columns(text.str.extract(VAL, 1).alias("v")).filter(pl.col("v").is_not_null())
     if v.height:
-        train = pl.concat(recs).filter(pl.col("record_kind") == "train").select(pl.col("line").alias("_n"), "step").sort("_n")
+        train = (
+            pl.concat(recs)
+            .filter(pl.col("record_kind") == "train")
+            .select(pl.col("line").alias("_n"), "step")
+            .sort("_n")
+        )
         v = v.sort("line").join_asof(train, left_on="line", right_on="_n", strategy="forward")
         recs.append(v.select("line", "step", "prefix_rank", pl.lit("eval").alias("record_kind")))
         vals.append(captured_values(v, {"v": "eval_loss"}))

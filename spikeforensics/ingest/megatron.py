@@ -74,9 +74,15 @@ MAX_EXAMPLES = 5
 
 def sniff(sample: SniffSample) -> float:
     text = "\n".join(sample.lines)
-    strong = pl.Series(sample.lines, dtype=pl.String).str.contains(
-        r"\biteration[:=]?\s*\d+\s*/\s*\d+\s*\|.*\b(?:lm loss|lm_loss|learning rate|learning_rate|lr|consumed samples|consumed_tokens)\b"
-    ).sum() if sample.lines else 0
+    strong = (
+        pl.Series(sample.lines, dtype=pl.String)
+        .str.contains(
+            r"\biteration[:=]?\s*\d+\s*/\s*\d+\s*\|.*\b(?:lm loss|lm_loss|learning rate|learning_rate|lr|consumed samples|consumed_tokens)\b"
+        )
+        .sum()
+        if sample.lines
+        else 0
+    )
     if strong:
         return 0.95
     if "validation loss at iteration" in text and "lm loss" in text:
@@ -93,7 +99,11 @@ def _join_wrapped(seg: pl.DataFrame) -> pl.DataFrame:
     maybe = seg.filter(~text.str.ends_with("|") & text.str.contains("iteration", literal=True))
     g = text.str.extract_groups(ITER_RE)
     if not maybe.select(
-        (g.struct.field("2").is_not_null() & (g.struct.field("1") == "") & ~text.str.strip_chars_end().str.ends_with("|")).any()
+        (
+            g.struct.field("2").is_not_null()
+            & (g.struct.field("1") == "")
+            & ~text.str.strip_chars_end().str.ends_with("|")
+        ).any()
     ).item():
         return seg.with_columns(pl.lit(False).alias("_cont"))
     start = g.struct.field("2").is_not_null()
@@ -107,8 +117,10 @@ def _join_wrapped(seg: pl.DataFrame) -> pl.DataFrame:
     join2 = join1 & ~n1.str.strip_chars_end().str.ends_with("|") & ~pl.col("_start").shift(-2).fill_null(True)
     seg = seg.with_columns(join1.alias("_j1"), join2.alias("_j2"))
     joined = (
-        pl.when(pl.col("_j2")).then(pl.concat_str(text, n1, n2))
-        .when(pl.col("_j1")).then(pl.concat_str(text, n1))
+        pl.when(pl.col("_j2"))
+        .then(pl.concat_str(text, n1, n2))
+        .when(pl.col("_j1"))
+        .then(pl.concat_str(text, n1))
         .otherwise(text)
     )
     cont = pl.col("_j1").shift(1).fill_null(False) | pl.col("_j2").shift(2).fill_null(False)
@@ -129,9 +141,11 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
         (it.struct.field("1") == "=").alias("_kv_style"),
     )
     # validation records, among the few candidates that are not train records
-    evals = cand.filter(pl.col("_it").is_null()).with_columns(
-        text.str.extract(VALID_RE, 2).cast(pl.Int64, strict=False).alias("_va")
-    ).filter(pl.col("_va").is_not_null())
+    evals = (
+        cand.filter(pl.col("_it").is_null())
+        .with_columns(text.str.extract(VALID_RE, 2).cast(pl.Int64, strict=False).alias("_va"))
+        .filter(pl.col("_va").is_not_null())
+    )
     train = cand.filter(pl.col("_it").is_not_null()).with_columns(pl.lit(None, dtype=pl.Int64).alias("_va"))
     rec = pl.concat([train, evals]).sort("line") if evals.height else train
     rec = rec.with_columns(
@@ -144,10 +158,16 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     # tail loses its last (possibly cut) field
     body = text.str.replace(r"^.*?(?:\biteration[:=]?\s*\d+\s*/\s*\d+|\bloss at iteration\s+\d+[^|]*)\s*\|", "")
     body = pl.when(pl.col("_cut")).then(body.str.replace(r"[^|]*$", "")).otherwise(body)
-    rec = rec.with_columns(body.alias("_body"),
-                           (text.str.contains(LEGACY_FIELD) | pl.col("_kv_style").fill_null(False)).alias("_legacy"))
-    bodies = rec.select("line", pl.col("_body").alias("text"), pl.col("_it").is_null().alias("_eval"), "_legacy",
-                        (pl.col("_it").is_not_null() & ~pl.col("_legacy") & ~pl.col("_cut")).alias("_plain"))
+    rec = rec.with_columns(
+        body.alias("_body"), (text.str.contains(LEGACY_FIELD) | pl.col("_kv_style").fill_null(False)).alias("_legacy")
+    )
+    bodies = rec.select(
+        "line",
+        pl.col("_body").alias("text"),
+        pl.col("_it").is_null().alias("_eval"),
+        "_legacy",
+        (pl.col("_it").is_not_null() & ~pl.col("_legacy") & ~pl.col("_cut")).alias("_plain"),
+    )
     # the usual records (train, `name: value |` fields, whole): typed captures of their field
     # layout; the others (and records of a layout seen too rarely) split field by field
     wide, rest = _layout_values(bodies.filter(pl.col("_plain")).select("line", "text"))
@@ -156,21 +176,34 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     slow = split_fields(bodies.filter(pl.col("_legacy")).drop("_legacy", "_plain"), "|", FIELD_RE)
     fields = pl.concat([fast, slow]) if slow.height else fast
     values = named_values(fields, eval_rows=pl.col("_eval")).select("line", "name", "value")
-    has_values = pl.concat([
-        values.select("line").unique(),
-        wide.filter(pl.any_horizontal(pl.exclude("line").is_not_null())).select("line") if wide.width > 1 else wide.clear(),
-    ])
+    has_values = pl.concat(
+        [
+            values.select("line").unique(),
+            wide.filter(pl.any_horizontal(pl.exclude("line").is_not_null())).select("line")
+            if wide.width > 1
+            else wide.clear(),
+        ]
+    )
     out_of_range = (pl.col("step") == STEP_OUT_OF_RANGE).fill_null(False)
-    records = _with_time(rec).select("line", "step", "prefix_rank", "record_kind", "time").join(
-        has_values, on="line", how="semi"
-    ).filter(~out_of_range)
+    records = (
+        _with_time(rec)
+        .select("line", "step", "prefix_rank", "record_kind", "time")
+        .join(has_values, on="line", how="semi")
+        .filter(~out_of_range)
+    )
     other = seg.filter(~pl.col("_cont")).join(rec.select("line"), on="line", how="anti")
-    bad = pl.concat([
-        rec.join(has_values, on="line", how="anti").select("line", "text"),
-        rec.filter(out_of_range).select("line", "text"),
-        rec.filter(pl.col("_cut")).join(has_values, on="line", how="semi").select("line", "text"),
-        other.filter(text.str.contains(LOOKS_LIKE)).select("line", "text"),
-    ]).unique("line").sort("line")
+    bad = (
+        pl.concat(
+            [
+                rec.join(has_values, on="line", how="anti").select("line", "text"),
+                rec.filter(out_of_range).select("line", "text"),
+                rec.filter(pl.col("_cut")).join(has_values, on="line", how="semi").select("line", "text"),
+                other.filter(text.str.contains(LOOKS_LIKE)).select("line", "text"),
+            ]
+        )
+        .unique("line")
+        .sort("line")
+    )
     return records, values, wide, bad, other
 
 
@@ -180,7 +213,9 @@ def _with_time(rec: pl.DataFrame) -> pl.DataFrame:
     the line is not searched again for other time formats."""
     rec = rec.with_columns(pl.col("text").str.extract(TIME_ISO_RE, 1).alias("_iso"))
     found = rec.get_column("_iso").null_count() == 0
-    return rec.with_columns((iso_time(pl.col("_iso")) if found else extract_time(pl.col("text"))).alias("time")).drop("_iso")
+    return rec.with_columns((iso_time(pl.col("_iso")) if found else extract_time(pl.col("text"))).alias("time")).drop(
+        "_iso"
+    )
 
 
 # Field layouts tried per chunk: a log prints one or two (train records with and without
@@ -230,12 +265,16 @@ def _layout_values(bodies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         if keys is None:
             break
         n = len(keys)
-        cut = rest.select("line", pl.col("text").str.count_matches(":", literal=True).alias("_colons"),
-                          pl.col("text").str.splitn("|", n + 2).struct.rename_fields(
-                              [f"p{i}" for i in range(n + 2)]).alias("_p")).unnest("_p")
+        cut = rest.select(
+            "line",
+            pl.col("text").str.count_matches(":", literal=True).alias("_colons"),
+            pl.col("text").str.splitn("|", n + 2).struct.rename_fields([f"p{i}" for i in range(n + 2)]).alias("_p"),
+        ).unnest("_p")
         raw = [pl.col(f"p{i}").str.strip_prefix(key + ":").str.strip_chars() for i, key in enumerate(keys)]
         fits = [pl.col(f"p{i}").str.starts_with(key + ":") for i, key in enumerate(keys)]
-        fits += [pl.col(f"f{i}").is_not_null() for i in range(n)]  # a plain number (else `to_float`'s cases: the splitter)
+        fits += [
+            pl.col(f"f{i}").is_not_null() for i in range(n)
+        ]  # a plain number (else `to_float`'s cases: the splitter)
         fits += [pl.col(f"p{n}").str.strip_chars() == "", pl.col(f"p{n + 1}").is_null(), pl.col("_colons") == n]
         cut = cut.with_columns(*[r.cast(pl.Float64, strict=False).alias(f"f{i}") for i, r in enumerate(raw)])
         matched = cut.filter(pl.all_horizontal(fits).fill_null(False))
@@ -292,7 +331,11 @@ def _scale_events(records: pl.DataFrame, values: pl.DataFrame, by_layout: pl.Dat
     startup = pl.col("_prev").is_null() & (skipped > 0) & (pl.col("loss_scale") > 1)
     count = pl.when(skipped > 0).then(skipped).otherwise(halvings)
     ovf = wide.filter(fell | startup).select(
-        "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("overflow").alias("kind"),
+        "line",
+        "step",
+        pl.col("prefix_rank").alias("rank"),
+        "time",
+        pl.lit("overflow").alias("kind"),
         detail_expr(
             floats={"old_scale": pl.col("_prev"), "new_scale": pl.col("loss_scale")},
             ints={"count": count, "halvings": halvings},
@@ -300,13 +343,21 @@ def _scale_events(records: pl.DataFrame, values: pl.DataFrame, by_layout: pl.Dat
         ).alias("detail"),
     )
     nan = wide.filter(pl.col("nan_iters").fill_null(0) > 0).select(
-        "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("nan").alias("kind"),
+        "line",
+        "step",
+        pl.col("prefix_rank").alias("rank"),
+        "time",
+        pl.lit("nan").alias("kind"),
         detail_expr(ints={"nan_iters": pl.col("nan_iters")}, strings={"metric": pl.lit("nan_iters")}).alias("detail"),
     )
     # iterations skipped while the scale held (the scaler's hysteresis absorbed the overflow, or the
     # scale sits at its floor): one `hysteresis` event per record, `count` = skipped iterations
     held = wide.filter((skipped > 0) & ~fell & ~startup & (pl.col("loss_scale").fill_null(1.0) != 1.0)).select(
-        "line", "step", pl.col("prefix_rank").alias("rank"), "time", pl.lit("hysteresis").alias("kind"),
+        "line",
+        "step",
+        pl.col("prefix_rank").alias("rank"),
+        "time",
+        pl.lit("hysteresis").alias("kind"),
         detail_expr(
             floats={"old_scale": pl.col("loss_scale"), "new_scale": pl.col("loss_scale")},
             ints={"count": skipped},  # detail_expr casts leniently: a garbled count past Int64 is null, not a lost file

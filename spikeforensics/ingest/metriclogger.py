@@ -42,25 +42,32 @@ PAIR = rf"(?P<k>[A-Za-z_][\w./-]*(?: mem)?):\s+(?P<v>{NUM_TOKEN})(?:\s|$)"
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [
-        (rf"{TRAIN}\s+(?:eta: |lr: |loss: )", 0.9),
-        (rf"{TEST}\s+eta: ", 0.5),
-    ])
+    return sniff_tiers(
+        sample,
+        [
+            (rf"{TRAIN}\s+(?:eta: |lr: |loss: )", 0.9),
+            (rf"{TEST}\s+eta: ", 0.5),
+        ],
+    )
 
 
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     cand = lines.filter(text.str.contains("Epoch: [", literal=True) | text.str.contains("Test:", literal=True))
-    g = cand.with_columns(
-        text.str.extract_groups(TRAIN).alias("_t"), text.str.extract_groups(TEST).alias("_e")
-    ).unnest("_t", "_e")
+    g = cand.with_columns(text.str.extract_groups(TRAIN).alias("_t"), text.str.extract_groups(TEST).alias("_e")).unnest(
+        "_t", "_e"
+    )
     epoch, i, n = (pl.col(c).cast(pl.Int64, strict=False) for c in ("epoch", "i", "n"))
     is_train = pl.col("i").is_not_null()
-    rec = g.filter(is_train | pl.col("ti").is_not_null()).with_columns(
-        pl.when(is_train).then(epoch * n + i).alias("step"),
-        pl.when(is_train).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
-    ).sort("line")
+    rec = (
+        g.filter(is_train | pl.col("ti").is_not_null())
+        .with_columns(
+            pl.when(is_train).then(epoch * n + i).alias("step"),
+            pl.when(is_train).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
+        )
+        .sort("line")
+    )
     rec = rec.with_columns(pl.col("step").forward_fill())  # eval lines: step of the train record before
     body = text.str.replace(r"^.*?(?:\bEpoch: \[[^\]]*\]|\bTest:)\s*\[[^\]]*\]", "")
     pairs = find_pairs(rec.select("line", body.alias("text"), "record_kind"), PAIR).filter(pl.col("k") != "eta")

@@ -35,8 +35,18 @@ def sniff(sample: SniffSample) -> float:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     cand = lines.filter(pl.col("text").str.contains("Iter ", literal=True))
-    r1, v1, cand = grammar_records(cand, TRAIN, {"loss": "loss", "lr": "lr", "its": "it_per_s", "tps": "tokens_per_s",
-                                                 "tok": "consumed_tokens", "mem": "peak_mem_gb"})
+    r1, v1, cand = grammar_records(
+        cand,
+        TRAIN,
+        {
+            "loss": "loss",
+            "lr": "lr",
+            "its": "it_per_s",
+            "tps": "tokens_per_s",
+            "tok": "consumed_tokens",
+            "mem": "peak_mem_gb",
+        },
+    )
     r2, v2, cand = grammar_records(cand, VAL, {"val": "eval_loss", "vt": "val_time_s"}, kind="eval")
     unparsed = cand.filter(pl.col("text").str.contains(r"\bIter \d+: (?:Train|Val) loss"))
     return text_result(src.name, lines, pl.concat([r1, r2]), pl.concat([v1, v2]), unparsed, mode="done")

@@ -60,25 +60,39 @@ def parse(src: SourceFile) -> ParseResult:
     i = pl.coalesce(pl.col("_e").struct.field("i"), pl.col("_i").struct.field("i")).cast(pl.Int64, strict=False)
     n = pl.col("_e").struct.field("n").cast(pl.Int64, strict=False)
     step = pl.when(epoch.is_not_null()).then((epoch - 1) * n + i).otherwise(i)
-    rec = e.with_columns(
-        step.alias("step"), epoch.alias("_epoch"),
-        pl.when(mode == "train").then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
-    ).filter(pl.col("step").is_not_null()).drop("_e", "_i")
+    rec = (
+        e.with_columns(
+            step.alias("step"),
+            epoch.alias("_epoch"),
+            pl.when(mode == "train").then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
+        )
+        .filter(pl.col("step").is_not_null())
+        .drop("_e", "_i")
+    )
     bodies = lines.filter(text.str.contains(BODY_ONLY) & ~text.str.contains(r"Epoch|Iter\(|Iter \[")).select(
-        "line", "text", "prefix_rank", pl.lit(None, dtype=pl.Int64).alias("step"),
-        pl.lit(None, dtype=pl.Int64).alias("_epoch"), pl.lit("train").alias("record_kind"))
+        "line",
+        "text",
+        "prefix_rank",
+        pl.lit(None, dtype=pl.Int64).alias("step"),
+        pl.lit(None, dtype=pl.Int64).alias("_epoch"),
+        pl.lit("train").alias("record_kind"),
+    )
     rec = pl.concat([rec.select(bodies.columns), bodies]).sort("line")
     # eval lines take the step of the train record before them
     train_step = pl.when(pl.col("record_kind") == "train").then(pl.col("step"))
     rec = rec.with_columns(
-        pl.when(pl.col("record_kind") == "train").then(pl.col("step")).otherwise(train_step.forward_fill()).alias("step")
+        pl.when(pl.col("record_kind") == "train")
+        .then(pl.col("step"))
+        .otherwise(train_step.forward_fill())
+        .alias("step")
     )
     body = text.str.replace(r"^.*?(?:\bEpoch|\bIter)[^\]]*\](?:\s*\[[^\]]*\])?", "")
     # `eta: 1 day, 12:59:34` is not a metric (its `1` would pair up)
     pairs = find_pairs(rec.select("line", body.alias("text"), "record_kind"), PAIR).filter(pl.col("k") != "eta")
     values = named_values(pairs, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")
     ep = rec.filter(pl.col("_epoch").is_not_null() & (pl.col("record_kind") == "train")).select(
-        "line", pl.lit("epoch").alias("name"), pl.col("_epoch").cast(pl.Float64).alias("value"))
+        "line", pl.lit("epoch").alias("name"), pl.col("_epoch").cast(pl.Float64).alias("value")
+    )
     # `time` is seconds per iteration: the canonical step_time_ms
     values = values.with_columns(
         pl.when(pl.col("name") == "time").then(pl.col("value") * 1000).otherwise("value").alias("value"),

@@ -35,13 +35,14 @@ LOOKS_LIKE = r"\biter \d+:|\bstep \d+: train loss|\bstep:\d+/\d+ (?:train|val)_l
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [
-        (r"\biter \d+: loss |\bstep:\d+/\d+ (?:train|val)_loss:", 0.9),
-        (r"^\s*\d+ \| loss \S+ \| lr \S+ \| \S+ms", 0.85),
-        (r"\bstep \d+: train loss \S+, val loss ", 0.8),
-    ])
-
-
+    return sniff_tiers(
+        sample,
+        [
+            (r"\biter \d+: loss |\bstep:\d+/\d+ (?:train|val)_loss:", 0.9),
+            (r"^\s*\d+ \| loss \S+ \| lr \S+ \| \S+ms", 0.85),
+            (r"\bstep \d+: train loss \S+, val loss ", 0.8),
+        ],
+    )
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -54,19 +55,37 @@ def parse(src: SourceFile) -> ParseResult:
         (LLAMA2C, "train", {"loss": "loss", "lr": "lr", "time": "step_time_ms", "mfu": "mfu"}),
         (EVAL, "eval", {"val": "eval_loss", "train": "eval_train_loss"}),
     ):
-        g = cand.with_columns(text.str.extract_groups(pattern).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
+        g = (
+            cand.with_columns(text.str.extract_groups(pattern).alias("_g"))
+            .unnest("_g")
+            .filter(pl.col("step").is_not_null())
+        )
         cand = cand.join(g.select("line"), on="line", how="anti")
-        recs.append(g.select("line", step_int(pl.col("step")), "prefix_rank", pl.lit(kind).alias("record_kind"), extract_time(text).alias("time")))
+        recs.append(
+            g.select(
+                "line",
+                step_int(pl.col("step")),
+                "prefix_rank",
+                pl.lit(kind).alias("record_kind"),
+                extract_time(text).alias("time"),
+            )
+        )
         vals.append(captured_values(g, cols))
     g = cand.with_columns(text.str.extract_groups(MODDED).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
     cand = cand.join(g.select("line"), on="line", how="anti")
     kind = pl.when(pl.col("which") == "val").then(pl.lit("eval")).otherwise(pl.lit("train"))
-    recs.append(g.select("line", step_int(pl.col("step")), "prefix_rank", kind.alias("record_kind"), extract_time(text).alias("time")))
+    recs.append(
+        g.select(
+            "line", step_int(pl.col("step")), "prefix_rank", kind.alias("record_kind"), extract_time(text).alias("time")
+        )
+    )
     g = g.with_columns(
         pl.when(pl.col("which") == "val").then(pl.col("loss")).alias("val"),
         pl.when(pl.col("which") == "train").then(pl.col("loss")).alias("train"),
     )
-    vals.append(captured_values(g, {"train": "loss", "val": "eval_loss", "ttime": "train_time_ms", "time": "step_avg_ms"}))
+    vals.append(
+        captured_values(g, {"train": "loss", "val": "eval_loss", "ttime": "train_time_ms", "time": "step_avg_ms"})
+    )
     values = pl.concat(vals)
     # nanoGPT prints `mfu -100.00%` until the running MFU is measured: not a value
     values = values.filter(~((pl.col("name") == "mfu") & (pl.col("value") < 0)))

@@ -1,4 +1,4 @@
-""""N: value" loss prints: NVIDIA WaveGlow / nv-wavenet `train.py` (and the many TTS and
+""" "N: value" loss prints: NVIDIA WaveGlow / nv-wavenet `train.py` (and the many TTS and
 vocoder repos copied from it), one line per iteration:
 
     print("{}:\\t{:.9f}".format(iteration, reduced_loss))                        # NVIDIA/waveglow train.py
@@ -83,25 +83,52 @@ def parse(src: SourceFile) -> ParseResult:
     text = pl.col("text")
     cand = lines.filter(text.str.contains(LOOSE))
     g = cand.with_columns(text.str.extract_groups(LINE).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
-    bare = (lines.filter(pl.col("prefix_rank").is_not_null()).with_columns(text.str.extract_groups(BARE).alias("_g"))
-            .unnest("_g").filter(pl.col("loss").is_not_null())
-            .with_columns(pl.col("prefix_rank").cast(pl.String).alias("step"), pl.lit(None, dtype=pl.Int32).alias("prefix_rank")))
+    bare = (
+        lines.filter(pl.col("prefix_rank").is_not_null())
+        .with_columns(text.str.extract_groups(BARE).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("loss").is_not_null())
+        .with_columns(
+            pl.col("prefix_rank").cast(pl.String).alias("step"), pl.lit(None, dtype=pl.Int32).alias("prefix_rank")
+        )
+    )
     g = pl.concat([g, bare.select(g.columns)]).sort("line")
-    records = g.select("line", step_int(pl.col("step")).alias("step"), "prefix_rank", pl.lit("train").alias("record_kind"))
+    records = g.select(
+        "line", step_int(pl.col("step")).alias("step"), "prefix_rank", pl.lit("train").alias("record_kind")
+    )
     values = captured_values(g, {"loss": "loss", "val": "eval_loss"})
     unparsed = cand.join(g.select("line"), on="line", how="anti")
     taco = lines.filter(text.str.contains(r"^\s*(?:Train|Validation) [Ll]oss \d"))
     if taco.height:
-        t = taco.with_columns(text.str.extract_groups(TACO).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
+        t = (
+            taco.with_columns(text.str.extract_groups(TACO).alias("_g"))
+            .unnest("_g")
+            .filter(pl.col("step").is_not_null())
+        )
         t = t.with_columns((pl.col("dur").cast(pl.Float64, strict=False) * 1000).cast(pl.String).alias("ms"))
-        v = taco.with_columns(text.str.extract_groups(TACO_VAL).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
-        records = pl.concat([
-            records,
-            t.select("line", step_int(pl.col("step")).alias("step"), "prefix_rank", pl.lit("train").alias("record_kind")),
-            v.select("line", step_int(pl.col("step")).alias("step"), "prefix_rank", pl.lit("eval").alias("record_kind")),
-        ]).sort("line")
-        values = pl.concat([values, captured_values(t, {"loss": "loss", "gn": "grad_norm", "dgn": "d_grad_norm", "ms": "step_time_ms"}),
-                            captured_values(v, {"val": "eval_loss"})])
+        v = (
+            taco.with_columns(text.str.extract_groups(TACO_VAL).alias("_g"))
+            .unnest("_g")
+            .filter(pl.col("step").is_not_null())
+        )
+        records = pl.concat(
+            [
+                records,
+                t.select(
+                    "line", step_int(pl.col("step")).alias("step"), "prefix_rank", pl.lit("train").alias("record_kind")
+                ),
+                v.select(
+                    "line", step_int(pl.col("step")).alias("step"), "prefix_rank", pl.lit("eval").alias("record_kind")
+                ),
+            ]
+        ).sort("line")
+        values = pl.concat(
+            [
+                values,
+                captured_values(t, {"loss": "loss", "gn": "grad_norm", "dgn": "d_grad_norm", "ms": "step_time_ms"}),
+                captured_values(v, {"val": "eval_loss"}),
+            ]
+        )
         bad = taco.join(t.select("line"), on="line", how="anti").join(v.select("line"), on="line", how="anti")
         unparsed = pl.concat([unparsed.select("line", "text"), bad.select("line", "text")])
     return text_result(src.name, lines, records, values, unparsed, mode="done")

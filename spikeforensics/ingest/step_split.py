@@ -1,4 +1,4 @@
-""""step split value" metric files: Karpathy's build-nanogpt `log/log.txt` and its forks.
+""" "step split value" metric files: Karpathy's build-nanogpt `log/log.txt` and its forks.
 
 Writer: `karpathy/build-nanogpt:train_gpt2.py`, which appends to `log/log.txt`:
 
@@ -75,12 +75,18 @@ def parse(src: SourceFile) -> ParseResult:
     split = pl.col("split")
     is_train = split == "train"
     records = g.select(
-        "line", step_int(pl.col("step")).alias("step"), "prefix_rank",
+        "line",
+        step_int(pl.col("step")).alias("step"),
+        "prefix_rank",
         pl.when(is_train).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
     )
-    name = (pl.when(is_train).then(pl.lit("loss"))
-            .when(split.is_in(list(EVAL_LOSS))).then(pl.lit("eval_loss"))
-            .otherwise(pl.concat_str(pl.lit("eval_"), split)))
+    name = (
+        pl.when(is_train)
+        .then(pl.lit("loss"))
+        .when(split.is_in(list(EVAL_LOSS)))
+        .then(pl.lit("eval_loss"))
+        .otherwise(pl.concat_str(pl.lit("eval_"), split))
+    )
     main = parse_numbers(g.select("line", name.alias("name"), pl.col("v").alias("raw"))).select("line", "name", "value")
     extra = g.filter(is_train & (pl.col("rest") != "")).select("line", pl.col("rest").alias("text"))
     values = [main]

@@ -50,7 +50,7 @@ def field_name(raw: str) -> str:
     key = normalise_name(raw.split("[")[0])
     for prefix in ("dcgm_fi_dev_", "dcgm_fi_prof_", "dcgm_fi_"):
         if key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
             break
     return aliases.TELEMETRY_FIELD_ALIASES.get(key, key)
 
@@ -68,7 +68,11 @@ def _layout(lines: list[str]) -> str | None:
     if any(ln.startswith("#Entity") for ln in body):
         return "dcgmi"
     hdr = [ln for ln in body if ln.startswith("#")]
-    if hdr and re.search(r"\bgpu\b", hdr[0], re.I) and any(re.search(r"\b(pwr|gtemp|sm|mclk|pclk|temp)\b", h) for h in hdr):
+    if (
+        hdr
+        and re.search(r"\bgpu\b", hdr[0], re.I)
+        and any(re.search(r"\b(pwr|gtemp|sm|mclk|pclk|temp)\b", h) for h in hdr)
+    ):
         return "dmon"
     first = body[0].split(",")
     if len(first) >= 2 and re.fullmatch(SMI_TIMESTAMP, first[0].strip()):
@@ -76,8 +80,17 @@ def _layout(lines: list[str]) -> str | None:
     if len(first) < 2 or not all(re.fullmatch(SMI_HEADER_FIELD, c) for c in first):
         return None
     names = [normalise_name(c.split("[")[0]) for c in first]
-    known = {"timestamp", "index", "pci_bus_id", "uuid", "name", "temperature_gpu", "power_draw", "utilization_gpu",
-             "memory_used"}
+    known = {
+        "timestamp",
+        "index",
+        "pci_bus_id",
+        "uuid",
+        "name",
+        "temperature_gpu",
+        "power_draw",
+        "utilization_gpu",
+        "memory_used",
+    }
     if any("[" in c for c in first) or sum(n in known for n in names) >= 2:
         return "smi"
     return None
@@ -121,11 +134,13 @@ def with_query_header(lines: pl.DataFrame, path) -> pl.DataFrame:
         raise T.ingest_error(
             f"{path}:{first['line']}: nvidia-smi CSV without a header row (--format=csv,noheader): its columns "
             'cannot be guessed; put the --query-gpu list in an aliases file ([nvidia_smi] query = "timestamp,index,...") '
-            "and pass it with --aliases, or add the header line to the file")
+            "and pass it with --aliases, or add the header line to the file"
+        )
     n = len(first["text"].split(","))
     if n != len(query):
-        raise T.ingest_error(f"{path}:{first['line']}: {n} fields, but the [nvidia_smi] query names {len(query)} "
-                             f"({', '.join(query)})")
+        raise T.ingest_error(
+            f"{path}:{first['line']}: {n} fields, but the [nvidia_smi] query names {len(query)} ({', '.join(query)})"
+        )
     header = pl.DataFrame({"line": [0], "text": [", ".join(query)]}, schema=lines.select("line", "text").schema)
     return pl.concat([header, lines.select("line", "text")], how="vertical_relaxed")
 
@@ -135,11 +150,21 @@ def smi_csv(lines: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
     # a header row repeated by every `nvidia-smi -l` invocation
     rows = lines.filter(pl.col("text") != header)
     names = [c.strip() for c in header.split(",")]
-    frame = pl.read_csv(
-        io.BytesIO("\n".join(rows.get_column("text").to_list()).encode()),
-        has_header=False, new_columns=[f"c{i}" for i in range(len(names))], infer_schema=False,
-        truncate_ragged_lines=True, raise_if_empty=False, quote_char=None,
-    ) if rows.height else pl.DataFrame({f"c{i}": [] for i in range(len(names))}, schema={f"c{i}": pl.String for i in range(len(names))})
+    frame = (
+        pl.read_csv(
+            io.BytesIO("\n".join(rows.get_column("text").to_list()).encode()),
+            has_header=False,
+            new_columns=[f"c{i}" for i in range(len(names))],
+            infer_schema=False,
+            truncate_ragged_lines=True,
+            raise_if_empty=False,
+            quote_char=None,
+        )
+        if rows.height
+        else pl.DataFrame(
+            {f"c{i}": [] for i in range(len(names))}, schema={f"c{i}": pl.String for i in range(len(names))}
+        )
+    )
     frame = frame.with_columns(rows.get_column("line").alias("line"))
     canon = [normalise_name(n.split("[")[0]) for n in names]
     col = {c: f"c{i}" for i, c in enumerate(canon)}
@@ -152,11 +177,14 @@ def smi_csv(lines: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
     elif "pci_bus_id" in col:
         gpu = (pl.col(col["pci_bus_id"]).str.strip_chars().str.to_lowercase().rank("dense") - 1).cast(pl.Int32)
     else:  # rows of one sample are printed in GPU order
-        gpu = (pl.int_range(pl.len()).over(pl.col(col["timestamp"]) if "timestamp" in col else pl.lit(0))).cast(pl.Int32)
+        gpu = (pl.int_range(pl.len()).over(pl.col(col["timestamp"]) if "timestamp" in col else pl.lit(0))).cast(
+            pl.Int32
+        )
     skip = {"timestamp", "index", "pci_bus_id", "uuid", "name", "serial", "driver_version", "vbios_version"}
     fields = {field_name(n): f"c{i}" for i, (n, c) in enumerate(zip(names, canon)) if c not in skip}
-    wide = frame.select("line", time.alias("time"), gpu.alias("gpu"),
-                        *[_value(pl.col(c)).alias(f) for f, c in fields.items()])
+    wide = frame.select(
+        "line", time.alias("time"), gpu.alias("gpu"), *[_value(pl.col(c)).alias(f) for f, c in fields.items()]
+    )
     return wide.unpivot(index=["line", "time", "gpu"], variable_name="field", value_name="value")
 
 
@@ -177,17 +205,33 @@ def dmon(lines: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
         lower = [n.lower() for n in names]
         time = pl.lit(None, dtype=schema.TIME)
         if "date" in lower and "time" in lower:
-            stamp = pl.concat_str(pl.col("_v").list.get(lower.index("date"), null_on_oob=True), pl.lit(" "),
-                                  pl.col("_v").list.get(lower.index("time"), null_on_oob=True))
+            stamp = pl.concat_str(
+                pl.col("_v").list.get(lower.index("date"), null_on_oob=True),
+                pl.lit(" "),
+                pl.col("_v").list.get(lower.index("time"), null_on_oob=True),
+            )
             time = stamp.str.to_datetime("%Y%m%d %H:%M:%S", strict=False, time_unit="us")
         gpu_i = lower.index("gpu") if "gpu" in lower else lower.index("idx") if "idx" in lower else None
-        gpu = pl.col("_v").list.get(gpu_i, null_on_oob=True).cast(pl.Int32, strict=False) if gpu_i is not None else pl.lit(None, dtype=pl.Int32)
+        gpu = (
+            pl.col("_v").list.get(gpu_i, null_on_oob=True).cast(pl.Int32, strict=False)
+            if gpu_i is not None
+            else pl.lit(None, dtype=pl.Int32)
+        )
         fields = [(i, field_name(n)) for i, n in enumerate(lower) if n not in ("gpu", "idx", "date", "time")]
-        wide = part.select("line", time.alias("time"), gpu.alias("gpu"),
-                           *[_value(pl.col("_v").list.get(i, null_on_oob=True)).alias(f) for i, f in fields])
+        wide = part.select(
+            "line",
+            time.alias("time"),
+            gpu.alias("gpu"),
+            *[_value(pl.col("_v").list.get(i, null_on_oob=True)).alias(f) for i, f in fields],
+        )
         out.append(wide.unpivot(index=["line", "time", "gpu"], variable_name="field", value_name="value"))
-    return pl.concat(out) if out else pl.DataFrame(schema={"line": pl.Int64, "time": schema.TIME, "gpu": pl.Int32,
-                                                             "field": pl.String, "value": pl.Float64})
+    return (
+        pl.concat(out)
+        if out
+        else pl.DataFrame(
+            schema={"line": pl.Int64, "time": schema.TIME, "gpu": pl.Int32, "field": pl.String, "value": pl.Float64}
+        )
+    )
 
 
 def dcgmi(lines: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
@@ -198,7 +242,8 @@ def dcgmi(lines: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
     v = text.str.replace_all(r"\s+", " ").str.split(" ")
     rows = rows.with_columns(v.alias("_v"))
     wide = rows.select(
-        "line", pl.lit(None, dtype=schema.TIME).alias("time"),
+        "line",
+        pl.lit(None, dtype=schema.TIME).alias("time"),
         pl.col("_v").list.get(1).cast(pl.Int32, strict=False).alias("gpu"),
         *[_value(pl.col("_v").list.get(i + 2, null_on_oob=True)).alias(field_name(n)) for i, n in enumerate(names)],
     )
@@ -236,8 +281,16 @@ def xid_events(long: pl.DataFrame) -> pl.DataFrame | None:
     hits = xid.filter((pl.col("value") > 0) & changed)
     if hits.height == 0:
         return None
-    return schema.conform("events", hits.select(
-        "line", "time", pl.lit("xid").alias("kind"),
-        detail_expr(ints={"code": pl.col("value"), "gpu": pl.col("gpu")}, strings={"host": pl.col("host")},
-                    bools={"from_telemetry": pl.lit(True)}).alias("detail"),
-    ))
+    return schema.conform(
+        "events",
+        hits.select(
+            "line",
+            "time",
+            pl.lit("xid").alias("kind"),
+            detail_expr(
+                ints={"code": pl.col("value"), "gpu": pl.col("gpu")},
+                strings={"host": pl.col("host")},
+                bools={"from_telemetry": pl.lit(True)},
+            ).alias("detail"),
+        ),
+    )

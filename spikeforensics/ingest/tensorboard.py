@@ -81,9 +81,7 @@ def parse(src: SourceFile) -> ParseResult:
         return result
     rec = (pl.col("step") != pl.col("step").shift(1)).fill_null(True).cum_sum().alias("rec")
     scalars = scalars.with_columns(rec)
-    first = scalars.group_by("rec", maintain_order=True).agg(
-        pl.col("step").first(), pl.col("wall_time").first()
-    )
+    first = scalars.group_by("rec", maintain_order=True).agg(pl.col("step").first(), pl.col("wall_time").first())
     # within one record a tag logged twice keeps its first value
     values = scalars.unique(["rec", "tag"], keep="first", maintain_order=True).pivot(
         on="tag", index="rec", values="value"

@@ -104,14 +104,45 @@ XID = r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:,\s*(.*))?"
 # exception handling). They run only on the lines that hold one of GUARD_LITERALS (one
 # literal-alternation scan over the file), so a Megatron log pays a single literal scan for them.
 GUARD_LITERALS = [
-    "Gradient overflow.", "loss scale already at minimum", "Minimum loss scale reached",
-    "stopping training", "Loss became infinite", "ECC", "kipping step", "kipped step",
-    "kipping the step", "kipping optimizer", "kip step",
+    "Gradient overflow.",
+    "loss scale already at minimum",
+    "Minimum loss scale reached",
+    "stopping training",
+    "Loss became infinite",
+    "ECC",
+    "kipping step",
+    "kipped step",
+    "kipping the step",
+    "kipping optimizer",
+    "kip step",
     # run facts
-    "fp16", "bf16", "FP16", "BF16", "float16", "Precision", "precision", "16bit", "16-bit",
-    "Tesla", "NVIDIA", "GeForce", "Quadro", "TITAN", "Product Name", "get_device_name",
-    "CUDA error", "CUDAError", "CUDA Error", "CUDA status Error",
-    "norm is nan", "norm is inf", "norm is NaN", "norm is Inf", "is not correct", "are invalid", "got nan grad",
+    "fp16",
+    "bf16",
+    "FP16",
+    "BF16",
+    "float16",
+    "Precision",
+    "precision",
+    "16bit",
+    "16-bit",
+    "Tesla",
+    "NVIDIA",
+    "GeForce",
+    "Quadro",
+    "TITAN",
+    "Product Name",
+    "get_device_name",
+    "CUDA error",
+    "CUDAError",
+    "CUDA Error",
+    "CUDA status Error",
+    "norm is nan",
+    "norm is inf",
+    "norm is NaN",
+    "norm is Inf",
+    "is not correct",
+    "are invalid",
+    "got nan grad",
 ]
 # one regex alternation of escaped literals (faster than `str.contains_any` on long lines)
 GUARD_RE = "|".join(re.escape(x) for x in GUARD_LITERALS)
@@ -157,7 +188,9 @@ USER_SKIP = r"(?i)\bskip(?:ping|ped)? (?:the |this |an |optimizer |current )*ste
 PREC_LIGHTNING = r"Using (?:(16)[ -]?bit|(bfloat16|bf16))(?: native)?(?: Automatic Mixed)? [Pp]recision"
 PREC_ACCELERATE = r"mixed_precision\W{0,3}\s*[=:]?\s*['\"]?(fp16|bf16)\b"
 PREC_DS_CONFIG = r"\"(fp16|bf16)\":\s*\{\s*\"enabled\":\s*true"
-PREC_DTYPE = r"(?:torch_dtype\s*=\s*|params_dtype\s*\.*\s*:?\s*|cast_model_type\s*:\s*)torch\.(float16|bfloat16|half|float32)\b"
+PREC_DTYPE = (
+    r"(?:torch_dtype\s*=\s*|params_dtype\s*\.*\s*:?\s*|cast_model_type\s*:\s*)torch\.(float16|bfloat16|half|float32)\b"
+)
 PREC_FLAG = r"(?:^|[^\w-])-{0,2}(fp16|bf16)(?:\s*[=:]\s*|\s*\.{2,}\s*|\s+)(?:True|true|1)\b"
 PREC_BARE = r"(?:^|\s)--(fp16|bf16)(?:\s*\\?\s*$|\s+--)"
 PREC_LIGHTNING_ARG = r"\bprecision\s*[=:]\s*['\"]?(16-mixed|bf16-mixed|16|bf16|32)\b"
@@ -177,8 +210,14 @@ HAS_BF16 = (
     r"\bA[2-6]000\b|RTX 30\d0|RTX 40\d0|RTX 50\d0|\b30[5-9]0|\b40[6-9]0|\b50[6-9]0|Ada"
 )
 
-EVENT_COLUMNS = {"line": pl.Int64, "step": pl.Int64, "rank": pl.Int32, "kind": pl.String,
-                 "time": schema.TIME, "detail": pl.String}
+EVENT_COLUMNS = {
+    "line": pl.Int64,
+    "step": pl.Int64,
+    "rank": pl.Int32,
+    "kind": pl.String,
+    "time": schema.TIME,
+    "detail": pl.String,
+}
 
 
 def empty_events() -> pl.DataFrame:
@@ -218,39 +257,69 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     fs = text.str.extract(FAIRSEQ_OVERFLOW, 1)
     go = text.str.extract(GRAD_OVERFLOW, 1)
     c = cand.with_columns(
-        hys.struct.field("1").alias("_h_scale"), hys.struct.field("2").alias("_h_from"),
+        hys.struct.field("1").alias("_h_scale"),
+        hys.struct.field("2").alias("_h_from"),
         hys.struct.field("3").alias("_h_to"),
-        ovf.struct.field("1").alias("_o_old"), ovf.struct.field("2").alias("_o_new"),
-        fs.alias("_f_new"), go.alias("_g_iter"),
+        ovf.struct.field("1").alias("_o_old"),
+        ovf.struct.field("2").alias("_o_new"),
+        fs.alias("_f_new"),
+        go.alias("_g_iter"),
         text.str.contains(DS_OVERFLOW_BARE).alias("_bare"),
     )
     out = []
     h = c.filter(pl.col("_h_scale").is_not_null())
-    out.append(_ret(h, "hysteresis", detail_expr(
-        floats={"old_scale": _num(pl.col("_h_scale")), "new_scale": _num(pl.col("_h_scale"))},
-        ints={"hysteresis": pl.col("_h_from"), "new_hysteresis": pl.col("_h_to")},
-        strings={"source_format": pl.lit("deepspeed")},
-    )))
+    out.append(
+        _ret(
+            h,
+            "hysteresis",
+            detail_expr(
+                floats={"old_scale": _num(pl.col("_h_scale")), "new_scale": _num(pl.col("_h_scale"))},
+                ints={"hysteresis": pl.col("_h_from"), "new_hysteresis": pl.col("_h_to")},
+                strings={"source_format": pl.lit("deepspeed")},
+            ),
+        )
+    )
     o = c.filter(pl.col("_o_old").is_not_null() & pl.col("_h_scale").is_null())
-    out.append(_ret(o, "overflow", detail_expr(
-        floats={"old_scale": _num(pl.col("_o_old")), "new_scale": _num(pl.col("_o_new"))},
-        strings={"source_format": pl.lit("deepspeed")},
-    )))
+    out.append(
+        _ret(
+            o,
+            "overflow",
+            detail_expr(
+                floats={"old_scale": _num(pl.col("_o_old")), "new_scale": _num(pl.col("_o_new"))},
+                strings={"source_format": pl.lit("deepspeed")},
+            ),
+        )
+    )
     b = c.filter(pl.col("_bare") & pl.col("_o_old").is_null() & pl.col("_h_scale").is_null())
     out.append(_ret(b, "overflow", detail_expr(strings={"source_format": pl.lit("deepspeed")})))
     # fairseq halves the scale (scale_factor 2) on overflow: old_scale is inferred.
     f = c.filter(pl.col("_f_new").is_not_null())
-    out.append(_ret(f, "overflow", detail_expr(
-        floats={"old_scale": _num(pl.col("_f_new")) * 2, "new_scale": _num(pl.col("_f_new"))},
-        bools={"old_scale_inferred": pl.lit(True)},
-        strings={"source_format": pl.lit("fairseq")},
-    )))
+    out.append(
+        _ret(
+            f,
+            "overflow",
+            detail_expr(
+                floats={"old_scale": _num(pl.col("_f_new")) * 2, "new_scale": _num(pl.col("_f_new"))},
+                bools={"old_scale_inferred": pl.lit(True)},
+                strings={"source_format": pl.lit("fairseq")},
+            ),
+        )
+    )
     g = c.filter(pl.col("_g_iter").is_not_null())
-    out.append(_ret(g, "overflow", detail_expr(ints={"iteration": pl.col("_g_iter")}),
-                    step=pl.col("_g_iter").cast(pl.Int64, strict=False)))
+    out.append(
+        _ret(
+            g,
+            "overflow",
+            detail_expr(ints={"iteration": pl.col("_g_iter")}),
+            step=pl.col("_g_iter").cast(pl.Int64, strict=False),
+        )
+    )
     used = (
-        pl.col("_h_scale").is_not_null() | pl.col("_o_old").is_not_null() | pl.col("_bare")
-        | pl.col("_f_new").is_not_null() | pl.col("_g_iter").is_not_null()
+        pl.col("_h_scale").is_not_null()
+        | pl.col("_o_old").is_not_null()
+        | pl.col("_bare")
+        | pl.col("_f_new").is_not_null()
+        | pl.col("_g_iter").is_not_null()
     )
     return c.filter(~used).select(cand.columns), out
 
@@ -273,65 +342,136 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         text.str.extract(LOSS_INVALID, 1).alias("_linv"),
         text.str.contains(GRADS_INVALID_STOP).alias("_gstop"),
         text.str.contains(SAMPLES_NAN_GRAD).alias("_snan"),
-        (text.str.contains(USER_SKIP) & ~text.str.contains("OVERFLOW!", literal=True)
-         & ~text.str.contains(r"(?i)overflow on iteration")).alias("_skip"),
+        (
+            text.str.contains(USER_SKIP)
+            & ~text.str.contains("OVERFLOW!", literal=True)
+            & ~text.str.contains(r"(?i)overflow on iteration")
+        ).alias("_skip"),
     )
     out = []
     apex = c.filter(pl.col("_apex").is_not_null())
-    out.append(_ret(apex, "overflow", detail_expr(
-        floats={"old_scale": _num(pl.col("_apex")) * 2, "new_scale": _num(pl.col("_apex"))},
-        bools={"old_scale_inferred": pl.lit(True)}, strings={"source_format": pl.lit("apex")},
-    )))
+    out.append(
+        _ret(
+            apex,
+            "overflow",
+            detail_expr(
+                floats={"old_scale": _num(pl.col("_apex")) * 2, "new_scale": _num(pl.col("_apex"))},
+                bools={"old_scale_inferred": pl.lit(True)},
+                strings={"source_format": pl.lit("apex")},
+            ),
+        )
+    )
     rest = c.filter(pl.col("_apex").is_null())
     floor = rest.filter(pl.col("_floor"))
-    out.append(_ret(floor, "overflow", detail_expr(
-        floats={"old_scale": _num(pl.col("_floor_scale"))},
-        bools={"at_floor": pl.lit(True), "fatal": pl.lit(True)},
-        strings={"reason": pl.lit("min_loss_scale"), "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
-    )))
+    out.append(
+        _ret(
+            floor,
+            "overflow",
+            detail_expr(
+                floats={"old_scale": _num(pl.col("_floor_scale"))},
+                bools={"at_floor": pl.lit(True), "fatal": pl.lit(True)},
+                strings={
+                    "reason": pl.lit("min_loss_scale"),
+                    "message": pl.col("text").str.strip_chars().str.slice(0, 300),
+                },
+            ),
+        )
+    )
     rest = rest.filter(~pl.col("_floor"))
     nonfinite = rest.filter(pl.col("_stop").is_not_null() | pl.col("_d2").is_not_null())
     value = pl.coalesce(
         pl.col("_stop").str.to_lowercase().str.strip_chars("+"),
         pl.when(pl.col("_d2").is_not_null()).then(pl.lit("nan_or_inf")),
     )
-    out.append(_ret(nonfinite, "nan", detail_expr(
-        ints={"iteration": pl.col("_d2")},
-        strings={"metric": pl.lit("loss"), "value": value, "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
-        bools={"stopped": pl.lit(True)},
-    ), step=pl.col("_d2").cast(pl.Int64, strict=False)))
+    out.append(
+        _ret(
+            nonfinite,
+            "nan",
+            detail_expr(
+                ints={"iteration": pl.col("_d2")},
+                strings={
+                    "metric": pl.lit("loss"),
+                    "value": value,
+                    "message": pl.col("text").str.strip_chars().str.slice(0, 300),
+                },
+                bools={"stopped": pl.lit(True)},
+            ),
+            step=pl.col("_d2").cast(pl.Int64, strict=False),
+        )
+    )
     rest = rest.filter(pl.col("_stop").is_null() & pl.col("_d2").is_null())
     ecc = rest.filter(pl.col("_ecc"))
-    out.append(_ret(ecc, "ecc", detail_expr(
-        bools={"uncorrectable": pl.lit(True)}, strings={"message": pl.col("text").str.strip_chars().str.slice(0, 300)},
-    )))
+    out.append(
+        _ret(
+            ecc,
+            "ecc",
+            detail_expr(
+                bools={"uncorrectable": pl.lit(True)},
+                strings={"message": pl.col("text").str.strip_chars().str.slice(0, 300)},
+            ),
+        )
+    )
     rest = rest.filter(~pl.col("_ecc"))
     cuda = rest.filter(pl.col("_cuda").is_not_null())
-    out.append(_ret(cuda, "error", detail_expr(
-        strings={"exception": pl.lit("CUDAError"), "message": pl.concat_str(pl.lit("CUDA error: "), pl.col("_cuda").str.strip_chars()),
-                 "reason": pl.lit("cuda_error")},
-    )))
+    out.append(
+        _ret(
+            cuda,
+            "error",
+            detail_expr(
+                strings={
+                    "exception": pl.lit("CUDAError"),
+                    "message": pl.concat_str(pl.lit("CUDA error: "), pl.col("_cuda").str.strip_chars()),
+                    "reason": pl.lit("cuda_error"),
+                },
+            ),
+        )
+    )
     rest = rest.filter(pl.col("_cuda").is_null())
     msg = pl.col("text").str.strip_chars().str.slice(0, 300)
     gnan = rest.filter(pl.col("_gnan").is_not_null() | pl.col("_gstop") | pl.col("_snan"))
-    out.append(_ret(gnan, "nan", detail_expr(
-        strings={"metric": pl.when(pl.col("_snan")).then(pl.lit("sample_grad")).otherwise(pl.lit("grad_norm")),
-                 "value": pl.coalesce(pl.col("_gnan").str.to_lowercase(), pl.lit("nan")), "message": msg},
-        bools={"skipped": pl.col("_gnan").is_not_null() & pl.col("text").str.contains(r"(?i)skip|not update|ignor"),
-               "stopped": pl.col("_gstop")},
-    )))
+    out.append(
+        _ret(
+            gnan,
+            "nan",
+            detail_expr(
+                strings={
+                    "metric": pl.when(pl.col("_snan")).then(pl.lit("sample_grad")).otherwise(pl.lit("grad_norm")),
+                    "value": pl.coalesce(pl.col("_gnan").str.to_lowercase(), pl.lit("nan")),
+                    "message": msg,
+                },
+                bools={
+                    "skipped": pl.col("_gnan").is_not_null()
+                    & pl.col("text").str.contains(r"(?i)skip|not update|ignor"),
+                    "stopped": pl.col("_gstop"),
+                },
+            ),
+        )
+    )
     rest = rest.filter(pl.col("_gnan").is_null() & ~pl.col("_gstop") & ~pl.col("_snan"))
     linv = rest.filter(pl.col("_linv").is_not_null())
-    out.append(_ret(linv, SKIP_KIND, detail_expr(
-        floats={"value": _num(pl.col("_linv"))}, strings={"metric": pl.lit("loss"), "reason": pl.lit("invalid_loss"), "message": msg},
-        bools={"skipped": pl.lit(True)},
-    )))
+    out.append(
+        _ret(
+            linv,
+            SKIP_KIND,
+            detail_expr(
+                floats={"value": _num(pl.col("_linv"))},
+                strings={"metric": pl.lit("loss"), "reason": pl.lit("invalid_loss"), "message": msg},
+                bools={"skipped": pl.lit(True)},
+            ),
+        )
+    )
     rest = rest.filter(pl.col("_linv").is_null())
     skip = rest.filter(pl.col("_skip"))
-    out.append(_ret(skip, SKIP_KIND, detail_expr(
-        strings={"reason": pl.lit("user_skip"), "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
-        bools={"skipped": pl.lit(True)},
-    )))
+    out.append(
+        _ret(
+            skip,
+            SKIP_KIND,
+            detail_expr(
+                strings={"reason": pl.lit("user_skip"), "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
+                bools={"skipped": pl.lit(True)},
+            ),
+        )
+    )
     out = [f for f in out if f.height]
     claimed = pl.concat([f.select("line") for f in out]) if out else pl.DataFrame(schema={"line": pl.Int64})
     return claimed, out + _run_facts(extra)
@@ -344,16 +484,26 @@ def _run_facts(extra: pl.DataFrame) -> list[pl.DataFrame]:
     dtype = text.str.extract(PREC_DTYPE, 1)
     larg = text.str.extract(PREC_LIGHTNING_ARG, 1)
     mode = pl.coalesce(
-        pl.when(lit.struct.field("1").is_not_null()).then(pl.lit("amp-fp16"))
-        .when(lit.struct.field("2").is_not_null()).then(pl.lit("amp-bf16")),
+        pl.when(lit.struct.field("1").is_not_null())
+        .then(pl.lit("amp-fp16"))
+        .when(lit.struct.field("2").is_not_null())
+        .then(pl.lit("amp-bf16")),
         pl.concat_str(pl.lit("amp-"), text.str.extract(PREC_ACCELERATE, 1)),
         text.str.extract(PREC_DS_CONFIG, 1),
-        pl.when(dtype.is_in(["float16", "half"])).then(pl.lit("fp16"))
-        .when(dtype == "bfloat16").then(pl.lit("bf16")).when(dtype == "float32").then(pl.lit("fp32")),
+        pl.when(dtype.is_in(["float16", "half"]))
+        .then(pl.lit("fp16"))
+        .when(dtype == "bfloat16")
+        .then(pl.lit("bf16"))
+        .when(dtype == "float32")
+        .then(pl.lit("fp32")),
         text.str.extract(PREC_FLAG, 1),
         text.str.extract(PREC_BARE, 1),
-        pl.when(larg.is_in(["16", "16-mixed"])).then(pl.lit("amp-fp16"))
-        .when(larg.is_in(["bf16", "bf16-mixed"])).then(pl.lit("amp-bf16")).when(larg == "32").then(pl.lit("fp32")),
+        pl.when(larg.is_in(["16", "16-mixed"]))
+        .then(pl.lit("amp-fp16"))
+        .when(larg.is_in(["bf16", "bf16-mixed"]))
+        .then(pl.lit("amp-bf16"))
+        .when(larg == "32")
+        .then(pl.lit("fp32")),
     )
     name = pl.coalesce(text.str.extract(DEVICE_SMI_ROW, 1), text.str.extract(DEVICE_NAMED, 1)).str.strip_chars(" .-")
     f = extra.with_columns(mode.alias("_mode"), name.alias("_name"))
@@ -364,7 +514,11 @@ def _run_facts(extra: pl.DataFrame) -> list[pl.DataFrame]:
     n = pl.col("_name")
     bf16 = pl.when(n.str.contains(NO_BF16)).then(pl.lit(False)).when(n.str.contains(HAS_BF16)).then(pl.lit(True))
     return [
-        _ret(prec, "precision", detail_expr(strings={"mode": pl.col("_mode"), "text": text.str.strip_chars().str.slice(0, 300)})),
+        _ret(
+            prec,
+            "precision",
+            detail_expr(strings={"mode": pl.col("_mode"), "text": text.str.strip_chars().str.slice(0, 300)}),
+        ),
         _ret(dev, "device", detail_expr(strings={"name": n}, bools={"bf16_supported": bf16})),
     ]
 
@@ -375,32 +529,45 @@ def _nccl(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     text = pl.col("text")
     g = text.str.extract_groups(NCCL_TIMEOUT)
     c = cand.with_columns(
-        g.struct.field("1").cast(pl.Int64, strict=False).alias("_seq"), g.struct.field("2").alias("_op"),
+        g.struct.field("1").cast(pl.Int64, strict=False).alias("_seq"),
+        g.struct.field("2").alias("_op"),
         g.struct.field("3").cast(pl.Int64, strict=False).alias("_tmo"),
         g.struct.field("4").cast(pl.Int64, strict=False).alias("_ran"),
         pl.coalesce(pl.col("prefix_rank"), text.str.extract(NCCL_RANK, 1).cast(pl.Int32, strict=False)).alias("_rank"),
     )
     hits = c.filter(pl.col("_seq").is_not_null())
-    last = c.select(
-        "line", text.str.extract_groups(NCCL_LAST).alias("_g"), pl.col("prefix_rank")
-    ).unnest("_g").filter(pl.col("1").is_not_null()).select(
-        pl.col("line").alias("_lline"),
-        pl.coalesce(pl.col("prefix_rank"), pl.col("1").cast(pl.Int32, strict=False)).alias("_rank"),
-        pl.col("2").cast(pl.Int64, strict=False).alias("_lseq"),
-        pl.col("3").cast(pl.Int64, strict=False).alias("_last"),
-    ).sort("_lline")
+    last = (
+        c.select("line", text.str.extract_groups(NCCL_LAST).alias("_g"), pl.col("prefix_rank"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            pl.col("line").alias("_lline"),
+            pl.coalesce(pl.col("prefix_rank"), pl.col("1").cast(pl.Int32, strict=False)).alias("_rank"),
+            pl.col("2").cast(pl.Int64, strict=False).alias("_lseq"),
+            pl.col("3").cast(pl.Int64, strict=False).alias("_last"),
+        )
+        .sort("_lline")
+    )
     is_last = text.str.contains(NCCL_LAST)
     if hits.height:
-        hits = hits.sort("line").join_asof(
-            last, left_on="line", right_on="_lline", by="_rank", strategy="forward", check_sortedness=False
-        ).with_columns(
-            pl.when(pl.col("_lseq") == pl.col("_seq")).then(pl.col("_last")).alias("_last")
+        hits = (
+            hits.sort("line")
+            .join_asof(last, left_on="line", right_on="_lline", by="_rank", strategy="forward", check_sortedness=False)
+            .with_columns(pl.when(pl.col("_lseq") == pl.col("_seq")).then(pl.col("_last")).alias("_last"))
         )
-        ev = _ret(hits.with_columns(pl.col("_rank").alias("prefix_rank")), "nccl_timeout", detail_expr(
-            ints={"seq": pl.col("_seq"), "timeout_ms": pl.col("_tmo"), "ran_ms": pl.col("_ran"),
-                  "last_completed": pl.col("_last")},
-            strings={"op": pl.col("_op")},
-        ))
+        ev = _ret(
+            hits.with_columns(pl.col("_rank").alias("prefix_rank")),
+            "nccl_timeout",
+            detail_expr(
+                ints={
+                    "seq": pl.col("_seq"),
+                    "timeout_ms": pl.col("_tmo"),
+                    "ran_ms": pl.col("_ran"),
+                    "last_completed": pl.col("_last"),
+                },
+                strings={"op": pl.col("_op")},
+            ),
+        )
     else:
         ev = empty_events()
     return c.filter(pl.col("_seq").is_null() & ~is_last).select(cand.columns), [ev]
@@ -419,40 +586,79 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     )
     out = []
     xid = c.filter(pl.col("_xid").struct.field("1").is_not_null())
-    out.append(_ret(xid, "xid", detail_expr(
-        ints={"code": pl.col("_xid").struct.field("2")},
-        strings={"pci": pl.col("_xid").struct.field("1").str.to_lowercase(),
-                 "message": pl.col("_xid").struct.field("3").str.strip_chars()},
-    )))
+    out.append(
+        _ret(
+            xid,
+            "xid",
+            detail_expr(
+                ints={"code": pl.col("_xid").struct.field("2")},
+                strings={
+                    "pci": pl.col("_xid").struct.field("1").str.to_lowercase(),
+                    "message": pl.col("_xid").struct.field("3").str.strip_chars(),
+                },
+            ),
+        )
+    )
     rest = c.filter(pl.col("_xid").struct.field("1").is_null())
     bad_val = _num(pl.col("_bad").struct.field("1"))
     bad = rest.filter(bad_val.is_not_null())
-    out.append(_ret(bad, pl.when(bad_val.is_finite()).then(pl.lit(SKIP_KIND)).otherwise(pl.lit("nan")), detail_expr(
-        floats={"value": bad_val}, strings={"metric": pl.lit("grad_norm"), "reason": pl.lit("bad_grad_norm")},
-        bools={"skipped": pl.lit(True)},
-    )))
+    out.append(
+        _ret(
+            bad,
+            pl.when(bad_val.is_finite()).then(pl.lit(SKIP_KIND)).otherwise(pl.lit("nan")),
+            detail_expr(
+                floats={"value": bad_val},
+                strings={"metric": pl.lit("grad_norm"), "reason": pl.lit("bad_grad_norm")},
+                bools={"skipped": pl.lit(True)},
+            ),
+        )
+    )
     rest = rest.filter(bad_val.is_null())
     z = _num(pl.col("_skip").struct.field("2"))
     skip = rest.filter(pl.col("_skip").struct.field("1").is_not_null())
-    out.append(_ret(skip, SKIP_KIND, detail_expr(
-        floats={"zscore": z}, strings={"reason": pl.concat_str(pl.col("_skip").struct.field("1"), pl.lit("_zscore"))},
-        bools={"skipped": pl.lit(True)},
-    )))
+    out.append(
+        _ret(
+            skip,
+            SKIP_KIND,
+            detail_expr(
+                floats={"zscore": z},
+                strings={"reason": pl.concat_str(pl.col("_skip").struct.field("1"), pl.lit("_zscore"))},
+                bools={"skipped": pl.lit(True)},
+            ),
+        )
+    )
     rest = rest.filter(pl.col("_skip").struct.field("1").is_null())
     oom = rest.filter(pl.col("_oom"))
     out.append(_ret(oom, "oom", detail_expr(strings={"message": text.str.strip_chars().str.slice(0, 300)})))
     rest = rest.filter(~pl.col("_oom"))
     res_g = text.str.extract_groups(RESUME_STEP)
     res = rest.filter(pl.col("_resume"))
-    out.append(_ret(res, "resume", detail_expr(
-        strings={"path": _not_word(text.str.extract(RESUME_PATH, 1)), "message": text.str.strip_chars().str.slice(0, 300)},
-    ), step=_first_int(res_g.struct.field("1"), res_g.struct.field("2"), res_g.struct.field("3"))))
+    out.append(
+        _ret(
+            res,
+            "resume",
+            detail_expr(
+                strings={
+                    "path": _not_word(text.str.extract(RESUME_PATH, 1)),
+                    "message": text.str.strip_chars().str.slice(0, 300),
+                },
+            ),
+            step=_first_int(res_g.struct.field("1"), res_g.struct.field("2"), res_g.struct.field("3")),
+        )
+    )
     rest = rest.filter(~pl.col("_resume"))
     sv_g = text.str.extract_groups(SAVE_STEP)
     sv = rest.filter(pl.col("_save"))
-    out.append(_ret(sv, "checkpoint_save", detail_expr(
-        strings={"path": text.str.extract(SAVE_PATH, 1), "message": text.str.strip_chars().str.slice(0, 300)},
-    ), step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 10)])))
+    out.append(
+        _ret(
+            sv,
+            "checkpoint_save",
+            detail_expr(
+                strings={"path": text.str.extract(SAVE_PATH, 1), "message": text.str.strip_chars().str.slice(0, 300)},
+            ),
+            step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 10)]),
+        )
+    )
     rest = rest.filter(~pl.col("_save"))
     return rest.select(cand.columns), out
 
@@ -464,8 +670,11 @@ def _errors(cand: pl.DataFrame, all_lines: pl.DataFrame) -> list[pl.DataFrame]:
     text = pl.col("text")
     tb = cand.filter(text.str.contains(TRACEBACK)).with_columns(pl.col("prefix_rank").fill_null(-1).alias("_r"))
     exc = all_lines.select(
-        "line", "prefix_rank", pl.col("prefix_rank").fill_null(-1).alias("_r"),
-        text.str.extract_groups(EXCEPTION).alias("_e"), text,
+        "line",
+        "prefix_rank",
+        pl.col("prefix_rank").fill_null(-1).alias("_r"),
+        text.str.extract_groups(EXCEPTION).alias("_e"),
+        text,
     ).filter(pl.col("_e").struct.field("1").is_not_null())
     exc = exc.with_columns(
         pl.col("_e").struct.field("1").alias("_etype"),
@@ -479,11 +688,26 @@ def _errors(cand: pl.DataFrame, all_lines: pl.DataFrame) -> list[pl.DataFrame]:
         # the exception line that ends a traceback: the first one after it, same rank,
         # before the next traceback of that rank
         nxt_tb = tb.select(pl.col("line").alias("_nt"), "_r").sort("_nt")
-        tbj = tb.sort("line").join_asof(
-            exc.select(pl.col("line").alias("_eline"), "_r", "_etype", "_emsg").sort("_eline"),
-            left_on="line", right_on="_eline", by="_r", strategy="forward", check_sortedness=False,
-        ).join_asof(nxt_tb, left_on="line", right_on="_nt", by="_r", strategy="forward",
-                    allow_exact_matches=False, check_sortedness=False)
+        tbj = (
+            tb.sort("line")
+            .join_asof(
+                exc.select(pl.col("line").alias("_eline"), "_r", "_etype", "_emsg").sort("_eline"),
+                left_on="line",
+                right_on="_eline",
+                by="_r",
+                strategy="forward",
+                check_sortedness=False,
+            )
+            .join_asof(
+                nxt_tb,
+                left_on="line",
+                right_on="_nt",
+                by="_r",
+                strategy="forward",
+                allow_exact_matches=False,
+                check_sortedness=False,
+            )
+        )
         ok = pl.col("_eline").is_not_null() & (pl.col("_nt").is_null() | (pl.col("_eline") < pl.col("_nt")))
         tbj = tbj.with_columns(
             pl.when(ok).then(pl.col("_etype")).alias("_etype"),
@@ -491,15 +715,27 @@ def _errors(cand: pl.DataFrame, all_lines: pl.DataFrame) -> list[pl.DataFrame]:
             pl.when(ok).then(pl.col("_eline")).alias("_eline"),
         )
         claimed = tbj.select("_eline").drop_nulls()
-        out.append(_ret(tbj, "error", detail_expr(
-            strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
-            bools={"traceback": pl.lit(True)},
-        )))
+        out.append(
+            _ret(
+                tbj,
+                "error",
+                detail_expr(
+                    strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
+                    bools={"traceback": pl.lit(True)},
+                ),
+            )
+        )
     alone = exc.join(claimed, left_on="line", right_on="_eline", how="anti")
     alone = alone.join(cand.select("line"), on="line", how="semi")  # not already another event
-    out.append(_ret(alone, "error", detail_expr(
-        strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
-    )))
+    out.append(
+        _ret(
+            alone,
+            "error",
+            detail_expr(
+                strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
+            ),
+        )
+    )
     return out
 
 

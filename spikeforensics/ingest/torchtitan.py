@@ -44,8 +44,9 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     g = text.str.extract_groups(STEP)
-    rec = lines.with_columns(step_int(g.struct.field("2")).alias("step"),
-                             g.struct.field("1").is_not_null().alias("_val")).filter(pl.col("step").is_not_null())
+    rec = lines.with_columns(
+        step_int(g.struct.field("2")).alias("step"), g.struct.field("1").is_not_null().alias("_val")
+    ).filter(pl.col("step").is_not_null())
     kind = pl.when(pl.col("_val")).then(pl.lit("eval")).otherwise(pl.lit("train"))
     records = rec.select("line", "step", "prefix_rank", kind.alias("record_kind"), extract_time(text).alias("time"))
     body = text.str.replace(r"^.*?\bstep:\s*\d+", "")

@@ -52,8 +52,10 @@ EPOCH = r"(?:^|\[)\s*Epoch (\d+)\b"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*)=(?P<v>{NUM_TOKEN})(?:,|\s|$)"
 CONFIDENCE = 0.6
 # fastprogress: the comment after the times is the smoothed loss (a bare number, `nan`, `inf`)
-FASTPROGRESS = (r"(?:^|[\s|])\d+(?:\.\d+)?% \[(?P<n>\d+)/(?P<m>\d+) [\d:]+<[\d:]+ "
-                r"(?P<loss>[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?i:nan|inf)))\]\s*$")
+FASTPROGRESS = (
+    r"(?:^|[\s|])\d+(?:\.\d+)?% \[(?P<n>\d+)/(?P<m>\d+) [\d:]+<[\d:]+ "
+    r"(?P<loss>[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?i:nan|inf)))\]\s*$"
+)
 # below the column table's 0.5: a fastai log's epoch table stays the primary grammar and the bar
 # lines join it through the mix
 FASTPROGRESS_CONFIDENCE = 0.45
@@ -64,8 +66,13 @@ LIST_VALUE = rf"=\[\s*({NUM_TOKEN})[^\]]*\]"
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [(r"\d+/\d+ \[[\d:]+<[\d:?]+,[^\]]*loss\w*=[-+\d.naNinf]", CONFIDENCE),
-                                (FASTPROGRESS, FASTPROGRESS_CONFIDENCE)])
+    return sniff_tiers(
+        sample,
+        [
+            (r"\d+/\d+ \[[\d:]+<[\d:?]+,[^\]]*loss\w*=[-+\d.naNinf]", CONFIDENCE),
+            (FASTPROGRESS, FASTPROGRESS_CONFIDENCE),
+        ],
+    )
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -75,27 +82,59 @@ def parse(src: SourceFile) -> ParseResult:
     g = cand.with_columns(text.str.extract_groups(BAR).alias("_b")).unnest("_b").filter(pl.col("post").is_not_null())
     g = g.unique("line", keep="last", maintain_order=True)  # one record per physical line: its last redraw
     pairs = find_pairs(g.select("line", pl.col("post").alias("text")), PAIR)
-    post_step = pairs.filter(pl.col("k").is_in(["global_step", "step"])).sort(
-        pl.col("k") != "global_step"
-    ).unique("line", keep="first").select("line", step_int(pl.col("v").cast(pl.Float64, strict=False)).alias("_ps"))
+    post_step = (
+        pairs.filter(pl.col("k").is_in(["global_step", "step"]))
+        .sort(pl.col("k") != "global_step")
+        .unique("line", keep="first")
+        .select("line", step_int(pl.col("v").cast(pl.Float64, strict=False)).alias("_ps"))
+    )
     g = g.join(post_step, on="line", how="left")
     n, m = step_int(pl.col("n")), step_int(pl.col("m"))
     ep = bounded_int(text.str.extract(EPOCH, 1))
     step = pl.coalesce(pl.col("_ps"), ep * m + n, n)
-    parts_bad = pl.any_horizontal((pl.col("_ps") == STEP_OUT_OF_RANGE).fill_null(False), n == STEP_OUT_OF_RANGE, m == STEP_OUT_OF_RANGE)
-    step = pl.when(~parts_bad & (step <= MAX_STEP) & (step >= -MAX_STEP)).then(step).otherwise(pl.lit(STEP_OUT_OF_RANGE, dtype=pl.Int64))
-    records = g.select("line", step.alias("step"), "prefix_rank", pl.lit("train").alias("record_kind"),
-                       extract_time(text).alias("time"))
-    fp = lines.filter(text.str.contains("% [", literal=True)).with_columns(
-        text.str.extract_groups(FASTPROGRESS).alias("_f")).unnest("_f").filter(pl.col("loss").is_not_null())
+    parts_bad = pl.any_horizontal(
+        (pl.col("_ps") == STEP_OUT_OF_RANGE).fill_null(False), n == STEP_OUT_OF_RANGE, m == STEP_OUT_OF_RANGE
+    )
+    step = (
+        pl.when(~parts_bad & (step <= MAX_STEP) & (step >= -MAX_STEP))
+        .then(step)
+        .otherwise(pl.lit(STEP_OUT_OF_RANGE, dtype=pl.Int64))
+    )
+    records = g.select(
+        "line",
+        step.alias("step"),
+        "prefix_rank",
+        pl.lit("train").alias("record_kind"),
+        extract_time(text).alias("time"),
+    )
+    fp = (
+        lines.filter(text.str.contains("% [", literal=True))
+        .with_columns(text.str.extract_groups(FASTPROGRESS).alias("_f"))
+        .unnest("_f")
+        .filter(pl.col("loss").is_not_null())
+    )
     fp = fp.join(records.select("line"), on="line", how="anti").unique("line", keep="last", maintain_order=True)
-    records = pl.concat([records, fp.select("line", step_int(pl.col("n")).alias("step"), "prefix_rank",
-                                           pl.lit("train").alias("record_kind"), extract_time(text).alias("time"))]).sort("line")
+    records = pl.concat(
+        [
+            records,
+            fp.select(
+                "line",
+                step_int(pl.col("n")).alias("step"),
+                "prefix_rank",
+                pl.lit("train").alias("record_kind"),
+                extract_time(text).alias("time"),
+            ),
+        ]
+    ).sort("line")
     tail = g.select("line", text.str.replace(BAR_THROUGH, "").str.replace_all(LIST_VALUE, "=$1").alias("text"))
     tail_pairs = find_pairs(tail, PAIR).filter(pl.col("k").str.contains(TAIL_KEYS))
-    tail_pairs = tail_pairs.join(pairs.select("line", "k"), on=["line", "k"], how="anti").unique(["line", "k"], keep="first")
+    tail_pairs = tail_pairs.join(pairs.select("line", "k"), on=["line", "k"], how="anti").unique(
+        ["line", "k"], keep="first"
+    )
     pairs = pl.concat([pairs, tail_pairs.select(pairs.columns)])
     fp_pairs = fp.select("line", pl.lit("loss").alias("k"), pl.col("loss").alias("v"))
     pairs = pl.concat([pairs.select("line", "k", "v"), fp_pairs])
-    values = named_values(pairs.filter(~pl.col("k").is_in(["global_step", "step", "v_num"]))).select("line", "name", "value")
+    values = named_values(pairs.filter(~pl.col("k").is_in(["global_step", "step", "v_num"]))).select(
+        "line", "name", "value"
+    )
     return text_result(src.name, lines, records, values, None, mode="done")

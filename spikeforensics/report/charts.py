@@ -80,9 +80,11 @@ def timeline(series: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     frame = series.select(pl.col(xcol).alias("x"), pl.col("value").alias("y"), "attempt", "rank")
     if frame.get_column("rank").n_unique() > 1:
         bad = ~pl.col("y").is_finite()
-        frame = (frame.group_by("attempt", "x")
-                 .agg(pl.when(bad.any()).then(pl.col("y").filter(bad).first()).otherwise(pl.col("y").max()).alias("y"))
-                 .sort("attempt", "x"))
+        frame = (
+            frame.group_by("attempt", "x")
+            .agg(pl.when(bad.any()).then(pl.col("y").filter(bad).first()).otherwise(pl.col("y").max()).alias("y"))
+            .sort("attempt", "x")
+        )
     return frame.select("x", "y", "attempt"), label
 
 
@@ -104,25 +106,58 @@ def wants_log(values: pl.Series) -> bool:
     return float(finite.max()) / float(finite.median()) > LOG_SCALE_RATIO
 
 
-def line_trace(frame: pl.DataFrame, name: str, colour: str, yaxis: str = "y", xaxis: str = "x", gl: bool = False,
-               width: float = 1.2, dash: str | None = None) -> dict:
+def line_trace(
+    frame: pl.DataFrame,
+    name: str,
+    colour: str,
+    yaxis: str = "y",
+    xaxis: str = "x",
+    gl: bool = False,
+    width: float = 1.2,
+    dash: str | None = None,
+) -> dict:
     x, y = xy_lists(frame)
     line = {"color": colour, "width": width}
     if dash:
         line["dash"] = dash
-    return {"type": "scattergl" if gl else "scatter", "mode": "lines", "name": name, "x": x, "y": y,
-            "xaxis": xaxis, "yaxis": yaxis, "line": line, "hovertemplate": f"step %{{x}}<br>{name} %{{y}}<extra></extra>"}
+    return {
+        "type": "scattergl" if gl else "scatter",
+        "mode": "lines",
+        "name": name,
+        "x": x,
+        "y": y,
+        "xaxis": xaxis,
+        "yaxis": yaxis,
+        "line": line,
+        "hovertemplate": f"step %{{x}}<br>{name} %{{y}}<extra></extra>",
+    }
 
 
 def hline_trace(x0, x1, y, name: str, colour: str, yaxis: str, dash: str = "dash") -> dict:
     """A horizontal reference line drawn as a trace (data units on linear and log axes alike)."""
-    return {"type": "scatter", "mode": "lines", "name": name, "x": [x0, x1], "y": [y, y], "yaxis": yaxis,
-            "line": {"color": colour, "width": 1.5, "dash": dash}, "hoverinfo": "name"}
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "name": name,
+        "x": [x0, x1],
+        "y": [y, y],
+        "yaxis": yaxis,
+        "line": {"color": colour, "width": 1.5, "dash": dash},
+        "hoverinfo": "name",
+    }
 
 
 def marker_trace(xs: list, ys: list, name: str, colour: str, yaxis: str, symbol: str = "x") -> dict:
-    return {"type": "scatter", "mode": "markers", "name": name, "x": xs, "y": ys, "yaxis": yaxis,
-            "marker": {"color": colour, "symbol": symbol, "size": 8}, "hovertemplate": f"{name} at step %{{x}}<extra></extra>"}
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": name,
+        "x": xs,
+        "y": ys,
+        "yaxis": yaxis,
+        "marker": {"color": colour, "symbol": symbol, "size": 8},
+        "hovertemplate": f"{name} at step %{{x}}<extra></extra>",
+    }
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -174,8 +209,9 @@ class SeriesInfo:
     xlabel: str = "step"
 
 
-def _downsampled_traces(frame: pl.DataFrame, name: str, colour: str, yaxis: str, max_points: int,
-                        windows: list[tuple[int, int]]) -> tuple[list[dict], SeriesInfo, pl.Series]:
+def _downsampled_traces(
+    frame: pl.DataFrame, name: str, colour: str, yaxis: str, max_points: int, windows: list[tuple[int, int]]
+) -> tuple[list[dict], SeriesInfo, pl.Series]:
     """One trace per attempt (a resumed run replays steps), min/max downsampled."""
     traces, bad, n_in, n_out, down = [], [], 0, 0, False
     attempts = sorted(frame.get_column("attempt").fill_null(0).unique().to_list())
@@ -200,8 +236,9 @@ def _event_strip(run, infos: list[SeriesInfo]) -> list[tuple[str, pl.Series]]:
     return strip
 
 
-def _draw_strip(strip: list[tuple[str, pl.Series]], n_panels: int, max_points: int, data: list, layout: dict,
-                notes: list[str]) -> None:
+def _draw_strip(
+    strip: list[tuple[str, pl.Series]], n_panels: int, max_points: int, data: list, layout: dict, notes: list[str]
+) -> None:
     """Add the strip's rows to the overview (the bottom panel): traces to `data`, its axis to `layout`."""
     strip_axis = f"y{n_panels}" if n_panels > 1 else "y"
     names = []
@@ -210,11 +247,20 @@ def _draw_strip(strip: list[tuple[str, pl.Series]], n_panels: int, max_points: i
         if len(marks) < steps.unique().len():
             notes.append(f"{name}: {steps.len():,} events drawn as {len(marks):,} marks.")
         colour = "#d62728" if name.startswith("NaN") else PALETTE[(idx + 2) % len(PALETTE)]
-        data.append(marker_trace(marks, [name] * len(marks), name, colour, strip_axis,
-                                 symbol="x" if name.startswith("NaN") else "line-ns-open"))
+        data.append(
+            marker_trace(
+                marks,
+                [name] * len(marks),
+                name,
+                colour,
+                strip_axis,
+                symbol="x" if name.startswith("NaN") else "line-ns-open",
+            )
+        )
         names.append(name)
     layout[f"yaxis{n_panels}" if n_panels > 1 else "yaxis"].update(
-        {"type": "category", "categoryorder": "array", "categoryarray": names[::-1], "showgrid": False})
+        {"type": "category", "categoryorder": "array", "categoryarray": names[::-1], "showgrid": False}
+    )
 
 
 def overview(run, diagnosis: Diagnosis, max_points: int) -> tuple[Figure | None, list[SeriesInfo]]:
@@ -250,8 +296,10 @@ def overview(run, diagnosis: Diagnosis, max_points: int) -> tuple[Figure | None,
     for info in infos:
         info.xlabel = xlabel
         if info.downsampled:
-            notes.append(f"{info.signal}: {info.n_in:,} finite points drawn as {info.n_out:,} "
-                         f"(min and max per bucket; incident windows at full resolution).")
+            notes.append(
+                f"{info.signal}: {info.n_in:,} finite points drawn as {info.n_out:,} "
+                f"(min and max per bucket; incident windows at full resolution)."
+            )
 
     strip = _event_strip(run, infos)
     n_panels = len(panels) + (1 if strip else 0)
@@ -279,9 +327,12 @@ def _stacked_layout(n: int, titles: list[str], xlabel: str) -> dict:
         weights[-1] = 0.35
     gap = 0.04
     total = sum(weights) + gap * (n - 1)
-    layout = {"xaxis": {"title": {"text": xlabel}, "anchor": f"y{n}" if n > 1 else "y", "automargin": True},
-              "hovermode": "closest", "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-              "margin": {"t": 40, "r": 20, "b": 50, "l": 70}}
+    layout = {
+        "xaxis": {"title": {"text": xlabel}, "anchor": f"y{n}" if n > 1 else "y", "automargin": True},
+        "hovermode": "closest",
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "margin": {"t": 40, "r": 20, "b": 50, "l": 70},
+    }
     top = 1.0
     for i, (w, title) in enumerate(zip(weights, titles)):
         h = w / total
@@ -295,20 +346,53 @@ def _incident_shades(incidents: list[DiagnosedIncident]) -> tuple[list, list]:
     shapes, notes = [], []
     for n, inc in enumerate(incidents):
         colour = SEVERITY_COLOURS.get(inc.severity, "#999999")
-        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": int(inc.step_start) - 0.5,
-                       "x1": int(inc.step_end) + 0.5, "y0": 0, "y1": 1, "fillcolor": colour, "opacity": 0.18,
-                       "line": {"width": 1, "color": colour}, "layer": "below"})
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": int(inc.step_start) - 0.5,
+                "x1": int(inc.step_end) + 0.5,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": colour,
+                "opacity": 0.18,
+                "line": {"width": 1, "color": colour},
+                "layer": "below",
+            }
+        )
         if n < MAX_SHADE_LABELS:
-            notes.append({"x": int(inc.peak_step), "y": 1, "xref": "x", "yref": "paper", "yanchor": "top",
-                          "text": esc(f"{inc.id} {inc.severity}"), "showarrow": False,
-                          "yshift": -12 * (n % 2), "font": {"size": 10, "color": colour}})
+            notes.append(
+                {
+                    "x": int(inc.peak_step),
+                    "y": 1,
+                    "xref": "x",
+                    "yref": "paper",
+                    "yanchor": "top",
+                    "text": esc(f"{inc.id} {inc.severity}"),
+                    "showarrow": False,
+                    "yshift": -12 * (n % 2),
+                    "font": {"size": 10, "color": colour},
+                }
+            )
     return shapes, notes
 
 
 def _resume_lines(run, limit: int = 50) -> list:
     steps = event_steps(run, "resume").unique().sort().to_list()[:limit]
-    return [{"type": "line", "xref": "x", "yref": "paper", "x0": s, "x1": s, "y0": 0, "y1": 1,
-             "line": {"color": "#7f7f7f", "width": 1, "dash": "dashdot"}} for s in steps]
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": s,
+            "x1": s,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#7f7f7f", "width": 1, "dash": "dashdot"},
+        }
+        for s in steps
+    ]
 
 
 # ---------------------------------------------------------------------------- incident windows
@@ -317,8 +401,10 @@ def _resume_lines(run, limit: int = 50) -> list:
 def _attempt_parts(series: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
     """A series' timeline, one frame per attempt (attempt order)."""
     frame, _ = timeline(series)
-    return [(attempt, frame.filter(pl.col("attempt").fill_null(0) == attempt))
-            for attempt in sorted(frame.get_column("attempt").fill_null(0).unique().to_list())]
+    return [
+        (attempt, frame.filter(pl.col("attempt").fill_null(0) == attempt))
+        for attempt in sorted(frame.get_column("attempt").fill_null(0).unique().to_list())
+    ]
 
 
 def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
@@ -332,10 +418,14 @@ def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
     gl_used = 0
     first, last, _ = run.step_range()
     # each series' timeline split by attempt once, not once per incident
-    signals = [(_attempt_parts(series), name, colour, axis)
-               for series, name, colour, axis in ((loss_s, "loss", PALETTE[0], "y"),
-                                                  (grad_s, "grad norm (derived)" if derived else "grad norm", PALETTE[1], "y2"))
-               if series.height]
+    signals = [
+        (_attempt_parts(series), name, colour, axis)
+        for series, name, colour, axis in (
+            (loss_s, "loss", PALETTE[0], "y"),
+            (grad_s, "grad norm (derived)" if derived else "grad norm", PALETTE[1], "y2"),
+        )
+        if series.height
+    ]
     for inc in diagnosis.incidents[:MAX_WINDOW_CHARTS]:
         lo, hi = incident_window(inc)
         if first is not None:  # the title names steps the run has, not the padding
@@ -348,20 +438,32 @@ def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
                     continue
                 gl = w.n_out > GL_POINTS and gl_used < MAX_GL_CHARTS
                 label = name if attempt == 0 else f"{name} (attempt {attempt + 1})"
-                tr = line_trace(w.frame, label, colour, yaxis=axis, gl=gl, width=1.6,
-                                dash=None if attempt == 0 else "dot")
+                tr = line_trace(
+                    w.frame, label, colour, yaxis=axis, gl=gl, width=1.6, dash=None if attempt == 0 else "dot"
+                )
                 tr["mode"] = "lines+markers" if w.n_out <= 400 else "lines"
                 tr["marker"] = {"size": 4, "color": colour}
                 data.append(tr)
                 gl_used += gl
                 if w.downsampled:
-                    notes.append(f"{label}: {w.n_in:,} points in this window drawn as {w.n_out:,} (min/max per bucket).")
+                    notes.append(
+                        f"{label}: {w.n_in:,} points in this window drawn as {w.n_out:,} (min/max per bucket)."
+                    )
                 if w.nonfinite.height:
                     xs = w.nonfinite.get_column("x").cast(pl.Int64).to_list()
                     # non-finite points sit on the top edge of the panel
-                    data.append({"type": "scatter", "mode": "markers", "name": f"NaN/Inf {name}", "x": xs,
-                                 "y": [1] * len(xs), "yaxis": "y3", "marker": {"color": "#d62728", "symbol": "x", "size": 10},
-                                 "hovertemplate": f"{name} non-finite at step %{{x}}<extra></extra>"})
+                    data.append(
+                        {
+                            "type": "scatter",
+                            "mode": "markers",
+                            "name": f"NaN/Inf {name}",
+                            "x": xs,
+                            "y": [1] * len(xs),
+                            "yaxis": "y3",
+                            "marker": {"color": "#d62728", "symbol": "x", "size": 10},
+                            "hovertemplate": f"{name} non-finite at step %{{x}}<extra></extra>",
+                        }
+                    )
                 if axis == "y":
                     has_loss = True
                 elif wants_log(w.frame.get_column("y")):
@@ -373,21 +475,55 @@ def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
         layout = {
             "xaxis": {"title": {"text": "step"}, "range": [lo, hi], "automargin": True},
             "yaxis": {"title": {"text": "loss"}, "automargin": True},
-            "yaxis2": {"title": {"text": "grad norm"}, "overlaying": "y", "side": "right", "automargin": True,
-                       "type": "log" if grad_log else "linear", "showgrid": False},
+            "yaxis2": {
+                "title": {"text": "grad norm"},
+                "overlaying": "y",
+                "side": "right",
+                "automargin": True,
+                "type": "log" if grad_log else "linear",
+                "showgrid": False,
+            },
             "yaxis3": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
             "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
             "margin": {"t": 40, "r": 70, "b": 50, "l": 70},
             "hovermode": "x unified",
             "shapes": [
-                {"type": "rect", "xref": "x", "yref": "paper", "x0": int(inc.step_start) - 0.5,
-                 "x1": int(inc.step_end) + 0.5, "y0": 0, "y1": 1, "opacity": 0.15, "layer": "below",
-                 "fillcolor": SEVERITY_COLOURS.get(inc.severity, "#999999"), "line": {"width": 0}},
-                {"type": "line", "xref": "x", "yref": "paper", "x0": int(inc.peak_step), "x1": int(inc.peak_step),
-                 "y0": 0, "y1": 1, "line": {"color": "#d62728", "width": 1, "dash": "dot"}},
+                {
+                    "type": "rect",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": int(inc.step_start) - 0.5,
+                    "x1": int(inc.step_end) + 0.5,
+                    "y0": 0,
+                    "y1": 1,
+                    "opacity": 0.15,
+                    "layer": "below",
+                    "fillcolor": SEVERITY_COLOURS.get(inc.severity, "#999999"),
+                    "line": {"width": 0},
+                },
+                {
+                    "type": "line",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": int(inc.peak_step),
+                    "x1": int(inc.peak_step),
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": "#d62728", "width": 1, "dash": "dot"},
+                },
             ],
-            "annotations": [{"x": int(inc.peak_step), "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
-                             "text": f"peak {int(inc.peak_step)}", "showarrow": False, "font": {"size": 10}}],
+            "annotations": [
+                {
+                    "x": int(inc.peak_step),
+                    "y": 1,
+                    "xref": "x",
+                    "yref": "paper",
+                    "yanchor": "bottom",
+                    "text": f"peak {int(inc.peak_step)}",
+                    "showarrow": False,
+                    "font": {"size": 10},
+                }
+            ],
         }
         if not has_loss:
             layout["yaxis2"].pop("overlaying")

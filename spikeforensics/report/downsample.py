@@ -74,11 +74,15 @@ def minmax_buckets(frame: pl.DataFrame, max_points: int, x: str = "x", y: str = 
     lo, hi = xy.get_column("x").min(), xy.get_column("x").max()
     span = (hi - lo) or 1.0
     bucket = ((pl.col("x") - lo) * buckets / span).floor().clip(0, buckets - 1).cast(pl.Int64)
-    agg = xy.with_columns(bucket.alias("_b")).group_by("_b").agg(
-        pl.col("x").get(pl.col("y").arg_min()).alias("x_lo"),
-        pl.col("y").min().alias("y_lo"),
-        pl.col("x").get(pl.col("y").arg_max()).alias("x_hi"),
-        pl.col("y").max().alias("y_hi"),
+    agg = (
+        xy.with_columns(bucket.alias("_b"))
+        .group_by("_b")
+        .agg(
+            pl.col("x").get(pl.col("y").arg_min()).alias("x_lo"),
+            pl.col("y").min().alias("y_lo"),
+            pl.col("x").get(pl.col("y").arg_max()).alias("x_hi"),
+            pl.col("y").max().alias("y_hi"),
+        )
     )
     return (
         pl.concat(
@@ -153,7 +157,7 @@ def step_ranges(steps: pl.Series | list) -> list[tuple[int, int, int]]:
 
 
 def format_ranges(ranges: list[tuple[int, int, int]], limit: int | None = None) -> str:
-    """"5, 9-12, 40" from step ranges; with `limit`, the rest is counted, not listed."""
+    """ "5, 9-12, 40" from step ranges; with `limit`, the rest is counted, not listed."""
     shown = ranges if limit is None else ranges[:limit]
     text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b, _ in shown)
     if limit is not None and len(ranges) > limit:

@@ -135,10 +135,19 @@ def _cell(value) -> str:
 
 # the diagnosis' sample fields as a reader knows them (JSON keeps the field names; docs/diagnosis.md)
 SAMPLE_COLUMNS = {
-    "sample_id": "sample", "score": "suspicion score", "step": "step", "rank": "rank", "micro": "micro-batch",
-    "sample_loss": "sample loss", "loss_ratio": "loss / normal", "own_outlier": "stands out on its own loss",
-    "own_nonfinite": "own loss non-finite", "tokens": "tokens", "sample_source": "source",
-    "recurrence": "other spikes it is in", "healthy_seen": "seen in healthy steps",
+    "sample_id": "sample",
+    "score": "suspicion score",
+    "step": "step",
+    "rank": "rank",
+    "micro": "micro-batch",
+    "sample_loss": "sample loss",
+    "loss_ratio": "loss / normal",
+    "own_outlier": "stands out on its own loss",
+    "own_nonfinite": "own loss non-finite",
+    "tokens": "tokens",
+    "sample_source": "source",
+    "recurrence": "other spikes it is in",
+    "healthy_seen": "seen in healthy steps",
 }
 
 
@@ -153,34 +162,55 @@ def _samples(inc: DiagnosedIncident, run) -> dict:
         table = [[_cell(c[k] if k in c else None) for k in keys] for c in cells]
     elif ids and run.batches.height:
         keys = ["sample_id", "step", "rank", "sample_loss", "sample_source"]
-        found = (run.batches.filter(pl.col("sample_id").is_in(ids))
-                 .group_by("sample_id").agg(pl.col("step").min(), pl.col("rank").min(), pl.col("sample_loss").max(),
-                                            pl.col("sample_source").first()))
+        found = (
+            run.batches.filter(pl.col("sample_id").is_in(ids))
+            .group_by("sample_id")
+            .agg(
+                pl.col("step").min(), pl.col("rank").min(), pl.col("sample_loss").max(), pl.col("sample_source").first()
+            )
+        )
         by_id = {r["sample_id"]: r for r in found.iter_rows(named=True)}
         listed = [by_id[i] if i in by_id else {**dict.fromkeys(keys), "sample_id": i} for i in ids]
         keys = [k for k in keys if k == "sample_id" or any(r[k] is not None for r in listed)]
         table = [[_cell(r[k]) for k in keys] for r in listed]
     else:
         keys, table = ["sample_id"], [[i] for i in ids]
-    return {"ids": ids, "top": ids[:TOP_SAMPLES], "rest": ids[TOP_SAMPLES:], "columns": [SAMPLE_COLUMNS.get(k, k.replace("_", " ")) for k in keys],
-            "rows": table[:TOP_SAMPLES], "more_rows": table[TOP_SAMPLES:],
-            "note": str(inc.sample_ranking_note or "")}
+    return {
+        "ids": ids,
+        "top": ids[:TOP_SAMPLES],
+        "rest": ids[TOP_SAMPLES:],
+        "columns": [SAMPLE_COLUMNS.get(k, k.replace("_", " ")) for k in keys],
+        "rows": table[:TOP_SAMPLES],
+        "more_rows": table[TOP_SAMPLES:],
+        "note": str(inc.sample_ranking_note or ""),
+    }
 
 
 def _log_lines_all(incidents: list[DiagnosedIncident], run) -> list[list[dict]]:
     """Raw log lines around each incident's peak: the diagnosis' `log_lines`, else read from the ingested
     file (only when its hash still matches: raw_lines.py), all incidents located and read at once."""
     peaks = peak_lines_from_series(run, [int(inc.peak_step) for inc in incidents])
-    given = [[g for g in inc.log_lines if isinstance(g, dict)] if isinstance(inc.log_lines, list) else []
-             for inc in incidents]
+    given = [
+        [g for g in inc.log_lines if isinstance(g, dict)] if isinstance(inc.log_lines, list) else []
+        for inc in incidents
+    ]
     read = read_windows(run, [None if g else p for g, p in zip(given, peaks)], LOG_CONTEXT)
     out = []
     for items, fallback, peak in zip(given, read, peaks):
-        lines = [{"line": g.get("line"), "text": str(g.get("text", "")), "source": str(g.get("source", "")),
-                  "peak": g.get("peak")} for g in (items or fallback)]
+        lines = [
+            {
+                "line": g.get("line"),
+                "text": str(g.get("text", "")),
+                "source": str(g.get("source", "")),
+                "peak": g.get("peak"),
+            }
+            for g in (items or fallback)
+        ]
         for item in lines:
             flag = item["peak"]
-            item["peak"] = bool(flag) if isinstance(flag, bool) else (peak is not None and (item["source"], item["line"]) == peak)
+            item["peak"] = (
+                bool(flag) if isinstance(flag, bool) else (peak is not None and (item["source"], item["line"]) == peak)
+            )
             if item["line"] is None:
                 item["line"] = ""  # a note about the file, not a line of it
             if len(item["text"]) > LOG_LINE_CHARS:
@@ -190,15 +220,19 @@ def _log_lines_all(incidents: list[DiagnosedIncident], run) -> list[list[dict]]:
 
 
 def _incident(inc: DiagnosedIncident, run, window: charts.Figure | None, index: int, log_lines: list[dict]) -> dict:
-    alternatives = [{"cause": cause_name(a.root_cause), "label": str(a.root_cause), "confidence": fmt_pct(a.confidence)}
-                    for a in inc.alternatives or []]
+    alternatives = [
+        {"cause": cause_name(a.root_cause), "label": str(a.root_cause), "confidence": fmt_pct(a.confidence)}
+        for a in inc.alternatives or []
+    ]
     return {
         "id": str(inc.id),
         "kind": str(inc.kind),
         "kinds": [str(k) for k in inc.kinds or [inc.kind]],
         "severity": inc.severity if inc.severity in ("info", "warning", "critical") else "info",
         "span": step_span(inc),
-        "step_start": inc.step_start, "step_end": inc.step_end, "peak_step": inc.peak_step,
+        "step_start": inc.step_start,
+        "step_end": inc.step_end,
+        "peak_step": inc.peak_step,
         "ranks": [str(r) for r in inc.ranks or []],
         "layers": [str(name) for name in inc.layers or []],
         "root_cause": str(inc.root_cause or "unknown"),
@@ -233,8 +267,14 @@ def _nonfinite(run, infos: list[charts.SeriesInfo]) -> list[dict]:
                 rows.append(_nf_row(f"{info.signal} = {kind}", xs, info.xlabel))
     nan_ev = run.events.filter(pl.col("kind") == "nan")
     if nan_ev.height:
-        rows.append(_nf_row("non-finite value reported in a step record (nan events)", nan_ev.get_column("step"), "step",
-                            unknown=nan_ev.get_column("step").null_count()))
+        rows.append(
+            _nf_row(
+                "non-finite value reported in a step record (nan events)",
+                nan_ev.get_column("step"),
+                "step",
+                unknown=nan_ev.get_column("step").null_count(),
+            )
+        )
     bad_layers = run.layers.filter(pl.col("grad_norm").is_not_null() & ~pl.col("grad_norm").is_finite())
     if bad_layers.height:
         names = bad_layers.get_column("layer").unique().sort().to_list()
@@ -245,8 +285,13 @@ def _nonfinite(run, infos: list[charts.SeriesInfo]) -> list[dict]:
 
 def _nf_row(signal: str, steps: pl.Series, xlabel: str, unknown: int = 0) -> dict:
     ranges = step_ranges(steps)
-    return {"signal": signal, "count": sum(n for _, _, n in ranges), "xlabel": xlabel,
-            "ranges": format_ranges(ranges, MAX_NONFINITE_RANGES), "unknown": unknown}
+    return {
+        "signal": signal,
+        "count": sum(n for _, _, n in ranges),
+        "xlabel": xlabel,
+        "ranges": format_ranges(ranges, MAX_NONFINITE_RANGES),
+        "unknown": unknown,
+    }
 
 
 def _calibration(diagnosis: Diagnosis, run) -> dict | None:
@@ -258,7 +303,10 @@ def _calibration(diagnosis: Diagnosis, run) -> dict | None:
     if expected is None:
         expected = panels.expected_clip_rate(run, rec if rec is not None and math.isfinite(rec) else None)
     rows = [
-        ("Recommended clip threshold (max grad norm)", fmt_num(given(cal.recommended_clip_norm)) or "no recommendation"),
+        (
+            "Recommended clip threshold (max grad norm)",
+            fmt_num(given(cal.recommended_clip_norm)) or "no recommendation",
+        ),
         ("Expected clip rate at the recommended threshold", fmt_rate(expected)),
         ("Current clip threshold", fmt_num(given(cal.current_clip_norm)) or "not found in the logs"),
         ("Clip rate at the current threshold", fmt_rate(cal.clip_rate)),
@@ -277,9 +325,18 @@ def _inputs(run) -> dict:
             examples = [(e[0], str(e[1])[:LOG_LINE_CHARS]) for e in json.loads(r.get("unparsed_examples") or "[]")]
         except (ValueError, TypeError, IndexError, KeyError):
             pass
-        files.append({"source": str(r["source"]), "path": str(r.get("path") or ""), "format": str(r.get("format") or "unknown"),
-                      "lines": fmt_num(r.get("lines")), "records": fmt_num(r.get("records")),
-                      "unparsed": r.get("unparsed") or 0, "bytes": fmt_num(r.get("bytes")), "examples": examples})
+        files.append(
+            {
+                "source": str(r["source"]),
+                "path": str(r.get("path") or ""),
+                "format": str(r.get("format") or "unknown"),
+                "lines": fmt_num(r.get("lines")),
+                "records": fmt_num(r.get("records")),
+                "unparsed": r.get("unparsed") or 0,
+                "bytes": fmt_num(r.get("bytes")),
+                "examples": examples,
+            }
+        )
     tables = {t: getattr(run, t).height for t in ("metrics", "events", "layers", "batches", "telemetry")}
     return {"files": files, "tables": tables}
 
@@ -288,7 +345,9 @@ def _notes(diagnosis: Diagnosis) -> list[dict]:
     out = []
     for n in diagnosis.notes or []:
         if isinstance(n, dict):
-            out.append({"severity": str(n.get("severity", "info")), "text": str(n.get("text") or n.get("summary") or "")})
+            out.append(
+                {"severity": str(n.get("severity", "info")), "text": str(n.get("text") or n.get("summary") or "")}
+            )
         else:
             out.append({"severity": "info", "text": str(n)})
     return out
@@ -304,11 +363,20 @@ def _todo(diagnosis: Diagnosis, main: DiagnosedIncident | None) -> dict | None:
     n_ids, n_steps = len(sk.sample_ids or []), len(sk.steps or [])
     skip = ""
     if n_ids or n_steps:
-        skip = ("On resume, skip " + " and ".join(x for x in (
-            f"{n_ids} sample{'s' if n_ids != 1 else ''}" if n_ids else "",
-            f"{n_steps} step{'s' if n_steps != 1 else ''}" if n_steps else "") if x))
+        skip = "On resume, skip " + " and ".join(
+            x
+            for x in (
+                f"{n_ids} sample{'s' if n_ids != 1 else ''}" if n_ids else "",
+                f"{n_steps} step{'s' if n_steps != 1 else ''}" if n_steps else "",
+            )
+            if x
+        )
     others = [i for i in diagnosis.counted_incidents if i is not main]
-    more = f"{len(others)} more incident{'s' if len(others) != 1 else ''} below, each with its own actions" if others else ""
+    more = (
+        f"{len(others)} more incident{'s' if len(others) != 1 else ''} below, each with its own actions"
+        if others
+        else ""
+    )
     if not actions and not skip:
         return None
     return {"actions": actions, "skip": skip, "more": more}
@@ -364,8 +432,10 @@ def build_context(diagnosis: dict | Diagnosis, run, max_points: int = 2000) -> d
         "steps": {"first": fmt_num(steps.first), "last": fmt_num(steps.last), "count": fmt_num(steps.count)},
         "counts": {s: sum(1 for i in typed.incidents if i.severity == s) for s in ("critical", "warning", "info")},
         "n_incidents": len(typed.counted_incidents),
-        "incidents": [_incident(i, run, windows.get(str(i.id)), n, lines)
-                      for n, (i, lines) in enumerate(zip(typed.incidents, _log_lines_all(typed.incidents, run)))],
+        "incidents": [
+            _incident(i, run, windows.get(str(i.id)), n, lines)
+            for n, (i, lines) in enumerate(zip(typed.incidents, _log_lines_all(typed.incidents, run)))
+        ],
         "notes": _notes(typed),
         "overview": _figure_ctx(overview),
         "downsampled": overview_notes,

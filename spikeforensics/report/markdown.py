@@ -51,14 +51,27 @@ def render_markdown(diagnosis: dict | Diagnosis) -> str:
     if coverage_sentence(typed):
         lines += [cell(coverage_sentence(typed)), ""]
     steps = typed.steps
-    lines += [f"Steps {fmt_num(steps.first)}-{fmt_num(steps.last)} ({fmt_num(steps.count)} logged); "
-              f"spikeforensics {cell(typed.tool_version)}.", ""]
+    lines += [
+        f"Steps {fmt_num(steps.first)}-{fmt_num(steps.last)} ({fmt_num(steps.count)} logged); "
+        f"spikeforensics {cell(typed.tool_version)}.",
+        "",
+    ]
     if typed.incidents:
         lines += _table(
             ["id", "severity", "kind", "steps", "peak", "root cause", "confidence", "top samples"],
-            [[cell(i.id), cell(str(i.severity).upper()), cell(i.kind), cell(_span(i)),
-              cell(i.peak_step), cell(i.root_cause), fmt_pct(i.confidence),
-              ", ".join(code(s) for s in (i.sample_ids or [])[:3]) or "-"] for i in typed.incidents],
+            [
+                [
+                    cell(i.id),
+                    cell(str(i.severity).upper()),
+                    cell(i.kind),
+                    cell(_span(i)),
+                    cell(i.peak_step),
+                    cell(i.root_cause),
+                    fmt_pct(i.confidence),
+                    ", ".join(code(s) for s in (i.sample_ids or [])[:3]) or "-",
+                ]
+                for i in typed.incidents
+            ],
         )
         lines.append("")
     elif not typed.counted_incidents:
@@ -80,18 +93,26 @@ def _calibration(cal: Calibration | None) -> list[str]:
     if not isinstance(cal, Calibration) or not cal.items():
         return []
     expected = given(cal.expected_clip_rate)
-    return ["### Calibration", "",
-            f"- Recommended clip threshold: **{fmt_num(given(cal.recommended_clip_norm))}**"
-            + (f" (expected clip rate {fmt_rate(expected)})" if expected is not None else ""),
-            f"- Current clip threshold: {fmt_num(given(cal.current_clip_norm)) or 'not found'}, "
-            f"clip rate {fmt_rate(cal.clip_rate)}",
-            f"- Basis: {cell(given(cal.basis, ''))}", ""]
+    return [
+        "### Calibration",
+        "",
+        f"- Recommended clip threshold: **{fmt_num(given(cal.recommended_clip_norm))}**"
+        + (f" (expected clip rate {fmt_rate(expected)})" if expected is not None else ""),
+        f"- Current clip threshold: {fmt_num(given(cal.current_clip_norm)) or 'not found'}, "
+        f"clip rate {fmt_rate(cal.clip_rate)}",
+        f"- Basis: {cell(given(cal.basis, ''))}",
+        "",
+    ]
 
 
 def _incident(inc: DiagnosedIncident) -> list[str]:
     """One incident's section: heading, cause, where, evidence, samples, log lines, actions."""
-    out = [f"### {cell(inc.id)} [{str(inc.severity).upper()}] {cell(inc.kind).replace('_', ' ')}, {_span(inc)} "
-           f"(peak {inc.peak_step})", "", _cause_line(inc)]
+    out = [
+        f"### {cell(inc.id)} [{str(inc.severity).upper()}] {cell(inc.kind).replace('_', ' ')}, {_span(inc)} "
+        f"(peak {inc.peak_step})",
+        "",
+        _cause_line(inc),
+    ]
     if inc.explanation:
         out += ["", cell(inc.explanation)]
     if inc.ranks:
@@ -106,16 +127,24 @@ def _incident(inc: DiagnosedIncident) -> list[str]:
 
 def _cause_line(inc: DiagnosedIncident) -> str:
     alts = "; ".join(f"{cause_name(a.root_cause)} ({fmt_pct(a.confidence)})" for a in inc.alternatives or [])
-    return (f"**Root cause:** {cause_name(inc.root_cause)} ({code(inc.root_cause)}), "
-            f"{fmt_pct(inc.confidence)} confidence" + (f"; runner-up: {alts}" if alts else "") + ".")
+    return (
+        f"**Root cause:** {cause_name(inc.root_cause)} ({code(inc.root_cause)}), "
+        f"{fmt_pct(inc.confidence)} confidence" + (f"; runner-up: {alts}" if alts else "") + "."
+    )
 
 
 def _evidence(inc: DiagnosedIncident) -> list[str]:
     rows = [dict(e.items()) for e in inc.evidence or []]  # a row's fields with a value, by name
     if not rows:
         return []
-    cols = [c for c in ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note") if any(c in e for e in rows)]
-    return ["", "**Evidence**", ""] + _table(cols, [[cell(fmt_num(e[c] if c in e else None)) for c in cols] for e in rows])
+    cols = [
+        c
+        for c in ("signal", "step", "rank", "layer", "value", "baseline", "ratio", "note")
+        if any(c in e for e in rows)
+    ]
+    return ["", "**Evidence**", ""] + _table(
+        cols, [[cell(fmt_num(e[c] if c in e else None)) for c in cols] for e in rows]
+    )
 
 
 def _samples(inc: DiagnosedIncident) -> list[str]:
@@ -137,4 +166,13 @@ def _log_lines(inc: DiagnosedIncident) -> list[str]:
     fence = "```"
     while fence in body:
         fence += "`"
-    return ["", "<details><summary>Log lines around the peak</summary>", "", fence + "text", body, fence, "", "</details>"]
+    return [
+        "",
+        "<details><summary>Log lines around the peak</summary>",
+        "",
+        fence + "text",
+        body,
+        fence,
+        "",
+        "</details>",
+    ]

@@ -82,11 +82,17 @@ def layer_heatmap(run, diagnosis: Diagnosis) -> Figure | None:
     offending = _offending_layers(diagnosis)
     notes = []
     if len(order) > HEATMAP_MAX_LAYERS:
-        peaks = cells.group_by("layer").agg(pl.col("g").max()).sort(["g", "layer"], descending=[True, False], nulls_last=True)
+        peaks = (
+            cells.group_by("layer")
+            .agg(pl.col("g").max())
+            .sort(["g", "layer"], descending=[True, False], nulls_last=True)
+        )
         keep = [l for l in offending if l in order]
         keep += [l for l in peaks.get_column("layer").to_list() if l not in keep][: HEATMAP_MAX_LAYERS - len(keep)]
         keep_set = set(keep)
-        notes.append(f"{len(order)} layers: showing the {len(keep)} with the highest peaks (and every implicated layer).")
+        notes.append(
+            f"{len(order)} layers: showing the {len(keep)} with the highest peaks (and every implicated layer)."
+        )
         order = [l for l in order if l in keep_set]
         cells = cells.filter(pl.col("layer").is_in(keep))
     index = {name: i for i, name in enumerate(order)}
@@ -97,36 +103,97 @@ def layer_heatmap(run, diagnosis: Diagnosis) -> Figure | None:
             z[index[layer]][b] = value
     xs = [int(lo + (b + 0.5) * span / nbins) for b in range(nbins)]
     labels = [esc(l) for l in order]
-    data = [{"type": "heatmap", "z": z, "x": xs, "y": labels, "colorscale": "Viridis", "name": "log10 grad norm",
-             "colorbar": {"title": {"text": "log10 |g|"}}, "hoverongaps": False,
-             "hovertemplate": "%{y}<br>step ~%{x}<br>log10 grad norm %{z}<extra></extra>"}]
+    data = [
+        {
+            "type": "heatmap",
+            "z": z,
+            "x": xs,
+            "y": labels,
+            "colorscale": "Viridis",
+            "name": "log10 grad norm",
+            "colorbar": {"title": {"text": "log10 |g|"}},
+            "hoverongaps": False,
+            "hovertemplate": "%{y}<br>step ~%{x}<br>log10 grad norm %{z}<extra></extra>",
+        }
+    ]
     # by step bin, then in the dump's layer order (the groups above come in no fixed order)
     bad = sorted(((b, index[l]) for l, b in cells.filter(pl.col("bad")).select("layer", "bin").iter_rows()))
     if bad:
-        data.append({"type": "scatter", "mode": "markers", "name": "NaN/Inf gradient", "showlegend": True,
-                     "x": [xs[b] for b, _ in bad], "y": [labels[i] for _, i in bad],
-                     "marker": {"symbol": "x", "color": "#d62728", "size": 9}, "hovertemplate": "%{y}: NaN/Inf near step %{x}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "NaN/Inf gradient",
+                "showlegend": True,
+                "x": [xs[b] for b, _ in bad],
+                "y": [labels[i] for _, i in bad],
+                "marker": {"symbol": "x", "color": "#d62728", "size": 9},
+                "hovertemplate": "%{y}: NaN/Inf near step %{x}<extra></extra>",
+            }
+        )
     shapes, annotations, ticktext = [], [], []
     for name in order:
         i = index[name]
         if name in offending:
-            shapes.append({"type": "rect", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": i - 0.5, "y1": i + 0.5,
-                           "line": {"color": "#d62728", "width": 2}, "fillcolor": "rgba(0,0,0,0)"})
-            annotations.append({"xref": "paper", "yref": "y", "x": 1, "y": labels[i], "xanchor": "left",
-                                "text": esc("◀ " + ", ".join(offending[name])), "showarrow": False,
-                                "font": {"color": "#d62728", "size": 11}})
+            shapes.append(
+                {
+                    "type": "rect",
+                    "xref": "paper",
+                    "yref": "y",
+                    "x0": 0,
+                    "x1": 1,
+                    "y0": i - 0.5,
+                    "y1": i + 0.5,
+                    "line": {"color": "#d62728", "width": 2},
+                    "fillcolor": "rgba(0,0,0,0)",
+                }
+            )
+            annotations.append(
+                {
+                    "xref": "paper",
+                    "yref": "y",
+                    "x": 1,
+                    "y": labels[i],
+                    "xanchor": "left",
+                    "text": esc("◀ " + ", ".join(offending[name])),
+                    "showarrow": False,
+                    "font": {"color": "#d62728", "size": 11},
+                }
+            )
             ticktext.append(f"<b>▶ {labels[i]}</b>")
         else:
             ticktext.append(labels[i])
     for inc in diagnosis.incidents:
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": int(inc.peak_step), "x1": int(inc.peak_step),
-                       "y0": 0, "y1": 1, "line": {"color": SEVERITY_COLOURS.get(inc.severity, "#999"), "width": 1, "dash": "dot"}})
-    layout = {"xaxis": {"title": {"text": "step"}, "automargin": True},
-              "yaxis": {"autorange": "reversed", "tickmode": "array", "tickvals": labels, "ticktext": ticktext,
-                        "automargin": True, "title": {"text": "layer"}},
-              "shapes": shapes, "annotations": annotations, "margin": {"t": 30, "r": 110, "b": 50, "l": 70}}
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": int(inc.peak_step),
+                "x1": int(inc.peak_step),
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": SEVERITY_COLOURS.get(inc.severity, "#999"), "width": 1, "dash": "dot"},
+            }
+        )
+    layout = {
+        "xaxis": {"title": {"text": "step"}, "automargin": True},
+        "yaxis": {
+            "autorange": "reversed",
+            "tickmode": "array",
+            "tickvals": labels,
+            "ticktext": ticktext,
+            "automargin": True,
+            "title": {"text": "layer"},
+        },
+        "shapes": shapes,
+        "annotations": annotations,
+        "margin": {"t": 30, "r": 110, "b": 50, "l": 70},
+    }
     if n_steps > nbins:
-        notes.append(f"{n_steps:,} dumped steps in {nbins} columns of about {span // nbins:,} steps; each cell is the bin's max.")
+        notes.append(
+            f"{n_steps:,} dumped steps in {nbins} columns of about {span // nbins:,} steps; each cell is the bin's max."
+        )
     height = min(1500, max(280, 16 * len(order) + 120))
     return Figure("layers", "Per-layer gradient norm", data, layout, height=height, notes=notes)
 
@@ -142,8 +209,11 @@ def _per_rank(run, name: str) -> pl.DataFrame:
         x = "step" if rows.get_column("step").null_count() == 0 else "record"
         return rows.select(pl.col(x).cast(pl.Float64).alias("x"), pl.col("value").alias("y"), "rank")
     if name == "grad_norm" and run.layers.height and run.layers.get_column("rank").drop_nulls().n_unique() > 1:
-        return (run.layer_l2_norms().filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
-                .select(pl.col("step").cast(pl.Float64).alias("x"), pl.col("value").alias("y"), "rank"))
+        return (
+            run.layer_l2_norms()
+            .filter(pl.col("rank").is_not_null() & pl.col("step").is_not_null())
+            .select(pl.col("step").cast(pl.Float64).alias("x"), pl.col("value").alias("y"), "rank")
+        )
     return pl.DataFrame(schema={"x": pl.Float64, "y": pl.Float64, "rank": pl.Int32})
 
 
@@ -154,24 +224,38 @@ def rank_comparison(run, diagnosis: Diagnosis, max_points: int) -> Figure | None
     if not panels:
         return None
     implicated = {int(r) for inc in diagnosis.incidents for r in inc.ranks or []}
-    data, notes, layout = [], [], {"legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-                                   "margin": {"t": 40, "r": 20, "b": 50, "l": 70}, "hovermode": "closest",
-                                   "xaxis": {"title": {"text": "step"}, "anchor": f"y{len(panels)}" if len(panels) > 1 else "y"}}
+    data, notes, layout = (
+        [],
+        [],
+        {
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+            "margin": {"t": 40, "r": 20, "b": 50, "l": 70},
+            "hovermode": "closest",
+            "xaxis": {"title": {"text": "step"}, "anchor": f"y{len(panels)}" if len(panels) > 1 else "y"},
+        },
+    )
     for p, (name, frame) in enumerate(panels):
         axis = "y" if p == 0 else f"y{p + 1}"
         ranks = sorted(frame.get_column("rank").unique().to_list())
         if len(ranks) > MAX_RANK_LINES:
-            peaks = (frame.group_by("rank").agg(pl.col("y").filter(pl.col("y").is_finite()).max())
-                     .sort(["y", "rank"], descending=[True, False]))
+            peaks = (
+                frame.group_by("rank")
+                .agg(pl.col("y").filter(pl.col("y").is_finite()).max())
+                .sort(["y", "rank"], descending=[True, False])
+            )
             keep = [r for r in ranks if r in implicated]
             keep += [r for r in peaks.get_column("rank").to_list() if r not in keep][: MAX_RANK_LINES - len(keep)]
-            notes.append(f"{name}: {len(ranks)} ranks; drawing the {len(keep)} with the highest peaks and every implicated rank.")
+            notes.append(
+                f"{name}: {len(ranks)} ranks; drawing the {len(keep)} with the highest peaks and every implicated rank."
+            )
             ranks = sorted(keep)
         per = max(200, max_points // max(1, len(ranks)))
         for i, rank in enumerate(ranks):
             d = ds.downsample_series(frame.filter(pl.col("rank") == rank), "x", "y", per)
             label = f"{name.replace('_', ' ')} rank {rank}" + (" (implicated)" if rank in implicated else "")
-            tr = line_trace(d.frame, label, PALETTE[i % len(PALETTE)], yaxis=axis, width=2.5 if rank in implicated else 1)
+            tr = line_trace(
+                d.frame, label, PALETTE[i % len(PALETTE)], yaxis=axis, width=2.5 if rank in implicated else 1
+            )
             tr["legendgroup"] = f"rank{rank}"
             data.append(tr)
             if d.nonfinite.height:
@@ -183,8 +267,12 @@ def rank_comparison(run, diagnosis: Diagnosis, max_points: int) -> Figure | None
         h = (1 - 0.06 * (n - 1)) / n
         top = 1 - p * (h + 0.06)
         layout["yaxis" if p == 0 else f"yaxis{p + 1}"] = {
-            "domain": [max(0, top - h), top], "anchor": "x", "title": {"text": name.replace("_", " ")},
-            "type": "log" if wants_log(frame.get_column("y")) else "linear", "automargin": True}
+            "domain": [max(0, top - h), top],
+            "anchor": "x",
+            "title": {"text": name.replace("_", " ")},
+            "type": "log" if wants_log(frame.get_column("y")) else "linear",
+            "automargin": True,
+        }
     return Figure("ranks", "Per-rank comparison", data, layout, height=300 * len(panels) + 60, notes=notes)
 
 
@@ -202,17 +290,27 @@ def clip_rate(run, diagnosis: Diagnosis) -> Figure | None:
     nb = min(CLIP_RATE_BUCKETS, frame.height)
     binned = frame.with_columns(_bins(pl.col("x"), lo, hi, nb).alias("b"))
     data = []
-    for thr, name, colour, dash in ((current, "current", PALETTE[1], None), (recommended, "recommended", PALETTE[2], "dash")):
+    for thr, name, colour, dash in (
+        (current, "current", PALETTE[1], None),
+        (recommended, "recommended", PALETTE[2], "dash"),
+    ):
         if thr is None:
             continue
-        rate = (binned.group_by("b").agg(pl.col("x").min(), (pl.col("y") > thr).mean().alias("y"))
-                .sort("x").select("x", "y"))
+        rate = (
+            binned.group_by("b")
+            .agg(pl.col("x").min(), (pl.col("y") > thr).mean().alias("y"))
+            .sort("x")
+            .select("x", "y")
+        )
         tr = line_trace(rate, f"clip rate at {name} threshold {fmt_num(thr)}", colour, width=1.6, dash=dash)
         tr["line"]["shape"] = "hv"
         data.append(tr)
-    layout = {"xaxis": {"title": {"text": xlabel}}, "yaxis": {"title": {"text": "fraction of steps clipped"},
-              "tickformat": ".0%", "rangemode": "tozero"}, "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-              "margin": {"t": 40, "r": 20, "b": 50, "l": 70}}
+    layout = {
+        "xaxis": {"title": {"text": xlabel}},
+        "yaxis": {"title": {"text": "fraction of steps clipped"}, "tickformat": ".0%", "rangemode": "tozero"},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "margin": {"t": 40, "r": 20, "b": 50, "l": 70},
+    }
     notes = [f"Each point covers about {max(1, (hi - lo + 1) // nb):,} steps."]
     return Figure("clip-rate", "Clip rate", data, layout, height=300, notes=notes)
 
@@ -233,9 +331,18 @@ def loss_scale(run, max_points: int) -> Figure | None:
             notes.append(f"loss scale: {d.n_in:,} points drawn as {d.n_out:,} (min and max per bucket).")
     if overflow.len():
         marks = thin_steps(overflow.cast(pl.Int64), max_points)
-        data.append({"type": "scatter", "mode": "markers", "name": f"overflow skip ({overflow.len():,} events)",
-                     "x": marks, "y": [0] * len(marks), "yaxis": "y2", "marker": {"symbol": "line-ns-open", "size": 10, "color": "#d62728"},
-                     "hovertemplate": "overflow at step %{x}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"overflow skip ({overflow.len():,} events)",
+                "x": marks,
+                "y": [0] * len(marks),
+                "yaxis": "y2",
+                "marker": {"symbol": "line-ns-open", "size": 10, "color": "#d62728"},
+                "hovertemplate": "overflow at step %{x}<extra></extra>",
+            }
+        )
     yaxis = {"title": {"text": "loss scale"}, "type": "log"}
     if scale.height:
         finite = scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")
@@ -243,12 +350,20 @@ def loss_scale(run, max_points: int) -> Figure | None:
             lo, hi = math.floor(math.log2(finite.min())), math.ceil(math.log2(finite.max()))
             every = max(1, math.ceil((hi - lo + 1) / 8))
             powers = list(range(lo, hi + 1, every))
-            yaxis.update({"tickmode": "array", "tickvals": [2.0 ** k for k in powers],
-                          "ticktext": [f"2<sup>{k}</sup>" for k in powers]})
-    layout = {"xaxis": {"title": {"text": "step"}},
-              "yaxis": yaxis,
-              "yaxis2": {"overlaying": "y", "visible": False, "range": [-0.2, 5], "fixedrange": True},
-              "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0}, "margin": {"t": 40, "r": 20, "b": 50, "l": 70}}
+            yaxis.update(
+                {
+                    "tickmode": "array",
+                    "tickvals": [2.0**k for k in powers],
+                    "ticktext": [f"2<sup>{k}</sup>" for k in powers],
+                }
+            )
+    layout = {
+        "xaxis": {"title": {"text": "step"}},
+        "yaxis": yaxis,
+        "yaxis2": {"overlaying": "y", "visible": False, "range": [-0.2, 5], "fixedrange": True},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "margin": {"t": 40, "r": 20, "b": 50, "l": 70},
+    }
     return Figure("loss-scale", "Loss scale and overflow skips", data, layout, height=300, notes=notes)
 
 
@@ -271,16 +386,27 @@ def telemetry(run, max_points: int) -> Figure | None:
         tel = tel.with_columns(pl.col("step").cast(pl.Float64).alias("x"))
     else:
         tel = tel.with_columns(pl.col("time").dt.epoch("us").cast(pl.Float64).alias("x"))
-    data, layout = [], {"legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-                        "margin": {"t": 40, "r": 20, "b": 50, "l": 70}, "hovermode": "closest",
-                        "xaxis": {"title": {"text": "step" if on_steps else "time"}, "anchor": f"y{len(chosen)}" if len(chosen) > 1 else "y",
-                                  **({} if on_steps else {"type": "date"})}}
+    data, layout = (
+        [],
+        {
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+            "margin": {"t": 40, "r": 20, "b": 50, "l": 70},
+            "hovermode": "closest",
+            "xaxis": {
+                "title": {"text": "step" if on_steps else "time"},
+                "anchor": f"y{len(chosen)}" if len(chosen) > 1 else "y",
+                **({} if on_steps else {"type": "date"}),
+            },
+        },
+    )
     n = len(chosen)
     gpus = tel.select("host", "gpu").unique().sort("host", "gpu", nulls_last=True).rows()
     for p, fname in enumerate(chosen):
         axis = "y" if p == 0 else f"y{p + 1}"
         for g, (host, gpu) in enumerate(gpus):
-            part = tel.filter((pl.col("field") == fname) & (pl.col("gpu").eq_missing(gpu)) & (pl.col("host").eq_missing(host)))
+            part = tel.filter(
+                (pl.col("field") == fname) & (pl.col("gpu").eq_missing(gpu)) & (pl.col("host").eq_missing(host))
+            )
             if part.height == 0:
                 continue
             d = ds.downsample_series(part, "x", "value", max(200, max_points // max(1, len(gpus))))
@@ -289,13 +415,19 @@ def telemetry(run, max_points: int) -> Figure | None:
             tr["legendgroup"] = label
             tr["showlegend"] = p == 0
             if not on_steps:
-                tr["x"] = pl.from_epoch(pl.Series(tr["x"], dtype=pl.Int64), "us").dt.to_string("%Y-%m-%dT%H:%M:%S").to_list()
+                tr["x"] = (
+                    pl.from_epoch(pl.Series(tr["x"], dtype=pl.Int64), "us").dt.to_string("%Y-%m-%dT%H:%M:%S").to_list()
+                )
                 tr["hovertemplate"] = f"%{{x}}<br>{label} {fname} %{{y}}<extra></extra>"
             data.append(tr)
         h = (1 - 0.05 * (n - 1)) / n
         top = 1 - p * (h + 0.05)
-        layout["yaxis" if p == 0 else f"yaxis{p + 1}"] = {"domain": [max(0, top - h), top], "anchor": "x",
-                                                          "title": {"text": esc(fname)}, "automargin": True}
+        layout["yaxis" if p == 0 else f"yaxis{p + 1}"] = {
+            "domain": [max(0, top - h), top],
+            "anchor": "x",
+            "title": {"text": esc(fname)},
+            "automargin": True,
+        }
     shapes = []
     faults = run.events.filter(pl.col("kind").is_in(["xid", "ecc"]))
     for row in faults.head(50).iter_rows(named=True):
@@ -305,10 +437,22 @@ def telemetry(run, max_points: int) -> Figure | None:
             x = row["time"].strftime("%Y-%m-%dT%H:%M:%S")
         else:
             continue
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
-                       "line": {"color": "#d62728", "width": 1.5, "dash": "dot"}})
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#d62728", "width": 1.5, "dash": "dot"},
+            }
+        )
     layout["shapes"] = shapes
-    notes = [] if on_steps else ["The training log has no wall-clock times, so telemetry is drawn against time, not steps."]
+    notes = (
+        [] if on_steps else ["The training log has no wall-clock times, so telemetry is drawn against time, not steps."]
+    )
     if shapes:
         notes.append("Dotted red lines: Xid / ECC events from the kernel log.")
     return Figure("telemetry", "GPU telemetry", data, layout, height=220 * n + 80, notes=notes)
@@ -329,21 +473,49 @@ def calibration_hist(run, diagnosis: Diagnosis) -> Figure | None:
         if thr is not None:
             lo, hi = min(lo, math.log10(thr)), max(hi, math.log10(thr))
     width = max(hi - lo, 1e-6) / HIST_BINS
-    counts = (logs.to_frame("l").with_columns(((pl.col("l") - lo) / width).floor().clip(0, HIST_BINS - 1).cast(pl.Int64).alias("b"))
-              .group_by("b").len().sort("b"))
+    counts = (
+        logs.to_frame("l")
+        .with_columns(((pl.col("l") - lo) / width).floor().clip(0, HIST_BINS - 1).cast(pl.Int64).alias("b"))
+        .group_by("b")
+        .len()
+        .sort("b")
+    )
     xs = [round(10 ** (lo + (b + 0.5) * width), 6) for b in counts.get_column("b").to_list()]
-    data = [{"type": "bar", "x": xs, "y": counts.get_column("len").to_list(), "name": "steps",
-             "marker": {"color": PALETTE[5]}, "hovertemplate": "grad norm ~%{x}<br>%{y} steps<extra></extra>"}]
+    data = [
+        {
+            "type": "bar",
+            "x": xs,
+            "y": counts.get_column("len").to_list(),
+            "name": "steps",
+            "marker": {"color": PALETTE[5]},
+            "hovertemplate": "grad norm ~%{x}<br>%{y} steps<extra></extra>",
+        }
+    ]
     top = int(counts.get_column("len").max())
-    for thr, name, colour, dash in ((clip_threshold(diagnosis), "current clip", PALETTE[1], "solid"),
-                                     (recommended_clip(diagnosis), "recommended clip", PALETTE[2], "dash")):
+    for thr, name, colour, dash in (
+        (clip_threshold(diagnosis), "current clip", PALETTE[1], "solid"),
+        (recommended_clip(diagnosis), "recommended clip", PALETTE[2], "dash"),
+    ):
         if thr is not None:
             rate = float((g > thr).mean())
-            data.append({"type": "scatter", "mode": "lines", "x": [thr, thr], "y": [0, top], "name": f"{name} {fmt_num(thr)} (clips {fmt_rate(rate)})",
-                         "line": {"color": colour, "width": 2, "dash": dash}, "hoverinfo": "name"})
-    layout = {"xaxis": {"title": {"text": "pre-clip grad norm"}, "type": "log"}, "yaxis": {"title": {"text": "steps"}},
-              "bargap": 0.05, "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
-              "margin": {"t": 40, "r": 20, "b": 50, "l": 70}}
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": [thr, thr],
+                    "y": [0, top],
+                    "name": f"{name} {fmt_num(thr)} (clips {fmt_rate(rate)})",
+                    "line": {"color": colour, "width": 2, "dash": dash},
+                    "hoverinfo": "name",
+                }
+            )
+    layout = {
+        "xaxis": {"title": {"text": "pre-clip grad norm"}, "type": "log"},
+        "yaxis": {"title": {"text": "steps"}},
+        "bargap": 0.05,
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "margin": {"t": 40, "r": 20, "b": 50, "l": 70},
+    }
     return Figure("calibration", "Grad-norm distribution and clip thresholds", data, layout, height=300)
 
 

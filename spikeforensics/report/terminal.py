@@ -25,8 +25,7 @@ def summary_lines(diagnosis: Diagnosis | dict, paths: dict | None = None) -> lis
         lines.append(
             f"  {inc.id} {str(inc.severity).upper():8} step {inc.peak_step} "
             f"({inc.step_start}-{inc.step_end}) {inc.kind}: "
-            f"{inc.root_cause} {fmt_pct(inc.confidence)}"
-            + (f"; samples {samples}" if samples else "")
+            f"{inc.root_cause} {fmt_pct(inc.confidence)}" + (f"; samples {samples}" if samples else "")
         )
     if len(incidents) > MAX_INCIDENTS:
         lines.append(f"  ... and {len(incidents) - MAX_INCIDENTS} more incidents (see the report)")

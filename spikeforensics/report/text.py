@@ -26,8 +26,13 @@ ROOT_CAUSE_NAMES = {
     "unknown": "unknown",
 }
 
-STATUS_WORDS = {"healthy": "Healthy", "degraded": "Degraded", "unstable": "Unstable", "inconclusive": "Inconclusive",
-                "incomplete": "Incomplete"}
+STATUS_WORDS = {
+    "healthy": "Healthy",
+    "degraded": "Degraded",
+    "unstable": "Unstable",
+    "inconclusive": "Inconclusive",
+    "incomplete": "Incomplete",
+}
 STATUSES = tuple(STATUS_WORDS)
 # what a run can leave behind besides its metrics, as the coverage line names it
 SIDE_SIGNALS = (("layers", "per-layer norms"), ("batches", "batch manifest"), ("telemetry", "telemetry"))
