@@ -26,6 +26,15 @@ def _write(path, lines, end="\n"):
     return path
 
 
+def _diagnosed(runner, path, tmp_path) -> dict:
+    """`diagnose PATH` into a fresh store under tmp_path: exit 0, and the diagnosis JSON."""
+    res = runner.invoke(
+        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
+    )
+    assert res.exit_code == 0, res.output
+    return json.loads((tmp_path / "r" / "report.json").read_text())
+
+
 def _nanogpt(n=20, first=0):
     return [f"iter {i}: loss {3 - i * 0.01:.4f}, time 100.00ms, mfu 10.00%" for i in range(first, first + n)]
 
@@ -683,11 +692,7 @@ def test_negative_or_nan_learning_rate_does_not_break_attribution(tmp_path, runn
         lines.append(f"{{'loss': {loss}, 'grad_norm': 1.0, 'learning_rate': {lr}, 'epoch': {i / 100}}}")
         lines.append(f" {i}/80 [00:01<00:01,  1.00it/s]")
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(
-        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
-    )
-    assert res.exit_code == 0, res.output
-    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    report = _diagnosed(runner, path, tmp_path)
     assert report["verdict"]["status"] in ("degraded", "unstable")
 
 
@@ -701,11 +706,7 @@ def test_a_garbled_skipped_iterations_counter_does_not_break_the_loss_scale_dete
         for i in range(1, 61)
     ]
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(
-        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
-    )
-    assert res.exit_code == 0, res.output
-    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    report = _diagnosed(runner, path, tmp_path)
     assert "skipped_iters" in report["verdict"]["coverage"]["signals"]
 
 
@@ -717,11 +718,7 @@ def test_oscillation_after_a_flat_loss_is_described_without_a_ratio(tmp_path, ru
         for i in range(400)
     ]
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(
-        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
-    )
-    assert res.exit_code == 0, res.output
-    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    report = _diagnosed(runner, path, tmp_path)
     kinds = {k for inc in report["incidents"] for k in inc["kinds"]}
     assert "loss_oscillation" in kinds
 
@@ -754,11 +751,7 @@ def test_a_long_number_before_a_date_is_no_year_zero(tmp_path, runner):
         for i in range(1, 81)
     ]
     path = _write(tmp_path / "train.log", lines)
-    res = runner.invoke(
-        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
-    )
-    assert res.exit_code == 0, res.output
-    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    report = _diagnosed(runner, path, tmp_path)
     assert report["verdict"]["status"] == "unstable"
 
 
