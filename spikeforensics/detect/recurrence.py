@@ -29,7 +29,6 @@ import math
 
 import numpy as np
 import polars as pl
-from scipy import stats
 
 from spikeforensics.detect import robust, signals
 from spikeforensics.detect.base import Evidence, Finding, severity_rank
@@ -155,6 +154,8 @@ def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
     scores = covered.join(man.select("step").unique(), on="step", how="semi").get_column("score").sort().to_numpy()
     weakest = per.get_column("weakest").to_numpy()
     q = (scores.size - np.searchsorted(scores, weakest, side="left")) / max(n_steps, 1)
+    from scipy import stats  # here, not at import: ~1.5 s that most diagnoses never need
+
     tail = stats.binom.sf(per.get_column("k").to_numpy() - 1, per.get_column("n").to_numpy(), q)
     per = per.with_columns(pl.Series("expected", tail * max(tested, 1)))
     per = per.filter(pl.col("expected") <= hp.corroborate_chance)

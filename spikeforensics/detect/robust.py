@@ -18,7 +18,6 @@ import math
 
 import numpy as np
 import polars as pl
-from scipy import stats
 
 MAD_SCALE = 1.4826  # MAD -> sigma for normal data
 ATTEMPT_SPAN = 10**12
@@ -221,6 +220,8 @@ def mann_kendall(values: np.ndarray) -> tuple[float, float]:
     values = values[np.isfinite(values)]
     if values.size < 4 or np.ptp(values) == 0:
         return 0.0, 1.0
+    from scipy import stats  # here, not at import: ~1.5 s that most diagnoses never need
+
     tau, p = stats.kendalltau(np.arange(values.size), values)
     return float(tau), float(p if math.isfinite(p) else 1.0)
 
@@ -232,6 +233,8 @@ def theil_sen(values: np.ndarray, x: np.ndarray | None = None) -> float:
     ok = np.isfinite(values) & np.isfinite(x)
     if ok.sum() < 3:
         return 0.0
+    from scipy import stats  # here, not at import: ~1.5 s that most diagnoses never need
+
     return float(stats.theilslopes(values[ok], x[ok]).slope)
 
 
