@@ -7,6 +7,7 @@ import numpy as np
 
 from spikeforensics.detect import signed_jump
 from spikeforensics.params import Params
+from spikeforensics.report.markdown import render_markdown
 from spikeforensics.rundata import RunData
 from tests.attribute_synth import metric_rows
 from tests.test_real_corpus_cases import run_case
@@ -42,6 +43,9 @@ def test_waveglow_nll_jump_is_found_and_a_ppo_log_stays_inconclusive(tmp_path):
     inc = d["incidents"][0]
     assert inc["peak_step"] == 123892 and inc["kind"] == "hard_spike"
     assert inc["features"]["recovery"] == "never"
+    # no grad norm: no clip recommendation, said in words (not an empty bold)
+    md = render_markdown(d)
+    assert "Recommended clip threshold: **none**" in md and "past the range of the 19 records before" in md
     # DeepSpeed-Chat PPO (act_loss -0.3 .. 0.3, healthy): nothing past its range, still not judged healthy
     run, d, facts = run_case(tmp_path / "b", "deepspeed-chat-step3-rlhf-opt13b-two-engine-overflows")
     assert d["verdict"]["status"] == "inconclusive" and not d["incidents"]

@@ -28,8 +28,8 @@ MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution times this is its stan
 
 def jumps(values: pl.DataFrame, window: int, min_records: int, z: float) -> pl.DataFrame:
     """Rows of `values` (`t`, `step`, `value`, finite, in order) that jump beyond the range of the
-    records before them by more than `z` robust deviations, with `lo`, `hi`, `sigma` and `excess`
-    (how many deviations past the range)."""
+    records before them by more than `z` robust deviations, with `lo`, `hi`, `sigma`, `excess`
+    (how many deviations past the range) and `before` (how many records the range spans)."""
     prev = pl.col("value").shift(1)
     framed = values.with_columns(
         prev.rolling_median(window, min_samples=min_records).alias("_med"),
@@ -40,6 +40,7 @@ def jumps(values: pl.DataFrame, window: int, min_records: int, z: float) -> pl.D
     dev = (prev - pl.col("_med")).abs()
     framed = framed.with_columns((dev.rolling_median(window, min_samples=min_records) * MAD_TO_SIGMA).alias("sigma"))
     beyond = pl.max_horizontal(pl.col("value") - pl.col("hi"), pl.col("lo") - pl.col("value"))
+    framed = framed.with_columns(pl.min_horizontal(pl.int_range(pl.len()), window).alias("before"))
     return (
         framed.with_columns((beyond / pl.col("sigma")).alias("excess"))
         .filter((pl.col("sigma") > 0) & (pl.col("excess") > z))
@@ -90,7 +91,7 @@ def detect(run: RunData, params) -> list[Finding]:
                             step=int(peak["step"]),
                             value=float(peak["value"]),
                             baseline=float(peak["hi"] if peak["value"] > peak["hi"] else peak["lo"]),
-                            note=f"{peak['excess']:.0f} robust deviations past the range of the {hp.window} records before",
+                            note=f"{peak['excess']:.0f} robust deviations past the range of the {peak['before']} records before",
                         )
                     ],
                     summary=(

@@ -96,7 +96,7 @@ def _calibration(cal: Calibration | None) -> list[str]:
     return [
         "### Calibration",
         "",
-        f"- Recommended clip threshold: **{fmt_num(given(cal.recommended_clip_norm))}**"
+        f"- Recommended clip threshold: **{fmt_num(given(cal.recommended_clip_norm)) or 'none'}**"
         + (f" (expected clip rate {fmt_rate(expected)})" if expected is not None else ""),
         f"- Current clip threshold: {fmt_num(given(cal.current_clip_norm)) or 'not found'}, "
         f"clip rate {fmt_rate(cal.clip_rate)}",
