@@ -92,3 +92,37 @@ def test_real_excerpts(fmt, path, start):
     run = RunData.from_frames(**{k: v for k, v in result.tables.items() if k in ("metrics", "events", "layers")})
     found = nonfinite.detect(run, Params())
     assert found and found[0].step_start == start and found[0].severity == "critical"
+
+
+def _with_eval_rows(run, rows):
+    """`run` plus eval rows (record null) of (name, step, value)."""
+    extra = pl.DataFrame(
+        {
+            "source": "train.log",
+            "line": [10**6 + i for i in range(len(rows))],
+            "step": [s for _, s, _ in rows],
+            "record": [None] * len(rows),
+            "attempt": 0,
+            "rank": None,
+            "name": [n for n, _, _ in rows],
+            "value": [float(v) for _, _, v in rows],
+            "time": None,
+        },
+        schema=run.metrics.schema,
+    )
+    return RunData.from_frames(metrics=pl.concat([run.metrics, extra]), events=run.events)
+
+
+def test_an_infinite_perplexity_or_a_nan_eval_loss_is_non_finite():
+    run = run_from(curves(2000, seed=5))
+    # OpenNMT-tf's `loss = 148890.7 ; perplexity = inf`: exp(loss) past float range, a diverged model
+    [f] = nonfinite.detect(
+        _with_eval_rows(run, [("eval_loss", 1000, 148890.7), ("eval_perplexity", 1000, np.inf)]), Params()
+    )
+    assert f.kind == "nonfinite" and f.peak_step == 1000 and f.evidence[0].signal == "eval_perplexity"
+    [f] = nonfinite.detect(_with_eval_rows(run, [("eval_loss", 1500, np.nan)]), Params())
+    assert f.peak_step == 1500
+    # a finite perplexity is no finding; an eval row with no step (a log without steps) is not placed
+    assert (
+        nonfinite.detect(_with_eval_rows(run, [("eval_ppl", 1000, 3.2), ("eval_loss", None, np.nan)]), Params()) == []
+    )

@@ -323,8 +323,10 @@ def test_one_skipped_overflow_step_points_at_fp16(tmp_path):
 
 def test_an_evaluation_line_is_no_training_record_and_a_prefixless_mmcv_record_is_read(tmp_path):
     # OpenNMT-tf: `Evaluation result for step 435000: loss = 148890.718750 ; perplexity = inf`
-    run, _, facts = run_case(tmp_path, "opennmt-tf-744-gpt2small-lr2-loss-1e5")
+    run, d, facts = run_case(tmp_path, "opennmt-tf-744-gpt2small-lr2-loss-1e5")
     assert train_records(run) == facts["step_records"] == 8
+    # its infinite eval perplexity says the excerpt is already diverged (exp(loss) past float range)
+    assert d["verdict"]["status"] == "unstable" and d["incidents"][0]["peak_step"] == 435000
     ev = run.metrics.filter(pl.col("step") == 435000)
     assert set(ev.get_column("name")) == {"eval_loss", "eval_perplexity"} and ev.get_column("record").is_null().all()
     # SparseDrive: an mmcv record pasted from `lr: 1.819e-04, eta: ...` on, its `Iter [i/N]` cut off
