@@ -29,15 +29,19 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
     # float32), where a uniform guess over a 50k vocabulary scores 10.8: the model has diverged
     # (OpenNMT-tf `Evaluation result for step 435000: loss = 148890.7 ; perplexity = inf`)
     perplexity = pl.col("name").str.contains(PERPLEXITY)
-    m = run.metrics.filter(
-        (pl.col("name").is_in(names) | (pl.col("name") == loss_name) | perplexity)
-        # eval records (record null) count for the eval metrics among them
-        & (pl.col("record").is_not_null() | pl.col("name").str.starts_with("eval_"))
-        & ~pl.col("value").is_finite().fill_null(True)
-    ).with_columns(
-        pl.col("step").fill_null(pl.col("record")),  # no step numbers in the log: record index
-        pl.col("name").replace(loss_name, "loss"),
-    ).filter(pl.col("step").is_not_null())  # an eval record of a log without steps cannot be placed
+    m = (
+        run.metrics.filter(
+            (pl.col("name").is_in(names) | (pl.col("name") == loss_name) | perplexity)
+            # eval records (record null) count for the eval metrics among them
+            & (pl.col("record").is_not_null() | pl.col("name").str.starts_with("eval_"))
+            & ~pl.col("value").is_finite().fill_null(True)
+        )
+        .with_columns(
+            pl.col("step").fill_null(pl.col("record")),  # no step numbers in the log: record index
+            pl.col("name").replace(loss_name, "loss"),
+        )
+        .filter(pl.col("step").is_not_null())
+    )  # an eval record of a log without steps cannot be placed
     return m.select(
         pl.col("name").alias("signal"),
         "step",
