@@ -66,7 +66,9 @@ class PageStatus:
 
 
 def _run(binary: str, args: list[str], timeout: float) -> tuple[str, float]:
-    with tempfile.TemporaryDirectory(prefix="sf-chromium-") as profile:
+    # chromium's helper processes (crashpad, zygote) can outlive the main one and still write to the
+    # profile as it is removed (seen under memory pressure): a throwaway profile left behind is harmless
+    with tempfile.TemporaryDirectory(prefix="sf-chromium-", ignore_cleanup_errors=True) as profile:
         start = time.perf_counter()
         proc = subprocess.run(
             [binary, *FLAGS, f"--user-data-dir={profile}", *args],
