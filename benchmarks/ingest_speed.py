@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
 import random
@@ -85,6 +86,24 @@ class _Buffered:
         self.fh.close()
 
 
+def megatron_extras(it: int, loss: float) -> list[str]:
+    """What Megatron prints between iteration lines: timers every 50, a warning every 100, a
+    validation block every 1,000 and a checkpoint line every 10,000 iterations."""
+    out = []
+    if it % 50 == 0:
+        out.append(TIMER)
+    if it % 100 == 0:
+        out.append(WARN)
+    if it % 1000 == 0:
+        out.append(
+            "-" * 100 + f"\n validation loss at iteration {it} | lm loss value: {loss:.6E} | "
+            f"lm loss PPL: {math.exp(min(loss, 50)):.6E} |\n" + "-" * 100 + "\n"
+        )
+    if it % 10000 == 0:
+        out.append(f"[2024-05-01 12:00:00] saving checkpoint at iteration {it:7d} to /ckpt in torch format\n")
+    return out
+
+
 def gen_megatron(path: Path, n: int, seed: int = 0) -> None:
     """Megatron-LM stdout: one `iteration` line per step (13 fields, 12 of them metrics
     the product keeps, plus the time prefix), timer blocks, warnings, validation blocks,
@@ -122,17 +141,8 @@ def gen_megatron(path: Path, n: int, seed: int = 0) -> None:
                 nn=0,
             )
         )
-        if it % 50 == 0:
-            out.add(TIMER)
-        if it % 100 == 0:
-            out.add(WARN)
-        if it % 1000 == 0:
-            out.add(
-                "-" * 100 + f"\n validation loss at iteration {it} | lm loss value: {loss:.6E} | "
-                f"lm loss PPL: {2.718**loss:.6E} |\n" + "-" * 100 + "\n"
-            )
-        if it % 10000 == 0:
-            out.add(f"[2024-05-01 12:00:00] saving checkpoint at iteration {it:7d} to /ckpt in torch format\n")
+        for extra in megatron_extras(it, loss):
+            out.add(extra)
     out.close()
 
 

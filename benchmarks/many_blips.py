@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest_speed import MEGATRON_LINE as LINE  # noqa: E402  the same Megatron-LM lines as the speed benchmark
-from ingest_speed import TIMER, WARN  # noqa: E402
+from ingest_speed import megatron_extras  # noqa: E402
 
 BLIP_SIZE = 50.0  # the blips: 50x the grad norm's level
 MIN_GAP = 500  # steps between two blips: isolated events
@@ -101,17 +101,7 @@ def generate(path: Path, iterations: int, blips: list[int], moving: list[int], s
                     nn=0,
                 )
             )
-            if it % 50 == 0:
-                buf.append(TIMER)
-            if it % 100 == 0:
-                buf.append(WARN)
-            if it % 1000 == 0:
-                buf.append(
-                    "-" * 100 + f"\n validation loss at iteration {it} | lm loss value: {loss:.6E} | "
-                    f"lm loss PPL: {math.exp(min(loss, 50)):.6E} |\n" + "-" * 100 + "\n"
-                )
-            if it % 10000 == 0:
-                buf.append(f"[2024-05-01 12:00:00] saving checkpoint at iteration {it:7d} to /ckpt in torch format\n")
+            buf.extend(megatron_extras(it, loss))
             if len(buf) > 4096:
                 fh.write("".join(buf))
                 buf = []

@@ -22,6 +22,19 @@ PERPLEXITY = r"(?i)(?:^|_)(?:ppl|perplexity)$"
 COLS = ["signal", "step", "attempt", "rank", "layer", "value", "pos"]
 
 
+def _global_rows(frame: pl.DataFrame, signal: pl.Expr, value: pl.Expr | None = None) -> pl.DataFrame:
+    """`frame` (step, attempt, rank, value) as outbreak rows (`COLS`) of `signal`, with no layer."""
+    return frame.select(
+        signal.alias("signal"),
+        "step",
+        "attempt",
+        "rank",
+        pl.lit(None, pl.String).alias("layer"),
+        (pl.col("value") if value is None else value).alias("value"),
+        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+    )
+
+
 def _metric_rows(run: RunData, params) -> pl.DataFrame:
     names = list(params.nonfinite.signals)
     loss_name = run.resolve("loss")  # a training loss logged under its own name (`decode.loss_seg`)
@@ -40,30 +53,14 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
             pl.col("step").fill_null(pl.col("record")),  # no step numbers in the log: record index
             pl.col("name").replace(loss_name, "loss"),
         )
-        .filter(pl.col("step").is_not_null())
-    )  # an eval record of a log without steps cannot be placed
-    return m.select(
-        pl.col("name").alias("signal"),
-        "step",
-        "attempt",
-        "rank",
-        pl.lit(None, pl.String).alias("layer"),
-        "value",
-        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+        .filter(pl.col("step").is_not_null())  # an eval record of a log without steps cannot be placed
     )
+    return _global_rows(m, pl.col("name"))
 
 
 def _event_rows(run: RunData) -> pl.DataFrame:
     ev = run.events_of("nan").filter(pl.col("step").is_not_null())
-    return ev.select(
-        pl.lit("nan_event").alias("signal"),
-        "step",
-        "attempt",
-        "rank",
-        pl.lit(None, pl.String).alias("layer"),
-        pl.lit(float("nan")).alias("value"),
-        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
-    )
+    return _global_rows(ev, pl.lit("nan_event"), pl.lit(float("nan")))
 
 
 def _counter_rows(run: RunData) -> pl.DataFrame:
@@ -72,15 +69,7 @@ def _counter_rows(run: RunData) -> pl.DataFrame:
         return pl.DataFrame(schema={c: t for c, t in _schema().items()})
     s = s.sort("rank", "t", nulls_last=True).with_columns(pl.col("value").diff().over("rank").alias("inc"))
     s = s.filter(pl.col("inc") > 0)
-    return s.select(
-        pl.lit("nan_iters").alias("signal"),
-        "step",
-        "attempt",
-        "rank",
-        pl.lit(None, pl.String).alias("layer"),
-        pl.col("inc").alias("value"),
-        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
-    )
+    return _global_rows(s, pl.lit("nan_iters"), pl.col("inc"))
 
 
 def _layer_rows(run: RunData) -> pl.DataFrame:
@@ -130,15 +119,7 @@ def _masked_zero_rows(run: RunData, params) -> pl.DataFrame:
     run_id = (~zero).cum_sum()
     seeded = seed.cast(pl.Int32).cum_sum().over(run_id) > 0
     rows = frame.filter(zero & seeded).with_columns(pl.col("step").fill_null(pl.col("t")))
-    return rows.select(
-        pl.lit("loss_masked_zero").alias("signal"),
-        "step",
-        "attempt",
-        "rank",
-        pl.lit(None, pl.String).alias("layer"),
-        "value",
-        robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
-    )
+    return _global_rows(rows, pl.lit("loss_masked_zero"))
 
 
 def _handled_overflow_steps(run: RunData) -> pl.DataFrame:
