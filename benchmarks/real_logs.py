@@ -1,6 +1,6 @@
 """Real-log benchmark: what spikeforensics reads and concludes on real public training logs.
 
-    python benchmarks/real_logs.py [--set dev|sealed|fresh|all] [--corpus sample_logs/real]
+    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|all] [--corpus sample_logs/real]
                                    [--json OUT] [--write-readme] [--case ID ...] [-v]
 
 Every case folder of the corpus (`sample_logs/real/<set>/<case>/`, see its README) holds the
@@ -82,8 +82,13 @@ class CaseScore:
         return self.records_ratio is not None and 0.95 <= self.records_ratio <= 1.05
 
 
+# dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
+# (`fresh`: session 6, `fresh2`: session 7), each a development set after its one scoring
+SPLITS = ("dev", "sealed", "fresh", "fresh2")
+
+
 def load_cases(corpus: Path, split: str, only: list[str] | None) -> list[tuple[Path, dict, str]]:
-    splits = ("dev", "sealed", "fresh") if split == "all" else (split,)
+    splits = SPLITS if split == "all" else (split,)
     out = []
     for sp in splits:
         for facts_file in sorted((corpus / sp).glob("*/FACTS.toml")):
@@ -262,7 +267,7 @@ def render(label: str, cases: list[CaseScore]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", default="dev", choices=("dev", "sealed", "fresh", "all"))
+    ap.add_argument("--set", default="dev", choices=(*SPLITS, "all"))
     ap.add_argument("--corpus", default=str(ROOT / "sample_logs" / "real"))
     ap.add_argument("--case", nargs="*", help="only these case ids")
     ap.add_argument("--json", help="write the per-case scores and totals here")

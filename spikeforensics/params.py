@@ -56,6 +56,7 @@ RANGES: dict[str, tuple[str, str]] = {
             "max_alternatives",
             "pad_steps",
             "start_records",
+            "first_update_steps",
             "steps_before",
             "after_peak_span",
             "align_max_offset",
@@ -582,6 +583,10 @@ class AttributionParams:
     astronomical_norm: float = 1e4  # why: a logged grad norm >= 1e4 before a NaN means clipping was not in effect
     loss_scale_floor: float = 1.0  # why: dynamic loss scaling halves down to 1 (DeepSpeed min_loss_scale default 1, apex/torch the same); a scale at 1 that still overflows means fp16 cannot hold the values at all
     start_records: int = 10  # why: a NaN within the first 10 records of a log that starts at step <= hard_spike.start_max_step is "from the first updates": the setup (precision, LR, init), not a late event
+    first_update_steps: int = 1  # why: the loss of step 0 (or 1) comes out of the initial weights (or one update): a value non-finite there was broken before the learning rate could act
+    absurd_lr: float = 1.0  # why: Adam-family optimizers train at 1e-5..1e-2 and SGD on vision at <= ~0.1 per 256 samples; a printed LR >= 1 beside a run that went non-finite or exploded is the first suspect (SGD LSTM LMs at lr 1-30 on clipped gradients are the rare exception, hence a listed cause, not a certainty)
+    negligible_lr_budget: float = 1e-4  # why: an Adam-style update moves each weight by about the LR, so the LR summed over the updates before a NaN bounds how far the weights moved; <= 1e-4 in all (warm-up at 1e-8, burn-in at 0) cannot carry a sane model out of range: the LR is not the cause
+    rejected_losses_min: int = 2  # why: one rejected batch can be a fluke of the check; the trainer rejecting the loss of two or more batches while the rest train on means those batches are bad, not the weights (bad weights fail every batch)
     confined_min_records: int = 2  # why: a NaN in one loss term while its sibling terms stay finite, on >= 2 records (not one step before everything goes NaN): the shared weights are intact, so the NaN comes from that term's inputs (its targets), not from the update
     component_exclude_pattern: str = r"(?i)^(?:session|epoch|iter\w*|step\w*|\w*time\w*|data|eta|\w*mem\w*|lr|learning_rate|grad_norm|loss_scale|\w*tokens?\w*|\w*samples?\w*|\w*per_sec\w*|throughput\w*|batch\w*|[ge]pu\w*)$"  # why: the record's counters, timings, memory, throughput and optimizer state are no loss terms
     nan_rise_ratio: float = 1.5  # why: before an LR-driven NaN the loss and grad norm climb for a few records (the update grows each step); a last finite value within 1.5x of the median before it means the NaN came without a build-up, in one update (a value out of fp16 range, a bad element), not from growth

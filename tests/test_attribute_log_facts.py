@@ -19,9 +19,9 @@ DEV = Path(__file__).parents[1] / "sample_logs" / "real" / "dev"
 P = Params.load()
 
 
-def run_of(loss=None, grad=None, scale=None, events=None, first_step=1):
+def run_of(loss=None, grad=None, scale=None, events=None, first_step=1, lr=None):
     frames = []
-    for name, values in (("loss", loss), ("grad_norm", grad), ("loss_scale", scale)):
+    for name, values in (("loss", loss), ("grad_norm", grad), ("loss_scale", scale), ("lr", lr)):
         if values is not None:
             frames.append(metric_rows(name, range(first_step, first_step + len(values)), values))
     ev = None
@@ -130,3 +130,36 @@ def test_a_nonfinite_grad_norm_beside_a_finite_loss_that_goes_on_is_a_skipped_up
     assert log_facts(run_of(loss=[2.7, 2.6, nan, nan], grad=[3.0, 2.8, nan, nan]), P)["grad_nonfinite_skipped"] is False
     # the NaN grad norm is the last thing the log prints: nothing shows the run went on
     assert log_facts(run_of(loss=[2.7, 2.6, 2.5], grad=[3.0, 2.8, nan]), P)["grad_nonfinite_skipped"] is False
+
+
+def test_a_nan_before_the_learning_rate_could_move_the_weights():
+    # NaN in the loss of step 1 (the initial weights' forward pass, or one update) of a counter that
+    # moves within an epoch; a counter of epochs (Keras, fastai) says nothing about updates
+    by_update = run_of(loss=[math.nan, math.nan, math.nan], lr=None)
+    epoch = metric_rows("epoch", [1, 2, 3], [0.0, 0.01, 0.02])
+    by_update = RunData.from_frames(metrics=pl.concat([by_update.metrics, epoch]))
+    assert log_facts(by_update, P)["nan_before_lr_acts"]
+    assert not log_facts(run_of(loss=[math.nan, math.nan, math.nan]), P)["nan_before_lr_acts"]
+    # NaN at step 5 of a warm-up at 1e-8 (the LR summed over the updates is ~5e-8)
+    warm = dict(loss=[2.1, 2.0, 2.0, 2.1, math.nan], lr=[1e-8, 2e-8, 3e-8, 4e-8, 5e-8])
+    assert log_facts(run_of(**warm), P)["nan_before_lr_acts"]
+    # the same NaN after five updates at 1e-3: the LR has moved the weights
+    moved = dict(loss=[2.1, 2.0, 2.0, 2.1, math.nan], lr=[1e-3] * 5)
+    assert not log_facts(run_of(**moved), P)["nan_before_lr_acts"]
+    # without an LR series only step <= first_update_steps says it
+    assert not log_facts(run_of(loss=[2.1, 2.0, math.nan]), P)["nan_before_lr_acts"]
+    # an excerpt from step 7000 does not start at the start of training
+    assert not log_facts(run_of(loss=[math.nan] * 3, first_step=7000), P)["nan_before_lr_acts"]
+    # the budget is a parameter
+    loose = Params.load()
+    loose.set("attribution.negligible_lr_budget", 1e-2)
+    assert log_facts(run_of(**moved), loose)["nan_before_lr_acts"]
+
+
+def test_batches_rejected_by_a_loss_check_are_counted_and_say_nothing_about_precision():
+    rejected = '{"metric": "loss", "reason": "invalid_loss", "value": 250000064.0, "skipped": true}'
+    facts = log_facts(run_of(loss=[2.0, 1.9], events=[("skipped_step", rejected)] * 3), P)
+    assert facts["losses_rejected"] == 3
+    assert not facts["fp16"] and facts["precision"] == ""  # a sanity check skips batches in any precision
+    overflow = '{"old_scale": 65536.0, "new_scale": 32768.0}'
+    assert log_facts(run_of(loss=[2.0, 1.9], events=[("overflow", overflow)]), P)["fp16"]

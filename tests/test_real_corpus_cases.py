@@ -346,3 +346,45 @@ def test_fastai_table_and_fastprogress_bar_are_both_records(tmp_path):
     assert train_records(run) == facts["step_records"] == 2
     assert run.metrics.filter(pl.col("name") == "loss").get_column("value").is_nan().all()
     assert d["verdict"]["status"] == "unstable"
+
+
+def test_a_nan_before_the_lr_moved_the_weights_is_a_broken_setup_not_the_lr(tmp_path):
+    # DeFRCN#37: detectron2 `iter: 1 total_loss: 4.02e+06 ... lr: 2e-05`, then `FloatingPointError:
+    # Predicted boxes or scores contain Inf/NaN. Training has diverged.` (a detectron2 version fault)
+    run, d, facts = run_case(tmp_path, "defrcn-37-iter1-total-loss-4e6-diverged-d2-version")
+    stops = run.events.filter(pl.col("kind") == "nan")
+    assert stops.height == 1 and '"stopped": true' in stops.item(0, "detail")
+    inc = d["incidents"][0]
+    assert d["verdict"]["status"] == "unstable" and inc["features"]["nan_before_lr_acts"]
+    assert inc["root_cause"] == facts["stated_label"] == "model_bug"
+    # convmesh#8: `[0] epoch 0, 0/186, g_loss nan ...`: NaN out of the initial weights (PyTorch 1.7 vs 1.6)
+    run, d, facts = run_case(tmp_path / "b", "convmesh-8-gan-loss-nan-from-first-update-torch17")
+    assert d["incidents"][0]["root_cause"] == facts["stated_label"] == "model_bug"
+    # Keras `Epoch 1/50 ... loss: nan` at lr 1: a step counter of epochs is a whole epoch of updates
+    run, d, facts = run_case(tmp_path / "c", "keras-imc-denoise-11-lr1-nan-from-epoch1")
+    inc = d["incidents"][0]
+    assert not inc["features"]["nan_before_lr_acts"]
+    assert inc["root_cause"] == facts["stated_label"] == "lr_too_high"
+
+
+def test_a_printed_lr_beyond_any_optimizer_range_is_the_first_suspect(tmp_path):
+    # OpenNMT-tf#744: GPT2Small at lr 2 (printed 1.20 under decay), every loss ~1.5e5, perplexity inf
+    run, d, facts = run_case(tmp_path, "opennmt-tf-744-gpt2small-lr2-loss-1e5")
+    inc = d["incidents"][0]
+    assert "lr-beyond-range" in [r["rule"] for r in inc["matched_rules"]]
+    assert inc["root_cause"] == facts["stated_label"] == "lr_too_high"
+
+
+def test_batches_whose_loss_the_trainer_rejects_are_bad_batches(tmp_path):
+    # ESPnet#186 (chainer, 2018): six `loss (=2.5e8) is not correct` warnings, training goes on
+    run, d, facts = run_case(tmp_path, "espnet-186-chainer-ctc-loss-not-correct")
+    inc = d["incidents"][0]
+    assert inc["features"]["losses_rejected"] == 6 and not inc["features"]["fp16"]
+    assert inc["root_cause"] == facts["stated_label"] == "data_outlier"
+
+
+def test_ms_swift_progress_string_is_the_step(tmp_path):
+    # ms-swift stdout dicts: `"global_step/max_steps": "8280/11043"`; the NaN grad norm is at step 8280
+    run, d, facts = run_case(tmp_path, "ms-swift-2436-minicpmv-4090-gradnorm-nan")
+    assert run.series("loss").get_column("step").to_list() == [8270, 8275, 8280]
+    assert d["incidents"][0]["first_nonfinite_step"] == facts["first_nonfinite_step"] == 8280

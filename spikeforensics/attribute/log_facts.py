@@ -47,6 +47,19 @@ FACTS: dict[str, tuple[str, str]] = {
         "grad norm are within attribution.nan_rise_ratio x their median before it (an LR-driven "
         "divergence climbs first)",
     ),
+    "nan_before_lr_acts": (
+        B,
+        "in a log that starts at the start of training, the first non-finite value (or the stop on one) "
+        "comes at step <= attribution.first_update_steps of a counter that counts updates (it moves within "
+        "an epoch), out of the initial weights, or after updates "
+        "whose LR, summed, is <= attribution.negligible_lr_budget (warm-up at 1e-8, burn-in at 0): the "
+        "weights had not moved, so the learning rate is not the cause",
+    ),
+    "losses_rejected": (
+        N,
+        "batches whose loss the trainer rejected as out of range and skipped while training went on "
+        "(ESPnet `loss (=2.5e8) is not correct`): per-batch sanity-check failures, not a stop",
+    ),
     "nonfinite_episodes": (N, "separate runs of non-finite loss / grad-norm records"),
     "nonfinite_recovers": (
         B,
@@ -195,6 +208,11 @@ def _masked_zero_losses(loss: pl.DataFrame, grad: pl.DataFrame) -> int:
     return int(frame.select(masked.sum()).item())
 
 
+def _losses_rejected(events: pl.DataFrame) -> int:
+    skipped = events.filter(pl.col("kind") == "skipped_step").get_column("detail").fill_null("")
+    return int(skipped.str.contains('"reason":\\s*"invalid_loss"').sum())
+
+
 def _partial_batch_nonfinite(events: pl.DataFrame) -> bool:
     nan = events.filter(pl.col("kind") == "nan")
     if nan.height == 0:
@@ -233,6 +251,33 @@ def _confined_nonfinite(run: RunData, params) -> dict:
     return {"nonfinite_confined": True, "nonfinite_component": ", ".join(names)}
 
 
+def _counts_updates(run: RunData) -> bool:
+    """The step counter counts updates, not epochs: it moves within an epoch (a record whose step is
+    above its printed epoch). Keras, fastai and ultralytics print one record per epoch, numbered by
+    the epoch: their step 1 is a whole epoch of updates."""
+    epoch = run.series("epoch")
+    return bool(epoch.height and epoch.filter(pl.col("step") > pl.col("value")).height)
+
+
+def _nan_before_lr_acts(run: RunData, first_bad, starts_at_start: bool, ap) -> bool:
+    """See FACTS["nan_before_lr_acts"]. Without a placed non-finite value, a stop on one that names no
+    step (detectron2's `Predicted boxes or scores contain Inf/NaN`) counts at the last record's step."""
+    if not starts_at_start:
+        return False
+    if first_bad is None:
+        stops = run.events.filter((pl.col("kind") == "nan") & pl.col("step").is_null())
+        last = run.step_range()[1]
+        if stops.height == 0 or last is None:
+            return False
+        first_bad = last
+    if first_bad <= ap.first_update_steps and _counts_updates(run):
+        return True
+    lr = run.series("lr").filter(pl.col("step") <= first_bad)
+    lr_max = _finite(lr).max() if lr.height else None
+    # an upper bound of the LR summed over the updates: the largest LR so far on every one of them
+    return lr_max is not None and float(lr_max) * first_bad <= ap.negligible_lr_budget
+
+
 def log_facts(run: RunData, params) -> dict:
     """Run-level facts from what the log printed (see `FACTS`)."""
     ap = params.attribution
@@ -242,7 +287,10 @@ def log_facts(run: RunData, params) -> dict:
     overflows = events.filter(pl.col("kind").is_in(["overflow", "skipped_step"])).height
     declared = _mode_from_events(events)
     # a logged loss scale of 1 throughout is what bf16/fp32 Megatron logs print: not fp16 scaling
-    inferred = "fp16" if (uses_loss_scaling(run.series("loss_scale")) or overflows) else ""
+    # only an fp16 scaler's overflow says fp16: a batch skipped by a z-score guard, a bad grad norm
+    # or a loss sanity check (`skipped_step`) happens in any precision
+    scaler_overflows = events.filter(pl.col("kind") == "overflow").height
+    inferred = "fp16" if (uses_loss_scaling(run.series("loss_scale")) or scaler_overflows) else ""
     precision = declared or inferred
     records = max(loss.height, grad.height)
 
@@ -264,6 +312,7 @@ def log_facts(run: RunData, params) -> dict:
             nan_at_start = first_step is None and first_bad <= params.hard_spike.start_max_step
 
     lf = _finite(loss)
+    before_lr = _nan_before_lr_acts(run, first_bad, starts_at_start, ap)
     first_loss = float(lf[0]) if lf.len() else None
     loss_max = float(lf.max()) if lf.len() else None
     ratio = loss_max / first_loss if first_loss and first_loss > 0 and loss_max is not None else None
@@ -282,6 +331,8 @@ def log_facts(run: RunData, params) -> dict:
         "nan_at_start": bool(nan_at_start),
         "first_nonfinite_step": first_bad,
         "nan_without_rise": _nan_without_rise(loss, grad, first_bad_t, ap),
+        "nan_before_lr_acts": before_lr,
+        "losses_rejected": _losses_rejected(events),
         "nonfinite_episodes": episodes,
         "nonfinite_recovers": episodes >= 2 and recovered >= episodes - 1,
         "grad_nonfinite_skipped": _grad_nonfinite_skipped(loss, grad),

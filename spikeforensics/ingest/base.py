@@ -1,5 +1,6 @@
-"""Shared machinery for parsers: reading lines, stripping launcher prefixes, and
-turning a parser's wide per-record frame into the canonical long `metrics` table.
+"""Shared machinery for parsers: the file and result types, prepared lines, turning a
+parser's wide per-record frame into the canonical long `metrics` table, attaching steps
+to events, and assembling a text parser's result.
 
 A parser module (one per format family) exposes:
 
@@ -8,13 +9,14 @@ A parser module (one per format family) exposes:
     def parse(src: SourceFile) -> ParseResult   # the tables it found
 
 Everything per-line is done with polars expressions; no Python loop per line.
+
+Line splitting and prefix stripping live in `_lines.py`, number parsing and the key/value
+field splitters in `_fields.py`; both are re-exported here, where the parsers import them.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,36 +24,31 @@ from pathlib import Path
 import polars as pl
 
 from spikeforensics import schema
-
-# ANSI colour / cursor codes (torchtitan colours every field).
-ANSI_RE = r"\x1b\[[0-9;?]*[A-Za-z]"
-# Launcher and paste prefixes in front of the framework's own text. The named group
-# `rank` keeps the rank number where the prefix has one.
-PREFIX_RE = (
-    r"^(?:(?:\+?> ?)+)?"  # markdown quoting of pasted logs: '> ', '+> '
-    r"(?:\[\d{2,}\] )?"  # log-viewer line numbers '[80746] '
-    r"(?:"
-    r"\[(?:rank|default)(?P<rank>\d+)\]:"  # torchrun --tee / --role: [rank3]: [default3]:
-    r"|\[\d+:(?P<rank2>\d+)\]:"  # nanotron [node:rank]:
-    r"|(?P<rank3>\d{1,4}): "  # srun --label '3: '
-    r")?"
+from spikeforensics.ingest._fields import (  # noqa: F401 (re-exported: parsers import these from base)
+    NUM_TOKEN,
+    captured_values,
+    find_pairs,
+    json_safe,
+    named_values,
+    normalise_name,
+    normalise_name_expr,
+    parse_numbers,
+    split_colon_fields,
+    split_fields,
+    to_float,
+)
+from spikeforensics.ingest._lines import (  # noqa: F401 (re-exported: parsers import these from base)
+    ANSI_RE,
+    LONE_CR_MIN,
+    PREFIX_RE,
+    lines_from_bytes,
+    lone_cr_endings,
+    split_segments,
+    strip_controls,
+    strip_prefixes,
 )
 
 SNIFF_LINES = 400
-
-# What a terminal would interpret in text that comes from input data (file names, sample
-# IDs, log lines): ANSI/VT escape sequences (CSI, OSC, and lone ESC), the other C0
-# controls but tab (and newline where lines are kept), DEL and the C1 controls.
-_ESCAPE_SEQ_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-_CONTROL_KEEP_NL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def strip_controls(text: str, keep_newlines: bool = False) -> str:
-    """`text` without escape sequences and control characters (tab kept; newlines kept
-    only with `keep_newlines`): safe to print to a terminal."""
-    text = _ESCAPE_SEQ_RE.sub("", text)
-    return (_CONTROL_KEEP_NL_RE if keep_newlines else _CONTROL_RE).sub("", text)
 
 
 # Steps (and the other integer counters read from inputs: ranks, token counts, numel) are
@@ -180,94 +177,6 @@ class SourceFile:
             yield lines_from_bytes(tail, first_line=offset + 1, lone_cr=False)
 
 
-# A file with no LF at all but at least this many CRs uses lone CR line endings (classic
-# Mac OS, some serial-console captures): its CRs are line breaks. Decided per file, never
-# per line: in an LF file a CR is a tqdm redraw inside a line (`split_segments`). Two,
-# not one: a single-line file with one trailing CR is one line either way.
-LONE_CR_MIN = 2
-
-
-def lone_cr_endings(data: bytes) -> bool:
-    """Whether `data` (a whole file, or its first block) has lone CR line endings."""
-    return b"\n" not in data and data.count(b"\r") >= LONE_CR_MIN
-
-
-def lines_from_bytes(data: bytes, first_line: int = 1, lone_cr: bool | None = None) -> pl.DataFrame:
-    """Split bytes into physical lines; LF, CRLF and lone-CR files (`lone_cr`: None decides
-    from `data`, which must then be the whole file), invalid UTF-8 and NUL bytes are tolerated."""
-    if not data:
-        return pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
-    if lone_cr or (lone_cr is None and lone_cr_endings(data)):
-        data = data.replace(b"\r", b"\n")
-    if b"\x1f" in data:  # the column separator below must not occur in the text
-        data = data.replace(b"\x1f", b" ")
-    frame = pl.read_csv(
-        io.BytesIO(data),
-        has_header=False,
-        separator="\x1f",
-        quote_char=None,
-        new_columns=["text"],
-        schema={"text": pl.String},
-        encoding="utf8-lossy",
-        truncate_ragged_lines=True,
-    )
-    return frame.with_row_index("line", offset=first_line).select(
-        pl.col("line").cast(pl.Int64), pl.col("text").fill_null("")
-    )
-
-
-def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
-    """Split each physical line on carriage returns (tqdm redraws) and on the literal
-    two characters `^M` of pasted logs, keeping the physical line number of every piece.
-    Empty pieces are dropped. (Only lines that hold a CR are split: the common case
-    costs one literal scan.)"""
-    text = pl.col("text")
-    has_cr = text.str.contains("\r", literal=True) | text.str.contains("^M", literal=True)
-    marked = lines.with_columns(has_cr.alias("_cr"))
-    if not marked.get_column("_cr").any():
-        out = lines
-    else:
-        pieces = (
-            marked.filter(pl.col("_cr"))
-            .drop("_cr")
-            .with_columns(text.str.replace_all("^M", "\r", literal=True).str.split("\r"))
-            .explode("text")
-        )
-        out = pl.concat([marked.filter(~pl.col("_cr")).drop("_cr"), pieces]).sort("line", maintain_order=True)
-    return out.filter(text.str.contains(r"\S"))
-
-
-# Cheap anchored test for "this line may carry a prefix" (most lines do not).
-PREFIX_HINT_RE = r"^(?:[>+]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: )"
-
-
-def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
-    """Remove ANSI codes and launcher/paste prefixes; add `prefix_rank` (Int32, null if none).
-    The regexes run only on the lines a cheap test flags (ANSI escape, prefix-like start)."""
-    text = pl.col("text")
-    lines = lines.with_columns(
-        pl.when(text.str.contains("\x1b", literal=True))
-        .then(text.str.replace_all(ANSI_RE, ""))
-        .otherwise(text)
-        .alias("text")
-    )
-    hinted = text.str.contains(PREFIX_HINT_RE)
-    marked = lines.with_columns(hinted.alias("_pfx"))
-    plain = marked.filter(~pl.col("_pfx")).drop("_pfx").with_columns(pl.lit(None, dtype=pl.Int32).alias("prefix_rank"))
-    if plain.height == lines.height:
-        return plain
-    caps = marked.filter(pl.col("_pfx")).drop("_pfx").with_columns(text.str.extract_groups(PREFIX_RE).alias("_c"))
-    fixed = caps.with_columns(
-        pl.coalesce(
-            pl.col("_c").struct.field("rank"), pl.col("_c").struct.field("rank2"), pl.col("_c").struct.field("rank3")
-        )
-        .cast(pl.Int32, strict=False)
-        .alias("prefix_rank"),
-        text.str.replace(PREFIX_RE, "").alias("text"),
-    ).drop("_c")
-    return pl.concat([plain, fixed]).sort("line", maintain_order=True)
-
-
 def prepared_lines(src: SourceFile) -> pl.DataFrame:
     """lines() -> split on CR -> prefixes stripped: (line, text, prefix_rank); computed once
     per `SourceFile` (a restricted `SourceFile` returns its `only_lines` as they are)."""
@@ -276,48 +185,6 @@ def prepared_lines(src: SourceFile) -> pl.DataFrame:
     if src._prepared is None:
         src._prepared = strip_prefixes(split_segments(src.lines()))
     return src._prepared
-
-
-def to_float(expr: pl.Expr) -> pl.Expr:
-    """Parse a number token as printed by a training log into Float64.
-
-    Handles `nan`/`NaN`/`NAN`/`-nan`, `inf`/`Infinity`, upper/lower-case exponents,
-    thousands separators, a trailing `%`, and K/M/G/T/B suffixes (nanotron, OLMo-core).
-    Anything else becomes null (never an exception).
-    """
-    s = expr.str.strip_chars().str.strip_chars("'\"").str.replace_all(",", "")
-    lower = s.str.to_lowercase()
-    special = (
-        pl.when(lower.is_in(["nan", "-nan", "+nan"]))
-        .then(float("nan"))
-        .when(lower.is_in(["inf", "+inf", "infinity", "+infinity"]))
-        .then(float("inf"))
-        .when(lower.is_in(["-inf", "-infinity"]))
-        .then(float("-inf"))
-    )
-    suffix = s.str.extract(r"^[-+]?[0-9.]+(?:[eE][-+]?\d+)?\s*([KMGTB])$", 1)
-    mantissa = s.str.extract(r"^([-+]?[0-9.]+(?:[eE][-+]?\d+)?)\s*[KMGTB]$", 1).cast(pl.Float64, strict=False)
-    scale = (
-        pl.when(suffix == "K")
-        .then(1e3)
-        .when(suffix == "M")
-        .then(1e6)
-        .when(suffix.is_in(["G", "B"]))
-        .then(1e9)
-        .when(suffix == "T")
-        .then(1e12)
-    )
-    plain = s.str.strip_suffix("%").cast(pl.Float64, strict=False)
-    return special.otherwise(pl.coalesce(plain, mantissa * scale))
-
-
-NONFINITE_JSON_RE = r"([:\[,]\s*)(-?(?:NaN|nan|Infinity|inf|-nan))\b"
-
-
-def json_safe(expr: pl.Expr) -> pl.Expr:
-    """Quote the bare NaN/Infinity tokens Python's json.dumps writes, so polars'
-    `json_decode` (strict JSON) accepts the text; numbers then need `to_float`."""
-    return expr.str.replace_all(NONFINITE_JSON_RE, '$1"$2"')
 
 
 # ---------------------------------------------------------------------------
@@ -645,18 +512,6 @@ def nan_events(metrics: pl.DataFrame) -> pl.DataFrame:
     return schema.conform("events", out.with_columns(pl.lit("nan").alias("kind")))
 
 
-def normalise_name(name: str) -> str:
-    """Field names that are not canonical: lower-cased, non-alphanumerics as `_`."""
-    out = []
-    for ch in name.lower():
-        out.append(ch if ch.isalnum() else "_")
-    return "_".join(part for part in "".join(out).split("_") if part)
-
-
-def normalise_name_expr(expr: pl.Expr) -> pl.Expr:
-    return expr.str.to_lowercase().str.replace_all(r"[^a-z0-9]+", "_").str.strip_chars("_")
-
-
 def detail_json(**fields) -> str:
     """Serialise an event's `detail` object (non-finite floats as strings)."""
 
@@ -668,100 +523,6 @@ def detail_json(**fields) -> str:
         return v
 
     return json.dumps({k: clean(v) for k, v in fields.items() if v is not None}, sort_keys=True)
-
-
-# ---------------------------------------------------------------------------
-# Key/value fields of text step records (Megatron `name: value |`, nanotron, mmengine,
-# llm.c, generic loops): shared by the text parsers.
-
-# A number token as logs print it: 1,234.5  6.4E+00  634K  16.68%  nan  -inf  Infinity
-NUM_TOKEN = (
-    r"(?:[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[KMGTB]\b|%)?"
-    r"|[-+]?(?:[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)\b)"
-)
-
-
-def parse_numbers(frame: pl.DataFrame, raw: str = "raw", out: str = "value") -> pl.DataFrame:
-    """Add Float64 `out` from the string column `raw`: a plain cast where it works (the
-    common case, fast), `to_float` on the few others (suffixes, separators, percents)."""
-    frame = frame.with_columns(pl.col(raw).str.strip_chars().cast(pl.Float64, strict=False).alias(out))
-    bad = pl.col(out).is_null() & pl.col(raw).is_not_null()
-    if frame.select(bad.any()).item():
-        frame = frame.with_columns(pl.when(bad).then(to_float(pl.col(raw))).otherwise(pl.col(out)).alias(out))
-    return frame
-
-
-def captured_values(frame: pl.DataFrame, cols: dict[str, str]) -> pl.DataFrame:
-    """(line, name, value) from regex-captured string columns, renamed to metric names
-    (`cols` maps capture column -> metric name); absent captures give no row."""
-    if frame.height == 0:
-        return pl.DataFrame(schema={"line": pl.Int64, "name": pl.String, "value": pl.Float64})
-    raw = (
-        frame.select("line", *[pl.col(c).alias(n) for c, n in cols.items()])
-        .unpivot(index="line", variable_name="name", value_name="raw")
-        .filter(pl.col("raw").is_not_null())
-    )
-    return parse_numbers(raw).select("line", "name", "value")
-
-
-def split_fields(frame: pl.DataFrame, sep: str, field_re: str, text: str = "text") -> pl.DataFrame:
-    """One row per field: split `text` on the literal `sep`, keep the pieces that fully
-    match `field_re` (named groups `k` and `v`); returns the frame's other columns plus
-    `k`, `v`."""
-    keep = [c for c in frame.columns if c != text]
-    pieces = frame.select(*keep, pl.col(text).str.split(sep).alias("_p")).explode("_p")
-    groups = pieces.with_columns(pl.col("_p").str.extract_groups(field_re).alias("_g")).unnest("_g")
-    return groups.filter(pl.col("k").is_not_null()).drop("_p")
-
-
-def split_colon_fields(frame: pl.DataFrame, sep: str, text: str = "text") -> pl.DataFrame:
-    """The fast `split_fields` for `name: value` fields (Megatron, nanotron): split on
-    `sep`, then at the first colon; pieces without a colon or with more than one token
-    as value are dropped. Returns the frame's other columns plus `k`, `v`."""
-    keep = [c for c in frame.columns if c != text]
-    pieces = frame.select(*keep, pl.col(text).str.split(sep).alias("_p")).explode("_p")
-    kv = (
-        pieces.with_columns(pl.col("_p").str.split_exact(":", 1).struct.rename_fields(["k", "v"]).alias("_g"))
-        .unnest("_g")
-        .drop("_p")
-    )
-    kv = kv.with_columns(pl.col("v").str.strip_chars()).filter(pl.col("v").is_not_null() & (pl.col("v") != ""))
-    return kv.filter(~pl.col("v").str.contains(" ", literal=True))
-
-
-def find_pairs(frame: pl.DataFrame, pair_re: str, text: str = "text") -> pl.DataFrame:
-    """One row per `key<sep>value` match of `pair_re` (groups `k`, `v`) anywhere in the
-    text; returns the frame's other columns plus `k`, `v`, `_piece` (match index)."""
-    keep = [c for c in frame.columns if c != text]
-    found = (
-        frame.select(*keep, pl.col(text).str.extract_all(pair_re).alias("_p"))
-        .with_columns(pl.int_ranges(pl.col("_p").list.len()).alias("_piece"))
-        .explode("_p", "_piece")
-        .filter(pl.col("_p").is_not_null())
-    )
-    return found.with_columns(pl.col("_p").str.extract_groups(pair_re).alias("_g")).unnest("_g").drop("_p")
-
-
-def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.DataFrame:
-    """`k`/`v` pairs -> `name` (canonical metric name via aliases) and Float64 `value`.
-    In rows where `eval_rows` is true, names that are not already eval metrics get an
-    `eval_` prefix (a validation block's `lm loss PPL` is not the training one)."""
-    from spikeforensics.ingest.aliases import canonical_metric
-
-    # names are computed once per distinct key (a log has a few dozen), not per row
-    keys = pairs.get_column("k").unique().drop_nulls().to_list()
-    canon = {k: canonical_metric(k.strip()) for k in keys}
-    evals = {k: "eval_" + re.sub(r"^(?:eval|valid|validation|val)_", "", normalise_name(k.strip())) for k in keys}
-    evals = {k: (canon[k] if canon[k].startswith("eval_") or canon[k] == "epoch" else e) for k, e in evals.items()}
-    name = pl.col("k").replace_strict(canon, default="", return_dtype=pl.String)
-    if eval_rows is not None and pairs.select(eval_rows.any()).item():
-        name = (
-            pl.when(eval_rows)
-            .then(pl.col("k").replace_strict(evals, default="", return_dtype=pl.String))
-            .otherwise(name)
-        )
-    out = parse_numbers(pairs.with_columns(name.alias("name")), raw="v", out="value")
-    return out.filter(pl.col("value").is_not_null() & (pl.col("name") != ""))
 
 
 def text_result(

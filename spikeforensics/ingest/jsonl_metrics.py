@@ -6,7 +6,7 @@ current schema with `lr`), W&B `history` JSONL (`_step`, `train/global_step`,
 logger prefix) and any `{"step": .., "loss": ..}` lines. Bare `NaN`/`Infinity`/`nan`
 tokens are accepted anywhere.
 
-Step: the first present of STEP_KEYS. Restarts: LLaMA-Factory appends after a resume
+Step: the first present of STEP_KEYS (a progress string `"N/M"` gives N). Restarts: LLaMA-Factory appends after a resume
 and two concurrent writers may interleave (each a few logging intervals apart), so
 a record counts as "going back" (a new attempt) only when its step is below both of
 the two preceding records' steps; a step repeated within an attempt (the second
@@ -58,6 +58,8 @@ STEP_KEYS = (
     "iter",
     "trainer_global_step",
     "_step",
+    # ms-swift's stdout dicts: `"global_step/max_steps": "8270/11043"` (a progress string, read as N)
+    "global_step_max_steps",
 )
 # Bookkeeping keys that are not metrics (progress, wall-clock strings).
 IGNORE_KEYS = {
@@ -171,6 +173,9 @@ def metrics_from_objects(
         c for c in cols if c not in skip and _norm(c).lstrip("_") not in IGNORE_KEYS and not c.startswith("_")
     ]
     step_col, time_col, rank_col = (c if c in present else None for c in (step_col, time_col, rank_col))
+    if step_col and objects.get_column(step_col).dtype == pl.String:  # a progress string `N/M`: the step is N
+        progress = pl.col(step_col).str.extract(r"^\s*(\d+)\s*/\s*\d+\s*$", 1)
+        objects = objects.with_columns(pl.coalesce(progress, pl.col(step_col)).alias(step_col))
     if step_col:  # a step no run reaches: that record is an unparsed line, the rest of the file stays
         oob = T.out_of_range(objects, step_col)
         bad = objects.filter(oob)

@@ -10,7 +10,8 @@ one (`loading checkpoint ... at iteration N`); the parser then calls
 Every pattern family runs once over the whole frame (polars regex), after a cheap
 keyword pre-filter that leaves only the few candidate lines. A line yields at most one
 event; families are tried in the order of `_FAMILIES` (an OOM line is `oom`, not also
-a standalone `error`).
+a standalone `error`). The run facts (precision, GPU model) are recognised in
+`run_facts.py`; the event frames are built by `_event_frames.py`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import re
 
 import polars as pl
 
-from spikeforensics import schema
-from spikeforensics.ingest.base import SKIP_KIND, bounded_int, detail_expr, extract_time
+from spikeforensics.ingest._event_frames import EVENT_COLUMNS, _ret, empty_events
+from spikeforensics.ingest.base import SKIP_KIND, detail_expr
+from spikeforensics.ingest.run_facts import RUN_FACT_LITERALS, run_fact_events
 
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
@@ -109,29 +111,14 @@ GUARD_LITERALS = [
     "Minimum loss scale reached",
     "stopping training",
     "Loss became infinite",
+    "Training has diverged",
     "ECC",
     "kipping step",
     "kipped step",
     "kipping the step",
     "kipping optimizer",
     "kip step",
-    # run facts
-    "fp16",
-    "bf16",
-    "FP16",
-    "BF16",
-    "float16",
-    "Precision",
-    "precision",
-    "16bit",
-    "16-bit",
-    "Tesla",
-    "NVIDIA",
-    "GeForce",
-    "Quadro",
-    "TITAN",
-    "Product Name",
-    "get_device_name",
+    *RUN_FACT_LITERALS,  # run facts (run_facts.py)
     "CUDA error",
     "CUDAError",
     "CUDA Error",
@@ -156,6 +143,10 @@ FLOOR = rf"Current loss scale already at minimum|Minimum loss scale reached \(({
 NAN_STOP = r"\b[Ll]oss is (\S+?),? stopping training"
 # detectron2 `FloatingPointError: Loss became infinite or NaN at iteration=2137!`
 D2_NONFINITE = r"Loss became infinite or NaN at iteration=(\d+)"
+# detectron2's proposal and box-head checks (modeling/proposal_generator/proposal_utils.py,
+# roi_heads/fast_rcnn.py): `FloatingPointError: Predicted boxes or scores contain Inf/NaN.
+# Training has diverged.` (no iteration in the message)
+D2_DIVERGED = r"contain Inf/NaN\. Training has diverged"
 # `RuntimeError: CUDA error: uncorrectable ECC error encountered`, `cudaErrorECCUncorrectable`,
 # `CUDA_ERROR_ECC_UNCORRECTABLE`, `cuda runtime error (39) : uncorrectable ECC error encountered`
 ECC_UNCORRECTABLE = r"(?i:uncorrectable ECC error)|ECCUncorrectable|ECC_UNCORRECTABLE"
@@ -183,61 +174,9 @@ SAMPLES_NAN_GRAD = r"(?i)samples?(?: in this mini-batch)? got nan grad"
 # DeepSpeed's own `OVERFLOW! ... Skipping step` is an overflow (handled above)
 USER_SKIP = r"(?i)\bskip(?:ping|ped)? (?:the |this |an |optimizer |current )*step\b"
 
-# --- run facts (one event per distinct fact per file) ------------------------------------
-# kind `precision`: detail.mode in fp16 / bf16 / fp32 / amp-fp16 / amp-bf16, detail.text
-PREC_LIGHTNING = r"Using (?:(16)[ -]?bit|(bfloat16|bf16))(?: native)?(?: Automatic Mixed)? [Pp]recision"
-PREC_ACCELERATE = r"mixed_precision\W{0,3}\s*[=:]?\s*['\"]?(fp16|bf16)\b"
-PREC_DS_CONFIG = r"\"(fp16|bf16)\":\s*\{\s*\"enabled\":\s*true"
-PREC_DTYPE = (
-    r"(?:torch_dtype\s*=\s*|params_dtype\s*\.*\s*:?\s*|cast_model_type\s*:\s*)torch\.(float16|bfloat16|half|float32)\b"
-)
-PREC_FLAG = r"(?:^|[^\w-])-{0,2}(fp16|bf16)(?:\s*[=:]\s*|\s*\.{2,}\s*|\s+)(?:True|true|1)\b"
-PREC_BARE = r"(?:^|\s)--(fp16|bf16)(?:\s*\\?\s*$|\s+--)"
-PREC_LIGHTNING_ARG = r"\bprecision\s*[=:]\s*['\"]?(16-mixed|bf16-mixed|16|bf16|32)\b"
-# kind `device`: detail.name, detail.bf16_supported (false before Ampere, true from it)
-GPU_NAME = r"((?:Tesla|NVIDIA|Quadro|GeForce|TITAN|Titan)\b[\w .-]*?)"
-DEVICE_SMI_ROW = rf"^\|\s+\d+\s+{GPU_NAME}\s+(?:On|Off)\s+\|"
-DEVICE_NAMED = (
-    r"(?:Product Name\s*:|\bGPU \d+:|GPU type:|GPU models and configuration:|get_device_name\([^)]*\)\s*[:=]?|"
-    rf"[Dd]evice name\s*[:=])\s*(?:\d+\s*x\s*)?{GPU_NAME}\s*(?:\(UUID|$|\s{{2,}}|,|\|)"
-)
-NO_BF16 = (
-    r"(?i)V100|\bT4\b|P100|P40|\bP4\b|K80|K40|M40|M60|GTX|\b10[5-8]0|\b16[56]0|\b20[6-8]0|"
-    r"TITAN (?:V|RTX|X)|Quadro RTX"
-)
-HAS_BF16 = (
-    r"(?i)A100|A800|H100|H800|H200|\bH20\b|GH200|B200|B100|\bA10G?\b|\bA30\b|\bA40\b|\bA16\b|\bL4\b|L40|"
-    r"\bA[2-6]000\b|RTX 30\d0|RTX 40\d0|RTX 50\d0|\b30[5-9]0|\b40[6-9]0|\b50[6-9]0|Ada"
-)
-
-EVENT_COLUMNS = {
-    "line": pl.Int64,
-    "step": pl.Int64,
-    "rank": pl.Int32,
-    "kind": pl.String,
-    "time": schema.TIME,
-    "detail": pl.String,
-}
-
-
-def empty_events() -> pl.DataFrame:
-    return pl.DataFrame(schema=EVENT_COLUMNS)
-
 
 def _num(expr: pl.Expr) -> pl.Expr:
     return expr.str.to_lowercase().cast(pl.Float64, strict=False)
-
-
-def _ret(frame: pl.DataFrame, kind: pl.Expr | str, detail: pl.Expr, step: pl.Expr | None = None) -> pl.DataFrame:
-    kind_expr = pl.lit(kind) if isinstance(kind, str) else kind
-    return frame.select(
-        "line",
-        (bounded_int(step) if step is not None else pl.lit(None, dtype=pl.Int64)).alias("step"),
-        pl.col("prefix_rank").cast(pl.Int32).alias("rank"),
-        kind_expr.alias("kind"),
-        extract_time(pl.col("text")).alias("time"),
-        detail.alias("detail"),
-    )
 
 
 def _not_word(path: pl.Expr) -> pl.Expr:
@@ -336,6 +275,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         text.str.extract(FLOOR, 1).alias("_floor_scale"),
         text.str.extract(NAN_STOP, 1).alias("_stop"),
         text.str.extract(D2_NONFINITE, 1).alias("_d2"),
+        text.str.contains(D2_DIVERGED).alias("_d2div"),
         text.str.contains(ECC_UNCORRECTABLE).alias("_ecc"),
         pl.when(~text.str.contains(CUDA_NOT)).then(text.str.extract(CUDA_ERROR, 1)).alias("_cuda"),
         text.str.extract(GRAD_NONFINITE, 1).alias("_gnan"),
@@ -378,10 +318,11 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         )
     )
     rest = rest.filter(~pl.col("_floor"))
-    nonfinite = rest.filter(pl.col("_stop").is_not_null() | pl.col("_d2").is_not_null())
+    d2 = pl.col("_d2").is_not_null() | pl.col("_d2div")
+    nonfinite = rest.filter(pl.col("_stop").is_not_null() | d2)
     value = pl.coalesce(
         pl.col("_stop").str.to_lowercase().str.strip_chars("+"),
-        pl.when(pl.col("_d2").is_not_null()).then(pl.lit("nan_or_inf")),
+        pl.when(d2).then(pl.lit("nan_or_inf")),
     )
     out.append(
         _ret(
@@ -399,7 +340,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
             step=pl.col("_d2").cast(pl.Int64, strict=False),
         )
     )
-    rest = rest.filter(pl.col("_stop").is_null() & pl.col("_d2").is_null())
+    rest = rest.filter(pl.col("_stop").is_null() & ~d2)
     ecc = rest.filter(pl.col("_ecc"))
     out.append(
         _ret(
@@ -474,53 +415,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     )
     out = [f for f in out if f.height]
     claimed = pl.concat([f.select("line") for f in out]) if out else pl.DataFrame(schema={"line": pl.Int64})
-    return claimed, out + _run_facts(extra)
-
-
-def _run_facts(extra: pl.DataFrame) -> list[pl.DataFrame]:
-    """`precision` and `device` events: the first line of each distinct fact in the file."""
-    text = pl.col("text")
-    lit = text.str.extract_groups(PREC_LIGHTNING)
-    dtype = text.str.extract(PREC_DTYPE, 1)
-    larg = text.str.extract(PREC_LIGHTNING_ARG, 1)
-    mode = pl.coalesce(
-        pl.when(lit.struct.field("1").is_not_null())
-        .then(pl.lit("amp-fp16"))
-        .when(lit.struct.field("2").is_not_null())
-        .then(pl.lit("amp-bf16")),
-        pl.concat_str(pl.lit("amp-"), text.str.extract(PREC_ACCELERATE, 1)),
-        text.str.extract(PREC_DS_CONFIG, 1),
-        pl.when(dtype.is_in(["float16", "half"]))
-        .then(pl.lit("fp16"))
-        .when(dtype == "bfloat16")
-        .then(pl.lit("bf16"))
-        .when(dtype == "float32")
-        .then(pl.lit("fp32")),
-        text.str.extract(PREC_FLAG, 1),
-        text.str.extract(PREC_BARE, 1),
-        pl.when(larg.is_in(["16", "16-mixed"]))
-        .then(pl.lit("amp-fp16"))
-        .when(larg.is_in(["bf16", "bf16-mixed"]))
-        .then(pl.lit("amp-bf16"))
-        .when(larg == "32")
-        .then(pl.lit("fp32")),
-    )
-    name = pl.coalesce(text.str.extract(DEVICE_SMI_ROW, 1), text.str.extract(DEVICE_NAMED, 1)).str.strip_chars(" .-")
-    f = extra.with_columns(mode.alias("_mode"), name.alias("_name"))
-    prec = f.filter(pl.col("_mode").is_not_null()).unique("_mode", keep="first", maintain_order=True)
-    dev = f.filter(pl.col("_name").is_not_null() & pl.col("_mode").is_null()).unique(
-        "_name", keep="first", maintain_order=True
-    )
-    n = pl.col("_name")
-    bf16 = pl.when(n.str.contains(NO_BF16)).then(pl.lit(False)).when(n.str.contains(HAS_BF16)).then(pl.lit(True))
-    return [
-        _ret(
-            prec,
-            "precision",
-            detail_expr(strings={"mode": pl.col("_mode"), "text": text.str.strip_chars().str.slice(0, 300)}),
-        ),
-        _ret(dev, "device", detail_expr(strings={"name": n}, bools={"bf16_supported": bf16})),
-    ]
+    return claimed, out + run_fact_events(extra)
 
 
 def _nccl(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:

@@ -1,0 +1,128 @@
+"""From a file's bytes to the text lines parsers read: physical lines (LF, CRLF and lone-CR
+files, bad UTF-8 tolerated), segments split on tqdm carriage returns, ANSI codes and
+launcher/paste prefixes stripped (keeping the prefix's rank); and `strip_controls`, which
+makes text from input data safe to print to a terminal. Re-exported by `base`.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import polars as pl
+
+# ANSI colour / cursor codes (torchtitan colours every field).
+ANSI_RE = r"\x1b\[[0-9;?]*[A-Za-z]"
+# Launcher and paste prefixes in front of the framework's own text. The named group
+# `rank` keeps the rank number where the prefix has one.
+PREFIX_RE = (
+    r"^(?:(?:\+?> ?)+)?"  # markdown quoting of pasted logs: '> ', '+> '
+    r"(?:\[\d{2,}\] )?"  # log-viewer line numbers '[80746] '
+    r"(?:"
+    r"\[(?:rank|default)(?P<rank>\d+)\]:"  # torchrun --tee / --role: [rank3]: [default3]:
+    r"|\[\d+:(?P<rank2>\d+)\]:"  # nanotron [node:rank]:
+    r"|(?P<rank3>\d{1,4}): "  # srun --label '3: '
+    r")?"
+)
+
+# What a terminal would interpret in text that comes from input data (file names, sample
+# IDs, log lines): ANSI/VT escape sequences (CSI, OSC, and lone ESC), the other C0
+# controls but tab (and newline where lines are kept), DEL and the C1 controls.
+_ESCAPE_SEQ_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROL_KEEP_NL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def strip_controls(text: str, keep_newlines: bool = False) -> str:
+    """`text` without escape sequences and control characters (tab kept; newlines kept
+    only with `keep_newlines`): safe to print to a terminal."""
+    text = _ESCAPE_SEQ_RE.sub("", text)
+    return (_CONTROL_KEEP_NL_RE if keep_newlines else _CONTROL_RE).sub("", text)
+
+
+# A file with no LF at all but at least this many CRs uses lone CR line endings (classic
+# Mac OS, some serial-console captures): its CRs are line breaks. Decided per file, never
+# per line: in an LF file a CR is a tqdm redraw inside a line (`split_segments`). Two,
+# not one: a single-line file with one trailing CR is one line either way.
+LONE_CR_MIN = 2
+
+
+def lone_cr_endings(data: bytes) -> bool:
+    """Whether `data` (a whole file, or its first block) has lone CR line endings."""
+    return b"\n" not in data and data.count(b"\r") >= LONE_CR_MIN
+
+
+def lines_from_bytes(data: bytes, first_line: int = 1, lone_cr: bool | None = None) -> pl.DataFrame:
+    """Split bytes into physical lines; LF, CRLF and lone-CR files (`lone_cr`: None decides
+    from `data`, which must then be the whole file), invalid UTF-8 and NUL bytes are tolerated."""
+    if not data:
+        return pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+    if lone_cr or (lone_cr is None and lone_cr_endings(data)):
+        data = data.replace(b"\r", b"\n")
+    if b"\x1f" in data:  # the column separator below must not occur in the text
+        data = data.replace(b"\x1f", b" ")
+    frame = pl.read_csv(
+        io.BytesIO(data),
+        has_header=False,
+        separator="\x1f",
+        quote_char=None,
+        new_columns=["text"],
+        schema={"text": pl.String},
+        encoding="utf8-lossy",
+        truncate_ragged_lines=True,
+    )
+    return frame.with_row_index("line", offset=first_line).select(
+        pl.col("line").cast(pl.Int64), pl.col("text").fill_null("")
+    )
+
+
+def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
+    """Split each physical line on carriage returns (tqdm redraws) and on the literal
+    two characters `^M` of pasted logs, keeping the physical line number of every piece.
+    Empty pieces are dropped. (Only lines that hold a CR are split: the common case
+    costs one literal scan.)"""
+    text = pl.col("text")
+    has_cr = text.str.contains("\r", literal=True) | text.str.contains("^M", literal=True)
+    marked = lines.with_columns(has_cr.alias("_cr"))
+    if not marked.get_column("_cr").any():
+        out = lines
+    else:
+        pieces = (
+            marked.filter(pl.col("_cr"))
+            .drop("_cr")
+            .with_columns(text.str.replace_all("^M", "\r", literal=True).str.split("\r"))
+            .explode("text")
+        )
+        out = pl.concat([marked.filter(~pl.col("_cr")).drop("_cr"), pieces]).sort("line", maintain_order=True)
+    return out.filter(text.str.contains(r"\S"))
+
+
+# Cheap anchored test for "this line may carry a prefix" (most lines do not).
+PREFIX_HINT_RE = r"^(?:[>+]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: )"
+
+
+def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
+    """Remove ANSI codes and launcher/paste prefixes; add `prefix_rank` (Int32, null if none).
+    The regexes run only on the lines a cheap test flags (ANSI escape, prefix-like start)."""
+    text = pl.col("text")
+    lines = lines.with_columns(
+        pl.when(text.str.contains("\x1b", literal=True))
+        .then(text.str.replace_all(ANSI_RE, ""))
+        .otherwise(text)
+        .alias("text")
+    )
+    hinted = text.str.contains(PREFIX_HINT_RE)
+    marked = lines.with_columns(hinted.alias("_pfx"))
+    plain = marked.filter(~pl.col("_pfx")).drop("_pfx").with_columns(pl.lit(None, dtype=pl.Int32).alias("prefix_rank"))
+    if plain.height == lines.height:
+        return plain
+    caps = marked.filter(pl.col("_pfx")).drop("_pfx").with_columns(text.str.extract_groups(PREFIX_RE).alias("_c"))
+    fixed = caps.with_columns(
+        pl.coalesce(
+            pl.col("_c").struct.field("rank"), pl.col("_c").struct.field("rank2"), pl.col("_c").struct.field("rank3")
+        )
+        .cast(pl.Int32, strict=False)
+        .alias("prefix_rank"),
+        text.str.replace(PREFIX_RE, "").alias("text"),
+    ).drop("_c")
+    return pl.concat([plain, fixed]).sort("line", maintain_order=True)
