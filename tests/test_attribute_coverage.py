@@ -33,7 +33,11 @@ def test_clean_run_is_healthy_with_coverage():
 
 def test_a_single_record_is_not_a_series_and_nothing_read_is_inconclusive():
     one = run_from({"step": [1], "loss": [2.0]})
-    assert diagnose_run(one, Params())["verdict"]["status"] == "inconclusive"
+    d = diagnose_run(one, Params())
+    assert d["verdict"]["status"] == "inconclusive"
+    # the one loss record was read, too few to judge: the report says so instead of "not read"
+    assert "Too few records to judge: loss (1 record)." in render_markdown(d)
+    assert "Not read: grad_norm, lr" in render_markdown(d)
     empty = diagnose_run(RunData.from_frames(), Params())
     assert empty["verdict"]["status"] == "inconclusive" and empty["verdict"]["summary"].startswith(
         "Inconclusive: no loss"

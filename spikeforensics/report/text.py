@@ -166,8 +166,14 @@ def coverage_sentence(diagnosis: Diagnosis | dict) -> str:
         read.append(f"{name} ({n:,} records)" if name in ("loss", "grad_norm") and isinstance(n, int) else name)
     read += [words for key, words in SIDE_SIGNALS if key in signals]
     read += _events_phrase(cov.events or {})
-    missing = [m for m in KEY_METRICS if m not in signals] + [w for key, w in SIDE_SIGNALS if key not in signals]
+    # a series with too few records for the detectors was still read: say so, not "not read"
+    short = [m for m in KEY_METRICS if m not in signals and counts.get(m)]
+    missing = [m for m in KEY_METRICS if m not in signals and m not in short]
+    missing += [w for key, w in SIDE_SIGNALS if key not in signals]
     parts = [("Read: " + ", ".join(read) + ".") if read else "Read: nothing the detectors could use."]
+    if short:
+        few = (f"{m} ({counts[m]:,} record{'s' if counts[m] != 1 else ''})" for m in short)
+        parts.append("Too few records to judge: " + ", ".join(few) + ".")
     if missing:
         parts.append("Not read: " + ", ".join(missing) + ".")
     unparsed = cov.unparsed_lines or 0
