@@ -85,7 +85,7 @@ class CaseScore:
 # dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
 # (`fresh`: session 6, `fresh2`: session 7), each a development set after its one scoring
 SPLITS = ("dev", "sealed", "fresh", "fresh2")
-ALL = ("dev", "sealed", "fresh")  # fresh2 joins once its first look is scored
+ALL = SPLITS  # every set, each after its first look
 
 
 def load_cases(corpus: Path, split: str, only: list[str] | None) -> list[tuple[Path, dict, str]]:
