@@ -58,6 +58,12 @@ SNIFF_LINES = 400
 # comes near it (10^6 steps a day for 25,000 years). A printed step beyond it (or one that
 # does not fit Int64 at all) is not a step: its record is an unparsed line, never a failed file.
 MAX_STEP = 2**53 - 1
+# A physical line longer than this is cut to its first MAX_LINE_CHARS characters before the line
+# grammars see it: no framework prints a record of 1 MiB (the longest real ones, HF dicts with many
+# metrics or a one-line config dump, are a few tens of kB), and a grammar that splits a line into
+# fields would otherwise hold a row per field (a 16 MB line of `|` made 16M fields, 1.3 GB).
+MAX_LINE_BYTES = 1 << 20
+MAX_LINE_CHARS = 1 << 20
 # What `step_int` gives for a step that was printed but is out of range: `text_result`
 # (and `drop_out_of_range_steps`, the driver's net for every table) turn such rows into
 # unparsed lines. Never stored: every kept step is within +-MAX_STEP.
@@ -183,7 +189,10 @@ def prepared_lines(src: SourceFile) -> pl.DataFrame:
     if src.only_lines is not None:
         return src.only_lines
     if src._prepared is None:
-        src._prepared = strip_prefixes(split_segments(src.lines()))
+        lines = src.lines()
+        if lines.height and lines.select(pl.col("text").str.len_bytes().max()).item() > MAX_LINE_BYTES:
+            lines = lines.with_columns(pl.col("text").str.slice(0, MAX_LINE_CHARS))
+        src._prepared = strip_prefixes(split_segments(lines))
     return src._prepared
 
 
