@@ -44,22 +44,34 @@ def sniff(sample: SniffSample) -> float:
     return 0.9 if "step" in _canonical(cols).values() else 0.6
 
 
-def parse(src: SourceFile) -> ParseResult:
-    from spikeforensics.ingest.layers import read_side_table
+def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
+    from spikeforensics.ingest.layers import side_table_chunks
 
     result = ParseResult()
     kind = T.file_kind(src.path)
     if kind == "npz":
         raise T.ingest_error(f"{src.path}: batch manifests are read from JSONL, CSV or Parquet, not NPZ")
-    frame = read_side_table(src, kind, result)
-    columns = [c for c in frame.columns if c != "line"]
-    rename = _canonical(columns)
-    if not looks_like_batches(columns):
+    parts, lacking = [], None
+    for frame in side_table_chunks(src, kind, result, chunk_bytes):
+        columns = [c for c in frame.columns if c != "line"]
+        if not looks_like_batches(columns):  # its rows are unparsed (the file fails if no chunk has ids)
+            lacking = lacking or columns
+            T.unparsed(result, frame.select("line", pl.lit("row without sample ids").alias("text")))
+            continue
+        parts.append(_batch_rows(frame.rename(_canonical(columns)), result))
+    if lacking is not None and not parts:
         raise T.ingest_error(
             f"{src.path}: not a batch manifest: no sample_id or sample_ids column "
-            f"(found: {', '.join(columns[:12]) or 'none'})"
+            f"(found: {', '.join(lacking[:12]) or 'none'})"
         )
-    frame = frame.rename(rename)
+    if parts:
+        result.add("batches", schema.conform("batches", pl.concat(parts, how="diagonal_relaxed")))
+    return result
+
+
+def _batch_rows(frame: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
+    """A manifest frame (canonical column names) -> batches rows, one per sample; rows without
+    sample ids and steps out of range are unparsed."""
     if "step" in frame.columns:  # a step no run reaches: that row is unparsed, the rest stays
         oob = T.out_of_range(frame, "step")
         bad = frame.filter(oob)
@@ -92,8 +104,7 @@ def parse(src: SourceFile) -> ParseResult:
         T.unparsed(result, raw.select("line", pl.lit("row without sample ids").alias("text")))
     rows = rows.filter(good)
     result.records += rows.get_column("_row").n_unique()
-    result.add("batches", schema.conform("batches", rows.drop("_row")))
-    return result
+    return rows.drop("_row")
 
 
 def _id_text(frame: pl.DataFrame, col: str) -> pl.Expr:

@@ -16,6 +16,8 @@ Pickled object arrays are refused.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import polars as pl
 
 from spikeforensics import schema
@@ -26,6 +28,10 @@ from spikeforensics.ingest.base import ParseResult, SniffSample, SourceFile, nor
 
 NAME = "layers"
 BINARY = True  # Parquet / NPZ dumps are binary; text dumps are sniffed the same way
+
+# JSONL dumps are decoded this many bytes at a time (decoding holds about 13x the text, as in
+# jsonl_metrics.CHUNK_BYTES: 16 MiB keeps a parse near 300 MB whatever the dump's length)
+JSONL_CHUNK_BYTES = 16 << 20
 
 STAT_COLUMNS = ("grad_norm", "zero_frac", "pos_frac", "max_abs", "param_norm", "update_norm")
 _NPZ_PLURALS = {
@@ -69,25 +75,45 @@ def sniff(sample: SniffSample) -> float:
     return 0.0
 
 
-def parse(src: SourceFile) -> ParseResult:
+def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
     result = ParseResult()
     kind = T.file_kind(src.path)
-    if kind == "npz":
-        frame = read_npz(src)
-    else:
-        frame = read_side_table(src, kind, result)
-    columns = [c for c in frame.columns if c != "line"]
-    rename = _canonical(columns)
-    if "layer" not in rename.values() and looks_like_global_grads(columns):
-        result.add("metrics", global_grads(frame, rename, src.name, result))
-        return result
-    missing = [c for c in ("step", "layer", "grad_norm") if c not in rename.values()]
-    if missing:
+    chunks = [read_npz(src)] if kind == "npz" else side_table_chunks(src, kind, result, chunk_bytes)
+    layers, metrics, pairs = [], [], []
+    global_dump = None  # decided on the first chunk: a per-layer or a global dump
+    lacking = None  # (missing, columns) of the first chunk without the per-layer columns
+    for frame in chunks:
+        columns = [c for c in frame.columns if c != "line"]
+        rename = _canonical(columns)
+        if global_dump is None:
+            global_dump = "layer" not in rename.values() and looks_like_global_grads(columns)
+        if global_dump:
+            metrics.append(global_grads(frame, rename, src.name, result))
+            continue
+        missing = [c for c in ("step", "layer", "grad_norm") if c not in rename.values()]
+        if missing:  # a chunk without the columns: its rows are unparsed (the file fails if none has them)
+            lacking = lacking or (missing, columns)
+            T.unparsed(result, frame.select("line", pl.lit(f"no column for {', '.join(missing)}").alias("text")))
+            continue
+        part = _layer_rows(frame.rename(rename), result)
+        layers.append(part)
+        pairs.append(part.select("step", "rank").unique())
+    if lacking and not layers:
+        missing, columns = lacking
         raise T.ingest_error(
             f"{src.path}: not a per-layer gradient dump: no column for {', '.join(missing)} "
             f"(found: {', '.join(columns[:12]) or 'none'})"
         )
-    frame = frame.rename(rename)
+    if metrics:
+        result.add("metrics", pl.concat(metrics, how="diagonal_relaxed"))
+    if layers:
+        result.records += pl.concat(pairs).unique().height  # a step's rows may straddle two chunks
+        result.add("layers", schema.conform("layers", pl.concat(layers, how="diagonal_relaxed")))
+    return result
+
+
+def _layer_rows(frame: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
+    """A per-layer frame (canonical column names) -> layers rows; rows without a step or layer are unparsed."""
     layers = frame.select(
         "line",
         T.integer(frame, "step").alias("step"),
@@ -98,10 +124,24 @@ def parse(src: SourceFile) -> ParseResult:
     )
     good = pl.col("step").is_not_null() & pl.col("layer").is_not_null() & (pl.col("layer") != "")
     _count_bad(result, frame, layers, good)
-    layers = layers.filter(good)
-    result.records += layers.select("step", "rank").unique().height
-    result.add("layers", schema.conform("layers", layers))
-    return result
+    return layers.filter(good)
+
+
+def side_table_chunks(
+    src: SourceFile, kind: str, result: ParseResult, chunk_bytes: int | None = None
+) -> Iterator[pl.DataFrame]:
+    """CSV / JSONL / Parquet -> frames with `line` (null for Parquet). JSONL is decoded in
+    chunks of `JSONL_CHUNK_BYTES` cut at line ends (its rows are independent: a dump of
+    millions of rows is never decoded at once); CSV and Parquet come whole."""
+    if kind == "jsonl":
+        whole = [src.lines()] if src.only_lines is not None else None
+        for lines in whole or src.iter_line_chunks(chunk_bytes or JSONL_CHUNK_BYTES):
+            objects, bad = T.json_objects(lines)
+            T.unparsed(result, bad)
+            if objects.height:
+                yield objects
+        return
+    yield read_side_table(src, kind, result)
 
 
 def read_side_table(src: SourceFile, kind: str, result: ParseResult) -> pl.DataFrame:
