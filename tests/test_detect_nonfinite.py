@@ -43,6 +43,17 @@ def test_isolated_nan_recovers_and_separate_outbreaks_are_separate():
     assert [(f.step_start, f.facts["recovery"]) for f in found] == [(301, "fast"), (1201, "fast")]
 
 
+def test_a_sparse_log_that_stays_non_finite_is_one_outbreak():
+    # a record every 100 steps: NaN at 300-500, finite at 600-1100, NaN again from 1200 to the end
+    steps = list(range(100, 1700, 100))
+    loss = [2.0 if s < 300 or 600 <= s < 1200 else float("nan") for s in steps]
+    found = nonfinite.detect(run_from({"step": steps, "loss": loss}), Params())
+    assert [(f.step_start, f.step_end, f.facts["recovery"]) for f in found] == [
+        (300, 500, "fast"),
+        (1200, 1600, "never"),
+    ]
+
+
 def test_handled_overflow_step_is_not_an_incident_but_a_nan_loss_there_is():
     c = curves(500, seed=4)
     c["grad_norm"][200] = np.inf  # step 201: overflow caught by the scaler

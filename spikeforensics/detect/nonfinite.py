@@ -43,7 +43,8 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
     # (OpenNMT-tf `Evaluation result for step 435000: loss = 148890.7 ; perplexity = inf`)
     perplexity = pl.col("name").str.contains(PERPLEXITY)
     m = (
-        run.metrics.filter(
+        run.metrics.lazy()  # lazily: only the matching rows' columns are copied out of the long table
+        .filter(
             (pl.col("name").is_in(names) | (pl.col("name") == loss_name) | perplexity)
             # eval records (record null) count for the eval metrics among them
             & (pl.col("record").is_not_null() | pl.col("name").str.starts_with("eval_"))
@@ -54,6 +55,7 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
             pl.col("name").replace(loss_name, "loss"),
         )
         .filter(pl.col("step").is_not_null())  # an eval record of a log without steps cannot be placed
+        .collect()
     )
     return _global_rows(m, pl.col("name"))
 
@@ -147,13 +149,35 @@ def detect(run: RunData, params) -> list[Finding]:
             rows = rows.join(skip, on="pos", how="anti")
     if rows.height == 0:
         return []
-    groups = robust.flag_groups(rows, np_.group_gap)
     grad, _ = signals.raw(run, "grad_norm")
     loss, _ = signals.raw(run, "loss")
+    groups = _outbreaks(rows, [s for s in (grad, loss) if s.height], np_.group_gap)
     findings = []
     for _, g in groups.group_by("group", maintain_order=True):
         findings.append(_finding(g, grad, loss))
     return findings
+
+
+def _outbreaks(rows: pl.DataFrame, series: list[pl.DataFrame], gap: int) -> pl.DataFrame:
+    """Number the outbreaks of non-finite rows (`group`): a new one only when the rows are more than
+    `gap` steps apart AND a finite loss or grad-norm record lies between them. A log that prints
+    every 100 steps and goes NaN for good is one outbreak, not one per record. Without loss or
+    grad-norm records the gap alone decides."""
+    rows = rows.sort("pos")
+    if not series:  # no loss or grad-norm records to tell (a layer dump or events only): the gap decides
+        return robust.flag_groups(rows, gap)
+    finite = pl.concat([s.filter(pl.col("finite")).select("pos") for s in series]).unique().sort("pos")
+    marked = rows.with_columns(pl.col("pos").shift(1).alias("_prev")).join_asof(
+        finite.select(pl.col("pos").alias("_fin"), pl.col("pos").alias("_key")),
+        left_on="pos",
+        right_on="_key",
+        strategy="backward",
+        allow_exact_matches=False,
+    )
+    apart = (pl.col("pos") - pl.col("_prev") > gap) & (pl.col("_fin") > pl.col("_prev"))
+    return marked.with_columns(apart.fill_null(False).cast(pl.Int64).cum_sum().alias("group")).drop(
+        "_prev", "_fin", "_key"
+    )
 
 
 def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding:
@@ -175,7 +199,14 @@ def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding
         )
     # the last finite grad norm before the outbreak: astronomically large means clipping was not in effect
     if grad.height:
-        before = grad.filter((pl.col("pos") < first["pos"]) & pl.col("finite")).tail(1)
+        # lazily: per outbreak only step and value of the matching rows are copied, not the whole series
+        before = (
+            grad.lazy()
+            .filter((pl.col("pos") < first["pos"]) & pl.col("finite"))
+            .select("step", "value")
+            .tail(1)
+            .collect()
+        )
         if before.height:
             b = before.row(0, named=True)
             evidence.append(
@@ -233,5 +264,5 @@ def _recovery(loss: pl.DataFrame, last_bad_pos: int) -> str | None:
     """'fast' when a finite loss follows the outbreak, 'never' when none does, None without a loss series."""
     if loss.height == 0:
         return None
-    after = loss.filter(pl.col("pos") > last_bad_pos)
-    return "fast" if after.filter(pl.col("finite")).height else "never"
+    finite_after = loss.select(((pl.col("pos") > last_bad_pos) & pl.col("finite")).any()).item()
+    return "fast" if finite_after else "never"

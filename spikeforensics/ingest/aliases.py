@@ -24,6 +24,7 @@ METRIC_ALIASES: dict[str, str] = {
     # loss
     "lm_loss": "loss",
     "train_loss": "loss",
+    "train_batch_loss": "loss",  # crnn-pytorch `train_batch_loss[ N ]:` (generic_steps)
     "trl": "loss",
     "train_crossentropyloss": "loss",
     "train_ce_loss": "loss",
@@ -35,6 +36,8 @@ METRIC_ALIASES: dict[str, str] = {
     "total_loss": "loss",
     "train_total_loss": "loss",
     "loss_total": "loss",
+    "loss_tot": "loss",
+    "tot_loss": "loss",
     # grad norm
     "grad_norm": "grad_norm",
     "gnorm": "grad_norm",
