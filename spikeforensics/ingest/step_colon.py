@@ -14,9 +14,26 @@ A record is a whole line of that shape: step = the iteration as printed (the ste
 log-likelihood (negative when training well). Its other prints (`Epoch: 3`, `Saving model and
 optimizer state at iteration N to PATH`, `Loaded checkpoint 'F' (iteration N)`) are not records.
 
-The shape is so plain that the sniffer claims a file only when nearly all its lines that hold
-a digit are of it, and only just above the driver's threshold: every framework parser, and the
-generic loop parser, wins over it.
+The bare "step value" pair, one a line, is the same print without the colon: YANMTT
+(`prajdabre/yanmtt:pretrain_nmt.py` and `train_nmt.py`, every 10 batches on the master rank;
+`lv` is the loss as a numpy scalar) and any loop that does `print(step, loss)`:
+
+    print(ctr, lv)                                                              # prajdabre/yanmtt pretrain_nmt.py
+
+    76930 2.6496577
+    76980 nan
+    120 1.2345e-05
+    7\t-0.5                # a tab-separated print
+
+A record is a whole line of exactly these two tokens, the second a non-integer number
+(`3.0`, `2.5e-05`, `nan`, `inf`: a numpy float always prints one; an `int int` pair is a
+data table, not a loss print): step = the first, `loss` = the second. YANMTT's `Saving the
+model` / `Loading from checkpoint` lines carry no step.
+
+The shapes are so plain that the sniffer claims a file only when nearly all its lines that
+hold a digit are of one of them, and only just above the driver's threshold: every framework
+parser, and the generic loop parser, wins over it. (The bare pairs have no word a record
+prints, so they are never offered to this grammar as a mixed file's rest lines either.)
 
 NVIDIA Tacotron 2 (`NVIDIA/tacotron2:train.py`, and the TTS repos built on it), the sibling of
 WaveGlow, prints its iteration and validation lines without a counter word either:
@@ -56,6 +73,10 @@ LOOSE = r"^\s*\d+:\s+[-+]?[\d.nNiI]"
 # `5000: -4.1` (a tab shown as a space, up to 4 digits): the launcher-prefix stripper takes
 # `5000: ` for an `srun --label` rank; the bare value left is read with that number as the step
 BARE = rf"^\s*(?P<loss>{NUM_TOKEN})(?:,\s+(?P<val>{NUM_TOKEN}))?\s*$"
+# `76930 2.6496577`: step, whitespace, one non-integer number (numpy float / Python float repr)
+FLOAT = r"[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|nan|NaN|-?inf|-?Infinity)"
+PAIR = rf"^\s*(?P<step>\d+)[ \t]+(?P<loss>{FLOAT})\s*$"
+PAIR_LOOSE = r"^\s*\d+[ \t]+[-+]?(?:\d*\.|\d+[eE]|[nNiI])\S*\s*$"
 TACO = (
     rf"^\s*Train [Ll]oss (?P<step>\d+) (?P<loss>{NUM_TOKEN}) Grad [Nn]orm (?P<gn>{NUM_TOKEN})"
     rf"(?: D Grad [Nn]orm (?P<dgn>{NUM_TOKEN}))? (?P<dur>{NUM_TOKEN})s/it"
@@ -74,7 +95,7 @@ def sniff(sample: SniffSample) -> float:
     digits = lines.filter(lines.str.contains(r"\d"))
     if digits.len() == 0:
         return 0.0
-    hits = int(digits.str.contains(LINE).sum())
+    hits = max(int(digits.str.contains(LINE).sum()), int(digits.str.contains(PAIR).sum()))
     return CONFIDENCE if hits >= MIN_LINES and hits >= MIN_SHARE * digits.len() else 0.0
 
 
@@ -92,7 +113,11 @@ def parse(src: SourceFile) -> ParseResult:
             pl.col("prefix_rank").cast(pl.String).alias("step"), pl.lit(None, dtype=pl.Int32).alias("prefix_rank")
         )
     )
-    g = pl.concat([g, bare.select(g.columns)]).sort("line")
+    pairs = lines.filter(text.str.contains(PAIR_LOOSE))
+    p = pairs.with_columns(text.str.extract_groups(PAIR).alias("_g")).unnest("_g").filter(pl.col("step").is_not_null())
+    p = p.with_columns(pl.lit(None, dtype=pl.String).alias("val"))
+    g = pl.concat([g, bare.select(g.columns), p.select(g.columns)]).sort("line")
+    cand = pl.concat([cand, pairs])
     records = g.select(
         "line", step_int(pl.col("step")).alias("step"), "prefix_rank", pl.lit("train").alias("record_kind")
     )
