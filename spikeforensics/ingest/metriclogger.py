@@ -16,6 +16,30 @@ iteration counter that keeps growing across epochs (the log prints no global cou
 `max_mem_mb`. `Test:` lines are eval records (names prefixed `eval_`) with the step of the
 train record before them. `Averaged stats:` and `Total time:` lines are not records.
 `Loss is nan, stopping training` is a `nan` event (text_events).
+
+The same family without colons: the `ProgressMeter`/`AverageMeter` print of the PyTorch ImageNet
+example (pytorch/examples `imagenet/main.py`: `AverageMeter.__str__` is `'{name} {val<fmt>}
+({avg<fmt>})'`, `ProgressMeter.display` joins `prefix + '[{:Nd}/N]'` and the meters with tabs;
+2017-19 versions print `'Epoch: [{0}][{1}/{2}]\tTime {batch_time.val:.3f} ({batch_time.avg:.3f})\t'
+'Data ...\tLoss {loss.val:.4f} ({loss.avg:.4f})\tPrec@1 ...'` directly), copied with other prefixes
+by countless projects (filipradenovic/cnnimageretrieval-pytorch, zhiqwang/sightseq `main.py`:
+`'>> Train: [{0}][{1}/{2}]\t' 'Time ... Data ... Loss {loss.val:.4f} ({loss.avg:.4f})'` with
+`epoch+1, i+1`, `'>> Val: [{0}][{1}/{2}]'` for validation; colon variants `Loss: 0.7 (0.8)`):
+
+    Epoch: [0][   1/5005]\tTime  3.412 ( 3.412)\tData  2.101 ( 2.101)\tLoss 6.9078e+00 (6.9078e+00)\tAcc@1   0.00 (  0.00)
+    Epoch: [0][10/5005]\tTime 0.352 (0.421)\tData 0.001 (0.070)\tLoss 6.9012 (6.9079)\tPrec@1 0.000 (0.098)
+    >> Train: [1][109/90000]        Time 0.422 (0.361)      Data 0.003 (0.006)      Loss inf (inf)
+    Test: [ 10/196]\tTime  0.201 ( 0.380)\tLoss 1.2e+00 (1.3e+00)\tAcc@1  70.00 ( 72.00)   # eval record
+    >> Val: [1][10/100]\tTime 0.100 (0.120)\tAccu 0.910                                   # eval record
+
+A line is read when its `[e][i/n]` (or `Test:`/`Val:` `[i/n]`) counter is followed by at least one
+`Name value (average)` meter. Value = the current value, names lower-cased without `@`
+(`Acc@1` -> `acc1`, `Prec@1` -> `prec1`), `Time` / `Batch Time` (s) -> `step_time_ms`, `Data` -> `data_time`.
+Step: an `Epoch: [e]` / `Epoch [e]` prefix is the 0-based loop variable (e * n + i, as above); other prefixes follow
+the `epoch+1` copies: (e - e0) * n + i with e0 = 1, or 0 when the file prints an epoch 0. The
+batch counter is taken as printed (`i` in old versions, `i + 1` since 2022). A `Test:`/`Val:`/
+`Validation:`/`Eval:` prefix makes an eval record; ` * Acc@1 75.000 Acc@5 92.000` summaries are
+not records.
 """
 
 from __future__ import annotations
@@ -32,6 +56,7 @@ from spikeforensics.ingest.base import (
     named_values,
     prepared_lines,
     sniff_tiers,
+    step_int,
     text_result,
 )
 
@@ -39,6 +64,21 @@ NAME = "metriclogger"
 TRAIN = r"\bEpoch: \[(?P<epoch>\d+)(?:/\d+)?\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
 TEST = r"\bTest:\s*\[\s*(?P<ti>\d+)\s*/\s*(?P<tn>\d+)\]"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*(?: mem)?):\s+(?P<v>{NUM_TOKEN})(?:\s|$)"
+# ProgressMeter lines: any prefix word before `[e][i/n]` (`>> Train:`, `Epoch`, `Val:`), or an
+# eval prefix before a single `[i/n]`
+METER_TRAIN = r"(?:\b(?P<label>[A-Za-z]+)\s*:?\s*)?\[\s*(?P<me>\d+)(?:/\d+)?\]\s*\[\s*(?P<mi>\d+)\s*/\s*(?P<mn>\d+)\]"
+METER_EVAL = r"\b(?:Test|Val|Valid|Validation|Eval)\s*:?\s*\[\s*(?P<vi>\d+)\s*/\s*(?P<vn>\d+)\]"
+EVAL_LABEL = r"(?i)^(?:test|val|valid|validation|eval|evaluation)$"
+# an AverageMeter: `Loss 6.9078e+00 (6.9078e+00)`, `Time  0.352 ( 0.421)`, `Loss: inf (inf)`
+METER = rf"[A-Za-z][\w@]*:?\s+{NUM_TOKEN}\s*\(\s*{NUM_TOKEN}\s*\)"
+METER_NO_COLON = rf"(?:^|\s)[A-Za-z][\w@]*\s+{NUM_TOKEN}\s*\(\s*{NUM_TOKEN}\s*\)"
+# meter style: `Name value` with an optional `(average)`, the name one or a few words
+PAIR_METER = (
+    rf"(?P<k>[A-Za-z_][\w@%./-]*(?: [A-Za-z_][\w@%./-]*)*):?\s+(?P<v>{NUM_TOKEN})"
+    rf"(?:\s*\(\s*{NUM_TOKEN}\s*\))?(?:\s|$)"
+)
+# everything up to the record's counter: `... Epoch: [e]  [i/n]`, `>> Train: [e][i/n]`, `Test: [i/n]`
+HEAD = r"^.*?(?:\[\s*\d+(?:/\d+)?\]\s*)?\[\s*\d+\s*/\s*\d+\]"
 
 
 def sniff(sample: SniffSample) -> float:
@@ -46,31 +86,66 @@ def sniff(sample: SniffSample) -> float:
         sample,
         [
             (rf"{TRAIN}\s+(?:eta: |lr: |loss: )", 0.9),
-            (rf"{TEST}\s+eta: ", 0.5),
+            (rf"\[\s*\d+(?:/\d+)?\]\s*\[\s*\d+\s*/\s*\d+\]\s+(?:\S.*?\s)?{METER}", 0.85),
+            (rf"{TEST}\s+eta: |{METER_EVAL}\s+(?:\S.*?\s)?{METER}", 0.5),
         ],
     )
+
+
+def _meter_base(rec: pl.DataFrame) -> int:
+    """e0 of the ProgressMeter lines not headed `Epoch`: 1 (the `epoch+1` copies), 0 when an
+    epoch 0 is printed."""
+    other = pl.col("_meter_train") & ~pl.col("label").str.contains("(?i)^epoch$").fill_null(False)
+    first = rec.filter(other).get_column("me").cast(pl.Int64, strict=False).min()
+    return 0 if first == 0 else 1
 
 
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    cand = lines.filter(text.str.contains("Epoch: [", literal=True) | text.str.contains("Test:", literal=True))
-    g = cand.with_columns(text.str.extract_groups(TRAIN).alias("_t"), text.str.extract_groups(TEST).alias("_e")).unnest(
-        "_t", "_e"
+    cand = lines.filter(
+        text.str.contains("Epoch: [", literal=True)
+        | text.str.contains("Test:", literal=True)
+        | (text.str.contains(r"\]\s*\[\s*\d+\s*/|\[\s*\d+\s*/\s*\d+\]") & text.str.contains(METER))
     )
+    g = cand.with_columns(
+        text.str.extract_groups(TRAIN).alias("_t"),
+        text.str.extract_groups(TEST).alias("_e"),
+        text.str.extract_groups(METER_TRAIN).alias("_m"),
+        text.str.extract_groups(METER_EVAL).alias("_v"),
+        text.str.contains(METER).alias("_has_meter"),
+    ).unnest("_t", "_e", "_m", "_v")
     epoch, i, n = (pl.col(c).cast(pl.Int64, strict=False) for c in ("epoch", "i", "n"))
+    me, mi, mn = (pl.col(c).cast(pl.Int64, strict=False) for c in ("me", "mi", "mn"))
     is_train = pl.col("i").is_not_null()
-    rec = (
-        g.filter(is_train | pl.col("ti").is_not_null())
-        .with_columns(
-            pl.when(is_train).then(epoch * n + i).alias("step"),
-            pl.when(is_train).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
-        )
-        .sort("line")
+    meter_line = ~is_train & pl.col("_has_meter")
+    meter_eval = meter_line & (
+        pl.col("label").str.contains(EVAL_LABEL).fill_null(False)
+        | (pl.col("mi").is_null() & pl.col("vi").is_not_null())
     )
+    g = g.with_columns(
+        (meter_line & pl.col("mi").is_not_null() & ~meter_eval).alias("_meter_train"),
+        (pl.col("ti").is_not_null() | meter_eval).alias("_eval"),
+    )
+    # `Epoch [e]` is the loop variable (0-based), other prefixes the file's e0
+    base = pl.when(pl.col("label").str.contains("(?i)^epoch$")).then(0).otherwise(_meter_base(g))
+    g = g.filter(is_train | pl.col("_meter_train") | pl.col("_eval"))
+    rec = g.with_columns(
+        pl.when(is_train)
+        .then(step_int(epoch * n + i))
+        .when(pl.col("_meter_train"))
+        .then(step_int((me - base) * mn + mi))
+        .alias("step"),
+        pl.when(is_train | pl.col("_meter_train")).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
+    ).sort("line")
     rec = rec.with_columns(pl.col("step").forward_fill())  # eval lines: step of the train record before
-    body = text.str.replace(r"^.*?(?:\bEpoch: \[[^\]]*\]|\bTest:)\s*\[[^\]]*\]", "")
-    pairs = find_pairs(rec.select("line", body.alias("text"), "record_kind"), PAIR).filter(pl.col("k") != "eta")
+    body = rec.select("line", text.str.replace(HEAD, "").alias("text"), "record_kind")
+    meter_style = pl.col("text").str.contains(METER_NO_COLON)
+    colon_pairs = find_pairs(body.filter(~meter_style), PAIR).filter(pl.col("k") != "eta")
+    meter_pairs = find_pairs(body.filter(meter_style), PAIR_METER).with_columns(
+        pl.col("k").str.to_lowercase().str.replace_all("@", "", literal=True).replace({"batch time": "time"})
+    )
+    pairs = pl.concat([colon_pairs, meter_pairs])
     if pairs.height and not pairs.filter(pl.col("k") == "loss").height:
         pairs = pairs.with_columns(pl.col("k").replace({"closs": "loss"}))
     pairs = pairs.with_columns(pl.col("k").replace({"data": "data_time", "max mem": "max_mem_mb"}))
