@@ -22,6 +22,41 @@ A line is a record when it has a step counter (`step`, `iter`, `iteration`,
 `val loss` -> `eval_loss`). A line whose only loss is an eval loss is an eval record.
 Steps are stored as printed (taken as done steps; mode "done").
 
+More custom-loop shapes (each from a real script's print):
+
+    train_batch_loss[ 6510 ]:  1.5743603706359863            # a loss name indexed by the step
+    valid_evaluation: loss=1.832921710359357, acc=0.759      # eval record, no counter
+    Epoch 0/1 | Batch 100/15582 | Train Loss nan | Learning Rate 2e-08   # counter word `Batch`
+    2022-12-08 17:57:31,371-INFO: Total iter: 10, epoch: 0, batch: 10, loss: [nan]   # [value]
+    Epoch 0, Step 25, total used time 7.17 (s), avg loss so far is 0.1097   # `key is value`
+    Epoch 0, val loss is 0.0477, val mse is 0.0242.            # eval record, no counter
+
+- `name[ N ]: value` (GitYCC/crnn-pytorch `src/train.py`: `print('train_batch_loss[', i, ']: ',
+  loss / train_size)`; forks print the f-string `train_batch_loss[{i}]: {x}`): a name holding `loss`
+  indexed by an integer and followed by a colon; the index is the step (`i`, the global batch
+  counter), the name goes through the alias table (`train_batch_loss` -> `loss`).
+- `Batch i/n` / `batch: i` is the lowest counter (a `step`/`iter` on the line wins: PaddleSlim
+  `paddleslim/auto_compression/compressor.py` logs `Total iter: {}, epoch: {}, batch: {}, loss: {}`
+  and its step is `Total iter`). With its total `n` and an epoch on the line (`Epoch E/N`,
+  `epoch: E`), step = (E - e0) * n + i (as `metriclogger`/`mmengine` do), e0 = 0 when the file prints
+  an epoch 0, else 1; without a total, i as printed. `Train Loss` -> `loss`, `Learning Rate` -> `lr`.
+  (The `Epoch 0/1 | Batch 0/15582 | Train Loss nan | Learning Rate 0.0` of Fengshenbang-LM #222 is
+  the reporter's own Lightning callback print: neither Lightning nor the Fengshenbang-LM tree prints
+  it, so it is read as this shape.)
+- a value printed as a one-element array (`[10.000229]`, `[nan]`, `[1.e-05]`: the numpy array a
+  Paddle static-graph fetch returns, printed by `format`) is that number; a longer list gives its
+  first element (`lr=[5e-05, 5e-05]`, one per parameter group).
+- `key is value` phrases (IcarusWizard/prednet-paddle `kitti_train.py`: `print(f'Epoch {e}, Step
+  {step}, total used time {...} (s), avg loss so far is {np.mean(losses)}')`): up to four words
+  before `is` after a separator; a leading `avg`/`average`/`mean`/`running` and a trailing `so far`
+  are dropped (`avg loss so far` -> `loss`: the running mean is what the loop prints as its loss).
+  That script's `Step` restarts every epoch and the log never prints the epoch length (the loop
+  runs `samples_per_epoch // batch_size` steps, an argument): the step is stored as printed, the
+  epoch kept as a metric, and each epoch is a new `attempt` of the counter.
+- a line without a counter that names an evaluation before its first loss (`valid_evaluation:
+  loss=...`, `Epoch 0, val loss is ...`) and carries a loss value is an eval record with the step
+  of the train record before it (null before the first one); such a line never counts as unparsed.
+
 Its sniffer is deliberately unsure (at most 0.35) so that every specific parser wins.
 """
 
@@ -65,13 +100,30 @@ BRACKET_RECORD = RAW_BRACKET + r".*?(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]"
 # small custom-loop logs; a big log with such lines keeps them as unparsed rather than doubling memory)
 RAW_REREAD_MAX_BYTES = 64 << 20
 EVAL_WORDS = r"(?i)\b(?:evaluation|evaluating|validation|validating|eval|valid|val|test|testing)\b"
+# the same words bounded by any non-letter (`valid_evaluation:`), for lines without a counter
+EVAL_NAMED = r"(?i)(?:^|[^a-z])(?:evaluation|evaluating|validation|validating|eval|valid|val|test|testing)(?:[^a-z]|$)"
+# `train_batch_loss[ 6510 ]:  1.57`: a loss name indexed by the step, then a colon
+LOSS_INDEX = r"(?:^|\s)([A-Za-z_]\w*(?i:loss)\w*)\[\s*(\d+)\s*\]\s*:"
+# the lowest counter word: `Batch 100/15582`, `batch: 10` (its total, when printed, in group 2)
+BATCH = r"(?i)\bbatch\b\]?\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?"
+EPOCH = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)"
+# `Epoch 0/1` -> `Epoch 0` in the body, so the epoch pairs up as a metric
+EPOCH_OF = r"(?i)\b(epoch\b\]?\s*[:=#]?\s*\[?\s*\d+)\s*/\s*\d+"
+# `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
+# glog's line prefix (Caffe, PaddlePaddle, TensorFlow C++): `I0712 12:10:37.058244  3123 solver.cpp:228] `:
+# severity+date, time, thread id, source file:line. The `file.cpp:228` is no key/value pair.
+GLOG_PREFIX = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[\w./-]+:\d+\]\s*"
+IS_PAIR = rf"(?:^|[,;|:(]\s*)(?P<k>[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*){{0,3}}) (?i:is) (?P<v>{NUM_TOKEN})"
+IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
+# what follows a loss name on a record line (sniffer): `loss: 2.3`, `loss [nan]`, `loss so far is 0.1`
+LOSS_TAIL = r".*?(?i:loss)\w*\]?(?:\s*[:=]?\s*\[?\s*|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 MAX_CONFIDENCE = 0.35
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
 CATCH_ALL = True
 
 
 def sniff(sample: SniffSample) -> float:
-    n = sniff_share(sample, STEP + r".*?" + r"(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]")
+    n = sniff_share(sample, rf"(?:{STEP}|{BATCH}){LOSS_TAIL}") + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
     if n < 2:  # bracketed counters, on the raw lines (the prefix stripper may have taken them)
         raw = sample.text.splitlines()[: len(sample.lines) + 1]
         n += int(pl.Series(raw, dtype=pl.String).str.contains(BRACKET_RECORD).sum()) if raw else 0
@@ -114,36 +166,83 @@ def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
     return pl.col("line").replace_strict(mapping, default=None, return_dtype=pl.String).alias("_raw_bracket")
 
 
+def _batch_step(frame: pl.DataFrame) -> pl.Expr:
+    """The step of a `Batch i/n` counter: (E - e0) * n + i with an epoch E on the line (e0 = 0 when
+    the file prints an epoch 0 there, else 1), else i as printed."""
+    text = pl.col("text")
+    i = text.str.extract(BATCH, 1).cast(pl.Float64, strict=False)
+    n = text.str.extract(BATCH, 2).cast(pl.Float64, strict=False)
+    epoch = text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False)
+    composed = n.is_not_null() & epoch.is_not_null()
+    e0 = 0.0 if frame.select((composed & (epoch == 0)).any()).item() else 1.0
+    value = pl.when(composed).then((epoch - e0) * n + i).otherwise(i)
+    value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
+    return step_int(pl.when(text.str.contains(BATCH)).then(value))
+
+
+def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
+    """(line, name, value) of the candidate lines: `key is value` phrases, then key/value pairs."""
+    text = pl.col("text")
+    body = (
+        text.str.replace(GLOG_PREFIX, "")
+        .str.replace(STEP, " ")
+        .str.replace(LOSS_INDEX, "${1}:")
+        .str.replace(EPOCH_OF, "${1}")
+    )
+    framed = cand.select("line", "_eval", body.alias("text"))
+    said = find_pairs(framed, IS_PAIR).with_columns(pl.col("k").str.replace_all(IS_FILLER, ""))
+    # brackets around names or values (`[Loss] 2.3`, `lr=[5e-05]`, `loss: [nan]`) do not hide the pair
+    rest = framed.with_columns(text.str.replace_all(IS_PAIR, ", ").str.replace_all(r"[\[\]]", " "))
+    pairs = pl.concat([find_pairs(rest, PAIR), said], how="diagonal_relaxed")
+    pairs = pairs.filter(~pl.col("k").str.contains(COUNTER_KEYS))
+    return named_values(pairs, eval_rows=eval_rows).select("line", "name", "value")
+
+
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     token = pl.coalesce(text.str.extract(STEP_FIRST, 1), text.str.extract(STEP, 1), text.str.extract(BRACKET, 1))
     lossy_lines = lines.filter(text.str.contains(LOSSY))
-    lossy_lines = lossy_lines.with_columns(_raw_bracket(src, lossy_lines.filter(token.is_null()).get_column("line")))
-    token = pl.coalesce(token, pl.col("_raw_bracket"))
-    cand = lossy_lines.with_columns(*_step(token)).filter(pl.col("step").is_not_null()).drop("_raw_bracket")
-    # brackets around names or values (`[Loss] 2.3`, `lr=[5e-05]`) do not hide the pair
-    body = text.str.replace(STEP, " ").str.replace_all(r"[\[\]]", " ")
-    pairs = find_pairs(cand.select("line", body.alias("text")), PAIR)
-    pairs = pairs.filter(~pl.col("k").str.contains(COUNTER_KEYS))
+    later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH)
+    wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
+    lossy_lines = lossy_lines.with_columns(_raw_bracket(src, wanted))
+    token = pl.coalesce(token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2))
+    lossy_lines = lossy_lines.with_columns(*_step(token)).drop("_raw_bracket")
+    lossy_lines = lossy_lines.with_columns(pl.coalesce(pl.col("step"), _batch_step(lossy_lines)).alias("step"))
     # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
-    # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record
-    eval_lines = cand.filter(text.str.extract(r"(?i)^(.*?)loss", 1).str.contains(EVAL_WORDS)).get_column("line")
-    values = named_values(pairs, eval_rows=pl.col("line").is_in(eval_lines.implode())).select("line", "name", "value")
+    # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record; so is
+    # one without a counter (`valid_evaluation: loss=1.83, acc=0.76`), with the step before it
+    before_loss = text.str.extract(r"(?i)^(.*?)loss", 1)
+    no_counter = pl.col("step").is_null() & before_loss.str.contains(EVAL_NAMED)
+    cand = lossy_lines.filter(pl.col("step").is_not_null() | no_counter).with_columns(
+        no_counter.alias("_no_counter"), (before_loss.str.contains(EVAL_WORDS) | no_counter).alias("_eval")
+    )
+    values = _values(cand, pl.col("_eval"))
     # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
     lossy = (
         values.filter(pl.col("name").str.contains("loss") & ~pl.col("name").str.starts_with("loss_scale"))
         .group_by("line")
         .agg((pl.col("name").str.starts_with("eval_") | pl.col("name").str.starts_with("val")).all().alias("_eval"))
     )
-    records = cand.join(lossy, on="line").select(
-        "line",
-        "step",
-        "step_approx",
-        "prefix_rank",
-        extract_time(text).alias("time"),
-        pl.when(pl.col("_eval")).then(pl.lit("eval")).otherwise(pl.lit("train")).alias("record_kind"),
+    records = (
+        cand.drop("_eval")
+        .join(lossy, on="line")
+        .sort("line")
+        .with_columns(
+            pl.when(pl.col("_no_counter"))
+            .then(pl.when(~pl.col("_eval")).then(pl.col("step")).forward_fill())
+            .otherwise(pl.col("step"))
+            .alias("step")
+        )
+        .select(
+            "line",
+            "step",
+            "step_approx",
+            "prefix_rank",
+            extract_time(text).alias("time"),
+            pl.when(pl.col("_eval")).then(pl.lit("eval")).otherwise(pl.lit("train")).alias("record_kind"),
+        )
     )
     values = values.join(records.select("line"), on="line", how="semi")
-    unparsed = cand.join(records.select("line"), on="line", how="anti")
+    unparsed = cand.filter(~pl.col("_no_counter")).join(records.select("line"), on="line", how="anti")
     return text_result(src.name, lines, records, values, unparsed, mode="done")
