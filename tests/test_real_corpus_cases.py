@@ -391,3 +391,16 @@ def test_ms_swift_progress_string_is_the_step(tmp_path):
     run, d, facts = run_case(tmp_path, "ms-swift-2436-minicpmv-4090-gradnorm-nan")
     assert run.series("loss").get_column("step").to_list() == [8270, 8275, 8280]
     assert d["incidents"][0]["first_nonfinite_step"] == facts["first_nonfinite_step"] == 8280
+
+
+def test_a_python_exception_about_a_nan_is_no_hardware_evidence(tmp_path):
+    # Pai-Megatron#680: iteration 1 with grad norm nan, then `AssertionError: Rank 114: found NaN in
+    # local forward loss calculation. Device: 2,` (the container's software stack was at fault)
+    run, d, facts = run_case(tmp_path, "megatron-pai-680-qwen-next-gradnorm-nan-iter1-container")
+    inc = d["incidents"][0]
+    assert run.events.filter(pl.col("kind") == "error").height >= 1
+    assert inc["features"]["hw_event_count"] == 0 and "hardware_fault" in inc["gated_labels"]
+    assert inc["root_cause"] == facts["stated_label"] == "model_bug"
+    # a CUDA runtime error after the last record still counts (BLOOM-176B: 'CUDA error: unknown error')
+    run, d, _ = run_case(tmp_path / "b", "megatron-deepspeed-tr11-176b-gpu-crash-cuda-unknown-error")
+    assert d["incidents"][0]["root_cause"] == "hardware_fault"

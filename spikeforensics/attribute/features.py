@@ -291,7 +291,7 @@ def incident_features(
     out: dict = {}
     out.update(shape_features(inc, incidents, ctx, ap))
     out.update(rank_features(inc, ctx, ap))
-    out.update(hardware_features(inc, run, ctx, ap))
+    out.update(hardware_features(inc, run, ctx, ap, params.events.hardware_pattern))
     out.update(replay_features(inc, ctx, ap))
     if samples is None:
         confined = out["peak_rank"] if out["rank_confined"] and out["peak_rank"] >= 0 else None

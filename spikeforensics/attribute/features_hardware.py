@@ -107,7 +107,9 @@ def _xid_codes(xids: pl.DataFrame) -> list[int]:
     return codes
 
 
-def hardware_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams) -> dict:
+def hardware_features(
+    inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams, hardware_pattern: str
+) -> dict:
     out = {
         "time_aligned": False,
         "xid_count": 0,
@@ -153,7 +155,14 @@ def hardware_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
         out["xid_count"] = xids.height
         out["xid_hw_weight"] = max((weight(c) for c in codes), default=ap.xid_other_weight)
         out["xid_codes"] = ",".join(str(c) for c in sorted(set(codes)))
-    out["hw_event_count"] = events.filter(pl.col("kind").is_in(["ecc", "nccl_timeout", "error"])).height
+    # an `error` event counts when it is a CUDA runtime error or names hardware (ECC, Xid, a GPU off
+    # the bus: events.hardware_pattern); a Python exception (an AssertionError on a NaN loss, a shape
+    # mismatch) is no evidence of hardware
+    detail = pl.col("detail").fill_null("")
+    hw_error = (pl.col("kind") == "error") & (
+        detail.str.contains('"reason":\\s*"cuda_error"') | detail.str.contains(hardware_pattern)
+    )
+    out["hw_event_count"] = events.filter(pl.col("kind").is_in(["ecc", "nccl_timeout"]) | hw_error).height
     tel = run.telemetry
     if window is not None and tel.height:
         lo, hi = window
