@@ -20,10 +20,12 @@ DEV = Path(__file__).parents[1] / "sample_logs" / "real" / "dev"
 SEALED = DEV.parent / "sealed"
 # the fresh set after its one scoring (benchmarks/real_logs_fresh_first_look.md), a development set since
 FRESH = DEV.parent / "fresh"
+# the fresh2 set after its one scoring (benchmarks/real_logs_fresh2_first_look.md), a development set since
+FRESH2 = DEV.parent / "fresh2"
 
 
 def case(name: str) -> tuple[Path, dict]:
-    folder = next((d / name for d in (DEV, SEALED, FRESH) if (d / name).is_dir()), DEV / name)
+    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2) if (d / name).is_dir()), DEV / name)
     if not folder.is_dir():
         pytest.skip(f"corpus case {name} absent")
     return folder, tomllib.loads((folder / "FACTS.toml").read_text())
