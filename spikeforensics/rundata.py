@@ -48,7 +48,7 @@ class RunData:
 
     def has_metric(self, name: str) -> bool:
         name = self.resolve(name)
-        return self.metrics.filter(pl.col("name") == name).height > 0
+        return self.metrics.lazy().filter(pl.col("name") == name).select(pl.len()).collect().item() > 0
 
     def resolve(self, name: str) -> str:
         """The metric that stands for `name`: itself, except `loss` in a run that logs no
@@ -65,7 +65,8 @@ class RunData:
             self._cache[key] = name
             # a signed objective (an RL policy loss) is the loss only when no non-negative one is printed
             names = (
-                self.metrics.filter(pl.col("record").is_not_null())
+                self.metrics.lazy()  # lazily: only name and value are taken out of the long table
+                .filter(pl.col("record").is_not_null())
                 .group_by("name")
                 .agg(
                     pl.len(),
@@ -74,6 +75,7 @@ class RunData:
                     .fill_null(False)
                     .alias("off"),
                 )
+                .collect()
             )
             if names.filter(pl.col("name") == "loss").height == 0:
                 train = names.filter(
@@ -93,11 +95,15 @@ class RunData:
     def primary_source(self, name: str) -> str | None:
         """The source that logs `name` for the most step records (the run's main log)."""
         name = self.resolve(name)
-        rows = self.metrics.filter((pl.col("name") == name) & pl.col("record").is_not_null())
-        if rows.height == 0:
-            return None
-        counts = rows.group_by("source").agg(pl.len().alias("n")).sort(["n", "source"], descending=[True, False])
-        return counts.get_column("source")[0]
+        counts = (
+            self.metrics.lazy()
+            .filter((pl.col("name") == name) & pl.col("record").is_not_null())
+            .group_by("source")
+            .agg(pl.len().alias("n"))
+            .sort(["n", "source"], descending=[True, False])
+            .collect()
+        )
+        return counts.get_column("source")[0] if counts.height else None
 
     def series(self, name: str, per_rank: bool = False) -> pl.DataFrame:
         """One metric as a training timeline from its primary source.
@@ -110,6 +116,7 @@ class RunData:
         key = ("series", name, per_rank)
         if key in self._cache:
             return self._cache[key]
+        name_asked = name
         source = self.primary_source(name)
         name = self.resolve(name)
         if source is None:
@@ -126,8 +133,11 @@ class RunData:
                 }
             )
         else:
-            rows = self.metrics.filter(
-                (pl.col("name") == name) & (pl.col("source") == source) & pl.col("record").is_not_null()
+            rows = (
+                self.metrics.lazy()  # lazily: the filter copies only the columns kept, not the whole table
+                .filter((pl.col("name") == name) & (pl.col("source") == source) & pl.col("record").is_not_null())
+                .select("step", "attempt", "rank", "value", "line", "source", "time", "record")
+                .collect()
             )
             if not per_rank and rows.get_column("rank").null_count() > 0:
                 rows = rows.filter(pl.col("rank").is_null())
@@ -135,6 +145,9 @@ class RunData:
             out = rows.with_columns(
                 pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t")
             ).select("t", "step", "attempt", "rank", "value", "line", "source", "time")
+            nulls = out.get_column("rank").null_count()
+            if nulls in (0, out.height):  # the global and the per-rank view are the same rows: kept once
+                self._cache[("series", name_asked, not per_rank)] = out
         self._cache[key] = out
         return out
 
@@ -230,7 +243,9 @@ class RunData:
         return self.events.filter(pl.col("kind").is_in(list(kinds)))
 
     def step_range(self) -> tuple[int | None, int | None, int]:
-        steps = self.metrics.filter(pl.col("record").is_not_null()).get_column("step").drop_nulls()
+        steps = (
+            self.metrics.lazy().filter(pl.col("record").is_not_null()).select("step").collect().get_column("step")
+        ).drop_nulls()
         if steps.len() == 0:
             steps = self.layers.get_column("step").drop_nulls()
         if steps.len() == 0:

@@ -74,9 +74,11 @@ def step_level(frame: pl.DataFrame) -> pl.DataFrame:
     """One value per (attempt, step): the frame itself, or the median over ranks."""
     if frame.height == 0:
         return pl.DataFrame(schema=STEP_SCHEMA)
-    rows = frame.filter(pl.col("step").is_not_null())
+    rows = frame.filter(pl.col("step").is_not_null()) if frame.get_column("step").null_count() else frame
     if rows.get_column("rank").null_count() == rows.height:
         out = rows.select("attempt", "step", "value", "time")
+        if _one_row_per_step(out):  # nothing to drop: the series' own columns are shared, not copied
+            return out.cast(STEP_SCHEMA)
     else:
         out = (
             rows.group_by("attempt", "step")
@@ -85,6 +87,12 @@ def step_level(frame: pl.DataFrame) -> pl.DataFrame:
             .drop("t")
         )
     return out.unique(subset=["attempt", "step"], keep="first", maintain_order=True).cast(STEP_SCHEMA)
+
+
+def _one_row_per_step(frame: pl.DataFrame) -> bool:
+    """One attempt and strictly increasing steps: `unique` on (attempt, step) would keep every row."""
+    steps = frame.get_column("step")
+    return frame.get_column("attempt").n_unique() == 1 and bool((steps.diff().drop_nulls() > 0).all())
 
 
 def _per_rank(run: RunData) -> pl.DataFrame:
@@ -159,10 +167,14 @@ def build_context(run: RunData, incidents: list[Incident], params: Params) -> Ru
         ).unique()
     else:
         unhealthy = pl.DataFrame(schema={"step": pl.Int64})
-    timed = run.metrics.filter(
-        pl.col("time").is_not_null() & pl.col("step").is_not_null() & pl.col("record").is_not_null()
+    step_time = (
+        run.metrics.lazy()  # lazily: only attempt, step and time are taken out of the long table
+        .filter(pl.col("time").is_not_null() & pl.col("step").is_not_null() & pl.col("record").is_not_null())
+        .group_by("attempt", "step")
+        .agg(pl.col("time").min())
+        .sort("time")
+        .collect()
     )
-    step_time = timed.group_by("attempt", "step").agg(pl.col("time").min()).sort("time")
     first, last, _ = run.step_range()
     loss_scale = step_level(run.series("loss_scale"))
     fp16 = uses_loss_scaling(loss_scale) or run.events_of("overflow", "hysteresis").height > 0

@@ -268,19 +268,27 @@ def coverage(
     """What was read (CONTRACT.md `verdict.coverage`): signals with a series, records per source,
     unparsed lines, detectors run and failed; extras: `series_records`, `events`, `stages_failed`."""
 
-    metrics = run.metrics
     loss_name = run.resolve("loss")  # a training loss logged under its own name counts as the loss
-    if loss_name != "loss":
-        metrics = metrics.with_columns(pl.col("name").replace(loss_name, "loss"))
-    rows = metrics.filter(
-        pl.col("record").is_not_null() & pl.col("value").is_finite() & pl.col("name").is_in(list(CANONICAL_METRICS))
+    name = pl.col("name").replace(loss_name, "loss") if loss_name != "loss" else pl.col("name")
+    # lazily, one metric at a time: only the columns read are taken out of the long table, and each
+    # distinct-record count hashes one metric's rows (a count over all metrics at once costs ~1 GB
+    # per million steps)
+    rows = (
+        run.metrics.lazy()
+        .select(name.alias("name"), "source", "attempt", "record", "value")
+        .filter(pl.col("record").is_not_null() & pl.col("value").is_finite())
     )
-    counts = (
-        rows.group_by("name").agg(pl.struct("source", "attempt", "record").n_unique().alias("n"))
-        if rows.height
-        else None
-    )
-    series = {} if counts is None else {r["name"]: int(r["n"]) for r in counts.iter_rows(named=True)}
+    present = {"loss" if n == loss_name else n for n in run.metric_names()}
+    series = {}
+    for metric in (n for n in CANONICAL_METRICS if n in present):
+        n = (
+            rows.filter(pl.col("name") == metric)
+            .select(pl.struct("source", "attempt", "record").n_unique())
+            .collect()
+            .item()
+        )
+        if n:
+            series[metric] = int(n)
     ordered = [n for n in CANONICAL_METRICS if series.get(n, 0) >= params.coverage.min_series_records]
     signals = ordered + [t for t in ("layers", "batches", "telemetry", "events") if getattr(run, t).height]
     if run.sources.height:

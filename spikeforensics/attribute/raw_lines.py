@@ -45,11 +45,16 @@ def peak_lines_from_metrics(
         if src is None:
             continue
         wanted = sorted({int(peaks[k][0]) for k in pending})
-        rows = run.metrics.filter(
-            (pl.col("source") == src)
-            & (pl.col("name") == name)
-            & pl.col("step").is_in(wanted)
-            & pl.col("line").is_not_null()
+        rows = (
+            run.metrics.lazy()
+            .filter(
+                (pl.col("source") == src)
+                & (pl.col("name") == name)
+                & pl.col("step").is_in(wanted)
+                & pl.col("line").is_not_null()
+            )
+            .select("step", "attempt", "source", "line")
+            .collect()
         )
         by_step: dict[int, list[tuple[int, str, int]]] = {}
         for step, attempt, source, line in rows.select("step", "attempt", "source", "line").iter_rows():

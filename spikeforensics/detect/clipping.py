@@ -43,7 +43,12 @@ def threshold(run: RunData, params) -> tuple[float | None, str]:
     if cp.threshold > 0:
         return float(cp.threshold), "configured in parameters"
     for name in CONFIG_NAMES:
-        vals = run.metrics.filter((pl.col("name") == name) & pl.col("value").is_finite() & (pl.col("value") > 0))
+        vals = (
+            run.metrics.lazy()
+            .filter((pl.col("name") == name) & pl.col("value").is_finite() & (pl.col("value") > 0))
+            .select("value")
+            .collect()
+        )
         if vals.height:
             return float(vals.get_column("value").median()), f"configured in the log ({name})"
     pre, post = run.series("grad_norm"), run.series("grad_norm_clipped")

@@ -44,9 +44,13 @@ def _num(key: str) -> pl.Expr:
 
 def _records(run: RunData) -> pl.DataFrame:
     """One row per training-step record: source, line, step, attempt, time."""
-    rec = run.metrics.filter(pl.col("record").is_not_null())
-    return rec.group_by("source", "record", "attempt").agg(
-        pl.col("line").min(), pl.col("step").first(), pl.col("time").min()
+    # lazily: only the six columns read are taken out of the long table, not a filtered copy of it
+    return (
+        run.metrics.lazy()
+        .filter(pl.col("record").is_not_null())
+        .group_by("source", "record", "attempt")
+        .agg(pl.col("line").min(), pl.col("step").first(), pl.col("time").min())
+        .collect()
     )
 
 

@@ -60,8 +60,11 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     # a rise of one or two print quanta is no evidence, whatever its z: a loss printed to 4 decimals at 1e-4
     # (a converged fine-tune) steps 1e-4 -> 2e-4, "2x" and dozens of sigma of the floor
     beyond = (pl.col("value") - pl.min_horizontal("left", "base").exp()) > 2 * _quantum(frame, hp.short_series_records)
+    # lazily, with only the columns `_flags` and `detect` read: the filtered copy of the whole baseline
+    # frame (18 columns) is never made
     return (
-        frame.filter(pl.col("left").is_not_null())
+        frame.lazy()
+        .filter(pl.col("left").is_not_null())
         .with_columns(
             ((both | jump) & beyond).alias("single"),
             (joint & beyond).alias("joint"),
@@ -70,13 +73,19 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
             rise_base.exp().alias("ratio_base"),
         )
         .filter(pl.col("single") | pl.col("joint"))
+        .select(*CANDIDATE_COLUMNS, "single", "joint")
+        .collect()
     )
+
+
+CANDIDATE_COLUMNS = ("signal", "t", "step", "attempt", "rank", "pos", "value", "left", "base", "z", "z_left")
+CANDIDATE_COLUMNS += ("ratio_left", "ratio_base")
 
 
 def _quantum(frame: pl.DataFrame, min_values: int) -> float:
     """The print resolution of a series: the smallest step between its distinct finite values; 0 when fewer
     than `min_values` distinct values give no resolution to read (a two-record excerpt's one step is a jump)."""
-    values = frame.filter(pl.col("finite")).get_column("value").unique().sort()
+    values = frame.get_column("value").filter(frame.get_column("finite")).unique().sort()
     if values.len() < min_values:
         return 0.0
     steps = values.diff().drop_nulls().filter(values.diff().drop_nulls() > 0)
@@ -113,8 +122,9 @@ def detect(run: RunData, params) -> list[Finding]:
             cands[signal] = _candidates(frame, signal, params).with_columns(
                 pl.lit(per_rank).alias("per_rank"), pl.lit(derived).alias("derived")
             )
+            track_cols = frame.select("rank", "pos", "step", "y", "left", "sigma")  # what a Track keeps
             for rank in frame.get_column("rank").unique().to_list():
-                part = frame.filter(pl.col("rank").eq_missing(rank))
+                part = track_cols.filter(pl.col("rank").eq_missing(rank))
                 tracks.append(shape.Track.from_frame(part, signal, rank if per_rank else None))
         if cands:
             f = _flags(cands, params)
@@ -644,13 +654,19 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     if run.series("loss").get_column("step").null_count() or first["step"] > hp.start_max_step:
         return []  # an excerpt from mid-training (or without step numbers) has no "start" to judge
     ref_value, ref_y, ref_what = first["value"], first["y"], "its initial value"
-    start_eval = run.metrics.filter(
-        (pl.col("name") == "eval_loss")
-        & (pl.col("attempt") == 0)
-        & pl.col("value").is_finite()
-        & (pl.col("value") > 0)
-        & (pl.col("step") <= first["step"])
-    ).sort("step", "line")
+    start_eval = (
+        run.metrics.lazy()
+        .filter(
+            (pl.col("name") == "eval_loss")
+            & (pl.col("attempt") == 0)
+            & pl.col("value").is_finite()
+            & (pl.col("value") > 0)
+            & (pl.col("step") <= first["step"])
+        )
+        .select("step", "line", "value")
+        .sort("step", "line")
+        .collect()
+    )
     if start_eval.height and start_eval.item(0, "value") < ref_value:
         ref_value = float(start_eval.item(0, "value"))
         ref_y, ref_what = math.log(ref_value), f"the eval loss before training ({ref_value:g})"

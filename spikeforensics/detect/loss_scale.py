@@ -204,10 +204,16 @@ def _regrew(scale: pl.DataFrame, low: dict, origin: str, log_end: int, lp) -> bo
 
 def _log_end(run: RunData, scale: pl.DataFrame) -> int:
     """Position of the last logged step record (or of the last scale row, if later)."""
-    rec = run.metrics.filter(pl.col("record").is_not_null() & pl.col("step").is_not_null())
+    last = (
+        run.metrics.lazy()  # lazily: the long table is not copied for one maximum
+        .filter(pl.col("record").is_not_null() & pl.col("step").is_not_null())
+        .select(robust.position(pl.col("attempt"), pl.col("step")).max())
+        .collect()
+        .item()
+    )
     ends = [int(scale.get_column("pos").max())]
-    if rec.height:
-        ends.append(int(rec.select(robust.position(pl.col("attempt"), pl.col("step")).max()).item()))
+    if last is not None:
+        ends.append(int(last))
     return max(ends)
 
 

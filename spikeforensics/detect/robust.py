@@ -39,11 +39,19 @@ def prepare(series: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Int64).alias("pos"),
         )
     series = series.with_columns(pl.col("step").fill_null(pl.col("t")))  # a log without step numbers: record index
-    return series.sort("rank", "t", nulls_last=True).with_columns(
+    if not _in_order(series):  # a series already in order keeps its columns (shared, not copied)
+        series = series.sort("rank", "t", nulls_last=True)
+    return series.with_columns(
         pl.col("value").is_finite().fill_null(False).alias("finite"),
         pl.when(pl.col("value").is_finite() & (pl.col("value") > 0)).then(pl.col("value").log()).alias("y"),
         position(pl.col("attempt"), pl.col("step")).alias("pos"),
     )
+
+
+def _in_order(series: pl.DataFrame) -> bool:
+    """One rank (or none) and `t` strictly increasing: sorting by rank, then `t` would change nothing."""
+    t = series.get_column("t")
+    return series.get_column("rank").n_unique() == 1 and t.null_count() == 0 and bool((t.diff().drop_nulls() > 0).all())
 
 
 def position(attempt: pl.Expr, step: pl.Expr) -> pl.Expr:
@@ -68,7 +76,8 @@ def add_baseline(
     Rows with null `col` are dropped first (non-finite values are the nonfinite detector's job).
     """
     side = max(window - guard, 1)
-    data = frame.filter(pl.col(col).is_not_null())
+    # a column without nulls is kept as it is (a filter that keeps every row still copies every column)
+    data = frame.filter(pl.col(col).is_not_null()) if frame.get_column(col).null_count() else frame
     if data.height == 0:
         return data.with_columns(
             *(pl.lit(None, pl.Float64).alias(c) for c in ("left", "right", "base", "sigma", "z_left", "z_right", "z"))
@@ -83,7 +92,12 @@ def add_baseline(
         pl.int_range(pl.len(), dtype=pl.Int64).over(by).alias("_i"),
     )
     mad = rolling_scale(data, "_absdev", by, mad_window).with_columns((pl.col("_med") * MAD_SCALE).alias("sigma"))
-    data = data.join(mad.drop("_med"), on=[by, "_i"], how="left", nulls_equal=True)
+    # the scale joined onto the two key columns only, then set beside the others (a join of the whole
+    # frame copies all of its columns)
+    keys = data.select(by, "_i").join(
+        mad.drop("_med"), on=[by, "_i"], how="left", nulls_equal=True, maintain_order="left"
+    )
+    data = data.with_columns(keys.get_column("sigma"))
     enough = pl.len().over(by) >= MIN_SCALE_POINTS  # fewer points than this: no scale estimate, the floor
     data = data.with_columns(
         pl.when(enough)

@@ -29,10 +29,13 @@ def detect(run: RunData, params) -> list[Finding]:
     if lr.height < sp.lr_zero_records:
         return []
     runs = (
-        lr.sort("t")
+        lr.lazy()  # lazily: only t, step and value are sorted, not a copy of the whole series
+        .sort("t")
         .with_columns((pl.col("value") == 0).fill_null(False).alias("_zero"))
         .with_columns(pl.col("_zero").rle_id().alias("_run"))
         .filter(pl.col("_zero"))
+        .select("_run", "step", "t")
+        .collect()
     )
     if runs.height == 0:
         return []

@@ -202,7 +202,12 @@ def layer_heatmap(run, diagnosis: Diagnosis) -> Figure | None:
 
 
 def _per_rank(run, name: str) -> pl.DataFrame:
-    rows = run.metrics.filter((pl.col("name") == name) & pl.col("rank").is_not_null() & pl.col("record").is_not_null())
+    rows = (
+        run.metrics.lazy()
+        .filter((pl.col("name") == name) & pl.col("rank").is_not_null() & pl.col("record").is_not_null())
+        .select("source", "step", "record", "value", "rank")
+        .collect()
+    )
     if rows.height:
         src = rows.group_by("source").len().sort("len", descending=True).get_column("source")[0]
         rows = rows.filter(pl.col("source") == src)
