@@ -38,20 +38,37 @@ def clip_features(inc: Incident, ctx: RunContext, params: Params) -> dict:
 
 
 def precision_features(inc: Incident, run: RunData, ctx: RunContext, ap: AttributionParams) -> dict:
-    overflow = run.events_of("overflow")
-    counts = overflow.select(pl.col("detail").str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1))
+    # run-level parts computed once (ctx.once): an incident's cost does not grow with the run's length
+    overflow = ctx.once("overflow_events", lambda: run.events_of("overflow"))
+    total = ctx.once(
+        "overflow_count",
+        lambda: (
+            int(
+                overflow.select(
+                    pl.col("detail").str.json_path_match("$.count").cast(pl.Int64, strict=False).fill_null(1).sum()
+                ).item()
+                or 0
+            )
+            if overflow.height
+            else 0
+        ),
+    )
     in_win = overflow.filter(pl.col("step").is_between(inc.step_start - ap.pad_steps, inc.step_end + ap.pad_steps))
     out = {
         "fp16": ctx.fp16,
-        "overflow_count": int(counts.sum().item() or 0) if counts.height else 0,
+        "overflow_count": total,
         "overflow_window": in_win.height,
         "loss_scale_halvings": 0,
         "loss_scale_min": None,
         "scale_drop_at_resume": False,
     }
-    scale = ctx.loss_scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+    if not ctx.fp16:  # a constant `loss scale: 1.0` (bf16/fp32 Megatron logs) says nothing
+        return out
+    scale = ctx.once(
+        "scale_positive", lambda: ctx.loss_scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+    )
     upto = scale.filter(pl.col("step") <= inc.step_end)
-    if upto.height and ctx.fp16:  # a constant `loss scale: 1.0` (bf16/fp32 Megatron logs) says nothing
+    if upto.height:
         low = float(upto.get_column("value").min())
         out["loss_scale_min"] = low
         # halvings from the level the scale had settled at before the incident (the start-up halvings
@@ -62,14 +79,13 @@ def precision_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribu
         inside = upto.filter(pl.col("step") >= inc.step_start - ap.pad_steps)
         low_in = float(inside.get_column("value").min()) if inside.height else low
         out["loss_scale_halvings"] = max(0, int(round(math.log2(top / low_in)))) if low_in > 0 else 0
-        out["scale_drop_at_resume"] = _scale_drop_at_resume(run, upto, ap)
+        out["scale_drop_at_resume"] = _scale_drop_at_resume(run, ctx, scale, upto, inc.step_end, ap)
     return out
 
 
-def _scale_drop_at_resume(run: RunData, scale: pl.DataFrame, ap: AttributionParams) -> bool:
-    """A dynamic scaler halves once per overflow and skips that step; a drop of several halvings in one
-    record right at a relaunch, with the skipped-iterations counter flat, is a new configuration."""
-    drops = (
+def _scale_drops(scale: pl.DataFrame) -> pl.DataFrame:
+    """Records where the scale fell by >= 2 halvings from the record before (in attempt, step order)."""
+    return (
         scale.sort("attempt", "step")
         .with_columns(
             (pl.col("value").shift(1) / pl.col("value")).log(2).alias("halvings"),
@@ -77,13 +93,29 @@ def _scale_drop_at_resume(run: RunData, scale: pl.DataFrame, ap: AttributionPara
         )
         .filter(pl.col("halvings") >= 2)
     )
+
+
+def _scale_drop_at_resume(
+    run: RunData, ctx: RunContext, scale: pl.DataFrame, upto: pl.DataFrame, end: int, ap: AttributionParams
+) -> bool:
+    """A dynamic scaler halves once per overflow and skips that step; a drop of several halvings in one
+    record right at a relaunch, with the skipped-iterations counter flat, is a new configuration.
+    `upto` is the run's `scale` up to the incident's end; with one attempt it is a prefix of it, so
+    the run's drops (computed once) up to `end` are its drops."""
+    if ctx.once("scale_one_attempt", lambda: scale.get_column("attempt").n_unique() <= 1):
+        drops = ctx.once("scale_drops", lambda: _scale_drops(scale)).filter(pl.col("step") <= end)
+    else:
+        drops = _scale_drops(upto)
     if drops.height == 0:
         return False
-    resumes = run.events_of("resume").get_column("step").drop_nulls()
-    skipped = (
-        step_level(run.series("skipped_iters"))
-        .sort("attempt", "step")
-        .with_columns((pl.col("value") - pl.col("value").shift(1)).alias("d"))
+    resumes = ctx.once("resume_steps", lambda: run.events_of("resume").get_column("step").drop_nulls())
+    skipped = ctx.once(
+        "skipped_iters_delta",
+        lambda: (
+            step_level(run.series("skipped_iters"))
+            .sort("attempt", "step")
+            .with_columns((pl.col("value") - pl.col("value").shift(1)).alias("d"))
+        ),
     )
     for row in drops.iter_rows(named=True):  # a handful of drops at most
         at_resume = row["new_attempt"] or bool(((resumes - row["step"]).abs() <= ap.pad_steps).any())
