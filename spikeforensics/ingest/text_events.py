@@ -61,13 +61,17 @@ GRAD_OVERFLOW = r"Grad(?:ient)? overflow on iteration:?\s*(\d+)"
 SAVE = (
     r"(?i)(?:\bsaving (?:the |a full |sharded |unsharded |model |ema )?checkpoint\b|"
     r"\bCheckpoint \S+ is about to be saved|(?:^|\|)\s*saved checkpoint \S|\bWriting model to\b|\bsaving model to\b|"
-    r"\bSaved (?:adapter )?weights to\b|\bSaving model and optimizer state at iteration\b)"
+    r"\bSaved (?:adapter )?weights to\b|\bSaving model and optimizer state at iteration\b|"
+    # TensorFlow CheckpointSaverHook._save (tensorflow/python/training/basic_session_run_hooks.py):
+    # `Saving checkpoints for 1000 into /dir/model.ckpt.`
+    r"\bSaving checkpoints for \d+ into\b)"
 )
 SAVE_STEP = (
     r"(?i)(?:at iteration\s+(\d+)|@ (\d+) updates|at (\d+) iterations|last step, step (\d+)|"
-    r"global_step(\d+)|checkpoint-(\d+)|\bstep[ _-]?(\d+)\b|model_0*(\d+)\.bin|^Iter (\d+): Saved)"
+    r"global_step(\d+)|checkpoint-(\d+)|\bstep[ _-]?(\d+)\b|model_0*(\d+)\.bin|^Iter (\d+): Saved|"
+    r"checkpoints for (\d+) into)"
 )
-SAVE_PATH = r"(?i)\b(?:to|saved checkpoint|checkpoint:)\s+'?([^\s']+?)'?\.?(?:\s|$)"
+SAVE_PATH = r"(?i)\b(?:to|into|saved checkpoint|checkpoint:)\s+'?([^\s']+?)'?\.?(?:\s|$)"
 # --- resume -----------------------------------------------------------------------
 # Megatron ` loading checkpoint from DIR at iteration N` (not the `successfully loaded` echo),
 # OLMo `Loading checkpoint from '<dir>'...`, HF `Continuing training from checkpoint, ...`,
@@ -112,6 +116,7 @@ GUARD_LITERALS = [
     "stopping training",
     "Loss became infinite",
     "Training has diverged",
+    "Model diverged with loss",
     "ECC",
     "kipping step",
     "kipped step",
@@ -141,6 +146,10 @@ APEX_OVERFLOW = rf"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing
 FLOOR = rf"Current loss scale already at minimum|Minimum loss scale reached \(({NUM})\)"
 # MAE / DeiT / DINO engine: `Loss is nan, stopping training` (also `Loss is inf, ...`)
 NAN_STOP = r"\b[Ll]oss is (\S+?),? stopping training"
+# TensorFlow NanTensorHook (tensorflow/python/training/basic_session_run_hooks.py) before it raises
+# NanLossDuringTrainingError: `ERROR:tensorflow:Model diverged with loss = NaN.` (no step printed);
+# OpenNMT-tf raises `RuntimeError: Model diverged with loss = NaN.`
+TF_DIVERGED = r"\bModel diverged with loss = ([A-Za-z]+)"
 # detectron2 `FloatingPointError: Loss became infinite or NaN at iteration=2137!`
 D2_NONFINITE = r"Loss became infinite or NaN at iteration=(\d+)"
 # detectron2's proposal and box-head checks (modeling/proposal_generator/proposal_utils.py,
@@ -273,7 +282,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         text.str.extract(APEX_OVERFLOW, 1).alias("_apex"),
         text.str.contains(FLOOR).alias("_floor"),
         text.str.extract(FLOOR, 1).alias("_floor_scale"),
-        text.str.extract(NAN_STOP, 1).alias("_stop"),
+        pl.coalesce(text.str.extract(NAN_STOP, 1), text.str.extract(TF_DIVERGED, 1)).alias("_stop"),
         text.str.extract(D2_NONFINITE, 1).alias("_d2"),
         text.str.contains(D2_DIVERGED).alias("_d2div"),
         text.str.contains(ECC_UNCORRECTABLE).alias("_ecc"),
@@ -551,7 +560,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
             detail_expr(
                 strings={"path": text.str.extract(SAVE_PATH, 1), "message": text.str.strip_chars().str.slice(0, 300)},
             ),
-            step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 10)]),
+            step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 11)]),
         )
     )
     rest = rest.filter(~pl.col("_save"))
