@@ -348,3 +348,12 @@ def test_a_glog_prefix_is_no_key_value_pair(store, tmp_path):
     assert records(metrics) == [s * 20 for s in range(10)]
     names = set(metrics.get_column("name").unique())
     assert "loss" in names and not any("cpp" in n for n in names)
+
+
+def test_a_loss_printed_before_its_counter_is_a_record(store, tmp_path):
+    # `loss = 2.31, step = 100, lr = 0.001` (a custom loop printing a sorted dict); the counter after the loss
+    text = "".join(f"loss = {2.3 - i / 100:.4f}, step = {i * 10}, lr = 0.001\n" for i in range(30))
+    path = write(tmp_path, "sorted.log", text)
+    assert detect_format(path)[0] == "generic_steps"
+    metrics, _ = ingest(store, path)
+    assert records(metrics) == [i * 10 for i in range(30)] and value(metrics, 290, "loss") == pytest.approx(2.01)

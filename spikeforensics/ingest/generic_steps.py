@@ -116,6 +116,9 @@ GLOG_PREFIX = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[\w./-]+:\d+\]\s*"
 IS_PAIR = rf"(?:^|[,;|:(]\s*)(?P<k>[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*){{0,3}}) (?i:is) (?P<v>{NUM_TOKEN})"
 IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
 # what follows a loss name on a record line (sniffer): `loss: 2.3`, `loss [nan]`, `loss so far is 0.1`
+# a loss value, then a counter word with its number, later on the line (one count per line with
+# the shapes above: a line that has both is counted twice, which only ever confirms a record)
+LOSS_THEN_STEP = rf"(?i:\bloss)\w*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
 LOSS_TAIL = r".*?(?i:loss)\w*\]?(?:\s*[:=]?\s*\[?\s*|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 MAX_CONFIDENCE = 0.35
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
@@ -123,7 +126,12 @@ CATCH_ALL = True
 
 
 def sniff(sample: SniffSample) -> float:
-    n = sniff_share(sample, rf"(?:{STEP}|{BATCH}){LOSS_TAIL}") + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
+    n = (
+        sniff_share(sample, rf"(?:{STEP}|{BATCH}){LOSS_TAIL}")
+        + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
+        # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
+        + sniff_share(sample, LOSS_THEN_STEP)
+    )
     if n < 2:  # bracketed counters, on the raw lines (the prefix stripper may have taken them)
         raw = sample.text.splitlines()[: len(sample.lines) + 1]
         n += int(pl.Series(raw, dtype=pl.String).str.contains(BRACKET_RECORD).sum()) if raw else 0
