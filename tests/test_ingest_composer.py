@@ -10,16 +10,11 @@ import math
 from pathlib import Path
 
 import polars as pl
+from _ingest_helpers import ingest, value, write
 
-from spikeforensics.ingest import detect_format, ingest_paths
+from spikeforensics.ingest import detect_format
 
 DEV = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "dev"
-
-
-def ingest(store, path, run="r"):
-    report = ingest_paths([path], run, store)
-    assert report.ok, report.as_dict()
-    return store.table(run, "metrics"), store.table(run, "events"), report.files[0]
 
 
 def train(metrics):
@@ -28,19 +23,6 @@ def train(metrics):
 
 def records(metrics):
     return train(metrics).select("record", "step").unique().sort("record").get_column("step").to_list()
-
-
-def value(metrics, step, name, record=True):
-    rows = metrics.filter((pl.col("step") == step) & (pl.col("name") == name))
-    rows = rows.filter(pl.col("record").is_not_null() if record else pl.col("record").is_null())
-    assert rows.height == 1, (step, name, rows)
-    return rows.item(0, "value")
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def block(header, pairs, prefix="Train", indent="\t "):

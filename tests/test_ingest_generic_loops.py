@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _ingest_helpers import value, write
 
 from spikeforensics.ingest import detect_format, generic_steps, ingest_paths
 from spikeforensics.ingest.base import SniffSample, SourceFile
@@ -35,22 +36,9 @@ def records(metrics):
     return train(metrics).select("record", "step").unique().sort("record").get_column("step").to_list()
 
 
-def value(metrics, step, name, record=True):
-    rows = metrics.filter((pl.col("step") == step) & (pl.col("name") == name))
-    rows = rows.filter(pl.col("record").is_not_null() if record else pl.col("record").is_null())
-    assert rows.height == 1, (step, name, rows)
-    return rows.item(0, "value")
-
-
 def first_nonfinite(metrics):
     bad = train(metrics).filter((pl.col("name") == "loss") & ~pl.col("value").is_finite())
     return bad.get_column("step").min()
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def sniff_text(tmp_path, text):

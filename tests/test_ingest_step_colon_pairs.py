@@ -10,33 +10,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _ingest_helpers import ingest, train_steps, write
 
-from spikeforensics.ingest import detect_format, ingest_paths
+from spikeforensics.ingest import detect_format
 
 CASE = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "fresh2" / "yanmtt-7-bart-pretrain-fp16-nan-76980"
-
-
-def ingest(store, path, run="r"):
-    report = ingest_paths([path], run, store)
-    assert report.ok, report.as_dict()
-    return store.table(run, "metrics"), store.table(run, "events"), report.files[0]
-
-
-def train_steps(metrics):
-    train = metrics.filter(pl.col("record").is_not_null())
-    return train.select("record", "step").unique().sort("record").get_column("step").to_list()
 
 
 def value(metrics, step, name="loss"):
     rows = metrics.filter((pl.col("step") == step) & (pl.col("name") == name) & pl.col("record").is_not_null())
     assert rows.height == 1, (step, name, rows)
     return rows.item(0, "value")
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_real_yanmtt_7(store):

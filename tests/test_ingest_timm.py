@@ -11,23 +11,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _ingest_helpers import ingest, train_steps, write
 
-from spikeforensics.ingest import detect_format, ingest_paths
+from spikeforensics.ingest import detect_format
 
 DEV = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "dev"
 VITAE = DEV / "timm-vitae-small-mlp-imagenet-43-epochs-healthy"
 HPU = DEV / "timm-optimum-habana-resnet50-hpu-readme-two-epochs"
-
-
-def ingest(store, path, run="r"):
-    report = ingest_paths([path], run, store)
-    assert report.ok, report.as_dict()
-    return store.table(run, "metrics"), store.table(run, "events"), report.files[0]
-
-
-def train_steps(metrics):
-    train = metrics.filter(pl.col("record").is_not_null())
-    return train.select("record", "step").unique().sort("record").get_column("step").to_list()
 
 
 def value(metrics, step, name, record=True, which=0):
@@ -37,12 +27,6 @@ def value(metrics, step, name, record=True, which=0):
     if record:
         assert rows.height == 1, (step, name, rows)
     return rows.item(which, "value")
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_real_vitae_timm_0_4_12_log(store):

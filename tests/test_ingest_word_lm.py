@@ -9,23 +9,12 @@ import math
 from pathlib import Path
 
 import polars as pl
+from _ingest_helpers import ingest, write
 
-from spikeforensics.ingest import detect_format, ingest_paths, parse_file, word_lm
+from spikeforensics.ingest import detect_format, parse_file, word_lm
 from spikeforensics.ingest.base import SniffSample
 
 FRESH2 = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "fresh2"
-
-
-def ingest(store, path, run="r"):
-    report = ingest_paths([path], run, store)
-    assert report.ok, report.as_dict()
-    return store.table(run, "metrics"), store.table(run, "events"), report.files[0]
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def series(metrics, name, train=True):
