@@ -1,6 +1,7 @@
 """Soft drift and loss oscillation: sustained changes judged on smoothed series."""
 
 import numpy as np
+import pytest
 from _detect_synth import curves, run_from
 
 from spikeforensics.detect import oscillation, soft_drift
@@ -60,3 +61,56 @@ def test_slow_climb_over_thousands_of_steps_is_a_soft_drift():
     found = soft_drift.detect(run_from(c), Params())
     assert found and found[0].kind == "soft_drift" and 3000 <= found[0].step_start <= 4500
     assert soft_drift.detect(run_from(curves(12000, seed=5)), Params()) == []
+
+
+def bimodal_loss(n: int, seed: int, step_every: int = 50) -> dict:
+    """A per-batch loss under mixup/cutmix as timm prints it every 50 updates: each batch's loss sits
+    near one of two levels (about 5.0 and 3.5), most near the upper one, slowly falling; in some
+    stretches the mix shifts (more batches near 3.5), which moves the rolling median 10-15% and makes
+    the stretch look 1.5x as volatile. No drift anywhere (a healthy timm ViTAE run looks like this)."""
+    rng = np.random.default_rng(seed)
+    fall = np.linspace(0.0, -0.25, n)
+    share_low = np.full(n, 0.2)
+    for lo in rng.integers(n // 10, n - 300, size=6):
+        share_low[lo : lo + 200] = 0.4
+    mode = np.where(rng.random(n) < share_low, np.log(3.5), np.log(5.0))
+    loss = np.exp(mode + fall + rng.normal(0, 0.06, n))
+    return {"step": np.arange(1, n + 1) * step_every, "loss": loss}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_bimodal_per_batch_loss_is_no_oscillation(seed):
+    # a typical volatility under the absolute level needs the 3x ratio: the mix shifts are 1.5x
+    assert oscillation.detect(run_from(bimodal_loss(6000, seed)), Params()) == []
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        1,
+        2,
+        pytest.param(
+            3,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known limit: a smoothed loss coming back from a dip (a stretch of low-mode batches) "
+                "inside the 500-record window reads as a slow climb from the dip's minimum when the level "
+                "500 records back was in a dip too (the long rise is judged against one past level)",
+            ),
+        ),
+    ],
+)
+def test_a_bimodal_per_batch_loss_is_no_drift(seed):
+    # its rolling median jumps between the two levels (10-15% swings): the run's own spread of rises
+    # (median + 3 robust sigma of the same rise over the run) sets the bar
+    assert soft_drift.detect(run_from(bimodal_loss(6000, seed)), Params()) == []
+
+
+def test_a_real_drift_on_a_bimodal_loss_is_still_found():
+    # the level climbs 1.8x over 1,000 records (50,000 steps) and stays there (before the floor: 35-37
+    # soft drifts on each clean run of this shape, none of them real)
+    c = bimodal_loss(6000, 4)
+    c["loss"][3000:4000] *= np.exp(np.linspace(0.0, np.log(1.8), 1000))
+    c["loss"][4000:] *= 1.8
+    found = soft_drift.detect(run_from(c), Params())
+    assert found and all(3000 * 50 <= f.step_start <= 4500 * 50 for f in found)

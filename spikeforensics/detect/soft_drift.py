@@ -67,9 +67,12 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     # the span for the short rise, of the 2 spans before the `long_span` records for the slow climb (a climb
     # of 10% over 500 records is only a little above its level of 100 records ago: that is what slow means)
     ahead = pl.col("smooth").reverse().shift(1).rolling_median(span, min_samples=max(1, span // 2)).reverse().over("_k")
-    level = pl.col("y").shift(span).rolling_median(2 * span, min_samples=1).over("_k")
+    # (the level is a median of at least `smooth` records: with a record every 50 steps a span is one
+    # record, and a median of 2 raw per-batch losses is no level)
+    width = max(2 * span, dp.smooth)
+    level = pl.col("y").shift(span).rolling_median(width, min_samples=1).over("_k")
     # (a run shorter than that keeps the short rise's level: no long window before it to compare with)
-    level_long = pl.coalesce(pl.col("y").shift(dp.long_span).rolling_median(2 * span, min_samples=1).over("_k"), level)
+    level_long = pl.coalesce(pl.col("y").shift(dp.long_span).rolling_median(width, min_samples=1).over("_k"), level)
     data = data.with_columns(ahead.alias("_ahead"), level.alias("_level"), level_long.alias("_level_long"))
 
     def lasts(rise: str, before: str) -> pl.Expr:
@@ -78,17 +81,30 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
             & ~(pl.col("_ahead") < pl.col(before) + pl.col(rise) / 2)
         ).fill_null(False)
 
+    # ... and a slow climb stands out of the gaps the run's own noise makes between its smoothed loss
+    # and the lowest smoothed loss of the previous `long_span` records: that lowest value is the
+    # extreme of many draws, so on a noisy loss (a bimodal mixup/cutmix per-batch loss, whose rolling
+    # median jumps between the modes) the gap is wide everywhere (a healthy timm run: 15-25%). The
+    # climb must clear median + loss_noise_c robust sigma of the same gap over the run.
+    later = pl.col("_i") >= pl.col("_early")
+    gap = pl.col("_long").filter(later & pl.col("_long").is_not_null())
+    floor_long = gap.median() + dp.loss_noise_c * robust.MAD_SCALE * (gap - gap.median()).abs().median()
+    data = data.with_columns(
+        pl.lit(None, dtype=pl.Float64).alias("_floor_short"), floor_long.over("_k").alias("_floor_long")
+    )
     flagged = data.filter(
         (
             (pl.col("_i") - span >= pl.col("_early"))
             & (pl.col("_short") >= math.log1p(dp.loss_rise))
             & (pl.col("_short") >= pl.col("_noise"))
+            & (pl.col("_short") >= pl.col("_floor_short")).fill_null(True)
             & lasts("_short", "_level")
         )
         | (
-            (pl.col("_i") >= pl.col("_early"))
+            later
             & (pl.col("_long") >= math.log1p(dp.long_rise))
             & (pl.col("_long") >= pl.col("_noise"))
+            & (pl.col("_long") >= pl.col("_floor_long")).fill_null(True)
             & lasts("_long", "_level_long")
         )
     )
