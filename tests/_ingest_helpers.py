@@ -33,3 +33,10 @@ def write(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def series(metrics, name, train=True):
+    """(step, value) pairs of `name` in file order, from training records (`train=False`: the others)."""
+    rows = metrics.filter(pl.col("name") == name)
+    rows = rows.filter(pl.col("record").is_not_null() if train else pl.col("record").is_null())
+    return list(zip(*rows.sort("line").select("step", "value").to_dict(as_series=False).values()))

@@ -9,23 +9,13 @@ import math
 from pathlib import Path
 
 import polars as pl
-from _ingest_helpers import ingest, write
+from _ingest_helpers import ingest, series, write
+from _ingest_helpers import train_steps as steps
 
 from spikeforensics.ingest import detect_format, parse_file, word_lm
 from spikeforensics.ingest.base import SniffSample
 
 FRESH2 = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "fresh2"
-
-
-def series(metrics, name, train=True):
-    rows = metrics.filter(pl.col("name") == name)
-    rows = rows.filter(pl.col("record").is_not_null() if train else pl.col("record").is_null())
-    return list(zip(*rows.sort("line").select("step", "value").to_dict(as_series=False).values()))
-
-
-def steps(metrics):
-    train = metrics.filter(pl.col("record").is_not_null())
-    return train.select("record", "step").unique().sort("record").get_column("step").to_list()
 
 
 def test_real_course_exercise_20_epochs(store):
