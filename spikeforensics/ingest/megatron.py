@@ -68,6 +68,10 @@ FIELD_RE = rf"^\s*(?P<k>[A-Za-z_(\[][^:=|]*?[^\s:=|])\s*(?::\s*|=\s*|\s)\s*(?P<v
 # a colon-less field (2019 forks: `| learning rate 9.773E-06 | lm loss NAN |`)
 LEGACY_FIELD = r"\|\s*[A-Za-z][\w ()/-]*[A-Za-z)]\s+[-+]?(?:\d[\d.eE+-]*|nan|NAN|inf|INF)\s*\|"
 # lines that look like a record even when they do not parse
+# NeMo 2 (nemo.lightning ProgressPrinter) prints Megatron-style fields after its own header and ends
+# the line with the last value, not a pipe: `Training epoch 0, iteration 120/149 | lr: 3e-05 | ...
+# | reduced_train_loss: 1.233 | train_step_timing in s: 0.03146 | val_loss: 4.106`
+NEMO2_HEADER = r"^\s*Training epoch \d+, iteration \d+\s*/\s*\d+\s*\|"
 LOOKS_LIKE = r"\biteration[:=]?\s*\d+\s*/|\| (?:lm loss|learning rate|loss scale|consumed samples)\b"
 MAX_EXAMPLES = 5
 
@@ -152,7 +156,11 @@ def _records(seg: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
         pl.coalesce("_it", "_va").alias("step"),
         pl.when(pl.col("_it").is_not_null()).then(pl.lit("train")).otherwise(pl.lit("eval")).alias("record_kind"),
         # a pipe-style record that lost its tail: its last field may be cut, drop it
-        (pl.col("_pipe_style").fill_null(True) & ~text.str.strip_chars_end().str.ends_with("|")).alias("_cut"),
+        (
+            pl.col("_pipe_style").fill_null(True)
+            & ~text.str.strip_chars_end().str.ends_with("|")
+            & ~text.str.contains(NEMO2_HEADER)  # NeMo 2's ProgressPrinter never ends a line with `|`
+        ).alias("_cut"),
     )
     # the part after the iteration counter / validation header; a record that lost its
     # tail loses its last (possibly cut) field

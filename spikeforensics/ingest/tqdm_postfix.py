@@ -19,7 +19,8 @@ when printed; else, for bars labelled `Epoch E` / `[Epoch E / ...]`, E * M + N f
 script counts epochs from 0 or 1); else N. Redraws on one physical line (`\r`) are one
 record per line (the last redraw); consecutive redraws with the same step are one record
 (first line's values, the contract's rule). Postfix names go through the alias table
-(`lr` -> `lr`, `loss` -> `loss`). A user print glued after the bar on the same line
+(`lr` -> `lr`, `loss` -> `loss`; Lightning's smoothed bar `loss` gives way to a logged training loss on
+the same bar: `_smoothed_loss_aside`). A user print glued after the bar on the same line
 (`...train_loss=10.90]lr=[0.0] mean=...`, the bar redrawn without a newline) gives the record
 the optimizer values it names (`TAIL_KEYS`), a list such as `lr=[0.0]` (one value per param
 group) read as its first group's value. Confidence stays below the framework parsers'.
@@ -75,13 +76,33 @@ def sniff(sample: SniffSample) -> float:
     )
 
 
+def _smoothed_loss_aside(pairs: pl.DataFrame) -> pl.DataFrame:
+    """PyTorch Lightning < 2.0 puts a bare `loss=` in its bar: the running mean of the last 20
+    batches, printed to 3 significant digits (NeMo 1: `loss=3.1, v_num=, reduced_train_loss=3.090`).
+    When the same postfix also logs a training loss of its own (a key the alias table maps to
+    `loss`), that one is the step's loss and the bar's becomes `loss_smoothed` (kept, not judged)."""
+    from spikeforensics.ingest.aliases import canonical_metric
+
+    keys = pairs.get_column("k").unique().drop_nulls().to_list()
+    own = [k for k in keys if k.strip() != "loss" and canonical_metric(k.strip()) == "loss"]
+    if not own:
+        return pairs
+    has_own = pl.col("k").is_in(own).any().over("line")
+    return pairs.with_columns(
+        pl.when((pl.col("k").str.strip_chars() == "loss") & has_own)
+        .then(pl.lit("loss_smoothed"))
+        .otherwise(pl.col("k"))
+        .alias("k")
+    )
+
+
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     cand = lines.filter(text.str.contains("loss", literal=True) & text.str.contains("<", literal=True))
     g = cand.with_columns(text.str.extract_groups(BAR).alias("_b")).unnest("_b").filter(pl.col("post").is_not_null())
     g = g.unique("line", keep="last", maintain_order=True)  # one record per physical line: its last redraw
-    pairs = find_pairs(g.select("line", pl.col("post").alias("text")), PAIR)
+    pairs = _smoothed_loss_aside(find_pairs(g.select("line", pl.col("post").alias("text")), PAIR))
     post_step = (
         pairs.filter(pl.col("k").is_in(["global_step", "step"]))
         .sort(pl.col("k") != "global_step")
