@@ -86,6 +86,38 @@ class _Buffered:
         self.fh.close()
 
 
+def megatron_record(rng: random.Random, it: int, total: int, loss: float, scale: float, sk: int, gn=None) -> str:
+    """One `iteration` line; the time per iteration, TFLOP/s and (when `gn` is None) the grad norm
+    are drawn from `rng`, in that order."""
+    ms, tf = 1000 + rng.random() * 50, 180 + rng.random()
+    return MEGATRON_LINE.format(
+        mm=(it // 60) % 60,
+        ss=it % 60,
+        us=(it * 7919) % 1_000_000,
+        it=it,
+        total=total,
+        cs=it * 1024,
+        ms=ms,
+        tf=tf,
+        lr=3e-4 * min(1, it / 2000),
+        loss=loss,
+        scale=scale,
+        gn=0.5 + rng.random() if gn is None else gn,
+        nz=0.0,
+        pn=200 + it * 1e-4,
+        sk=sk,
+        nn=0,
+    )
+
+
+def overflow_line(scale: float) -> str:
+    """DeepSpeed's fp16 overflow message at `scale`."""
+    return (
+        f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+        f"Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n"
+    )
+
+
 def megatron_extras(it: int, loss: float) -> list[str]:
     """What Megatron prints between iteration lines: timers every 50, a warning every 100, a
     validation block every 1,000 and a checkpoint line every 10,000 iterations."""
@@ -114,33 +146,11 @@ def gen_megatron(path: Path, n: int, seed: int = 0) -> None:
     for it in range(1, n + 1):
         sk = 0
         if rng.random() < 0.0005:
-            out.add(
-                f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 "
-                f"Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n"
-            )
+            out.add(overflow_line(scale))
             scale = max(scale / 2, 1.0)
             sk = 1
         loss = 2.0 + 8.0 / (1 + it / 1000) + rng.gauss(0, 0.05)
-        out.add(
-            MEGATRON_LINE.format(
-                mm=(it // 60) % 60,
-                ss=it % 60,
-                us=(it * 7919) % 1_000_000,
-                it=it,
-                total=n,
-                cs=it * 1024,
-                ms=1000 + rng.random() * 50,
-                tf=180 + rng.random(),
-                lr=3e-4 * min(1, it / 2000),
-                loss=loss,
-                scale=scale,
-                gn=0.5 + rng.random(),
-                nz=0.0,
-                pn=200 + it * 1e-4,
-                sk=sk,
-                nn=0,
-            )
-        )
+        out.add(megatron_record(rng, it, n, loss, scale, sk))
         for extra in megatron_extras(it, loss):
             out.add(extra)
     out.close()

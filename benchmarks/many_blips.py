@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest_speed import MEGATRON_LINE as LINE  # noqa: E402  the same Megatron-LM lines as the speed benchmark
-from ingest_speed import megatron_extras  # noqa: E402
+# the same Megatron-LM lines as the speed benchmark
+from ingest_speed import megatron_extras, megatron_record, overflow_line  # noqa: E402
 
 BLIP_SIZE = 50.0  # the blips: 50x the grad norm's level
 MIN_GAP = 500  # steps between two blips: isolated events
@@ -64,10 +64,7 @@ def generate(path: Path, iterations: int, blips: list[int], moving: list[int], s
         for it in range(1, iterations + 1):
             sk = 0
             if rng.random() < OVERFLOW_P * scale / 65536.0:
-                buf.append(
-                    f"[2024-05-01 12:00:00,000] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
-                    f"Rank 0 Skipping step. Attempted loss scale: {int(scale)}, reducing to {int(scale // 2)}\n"
-                )
+                buf.append(overflow_line(scale))
                 scale, clean, sk = max(scale / 2, 1.0), 0, 1
             else:
                 clean += 1
@@ -81,26 +78,7 @@ def generate(path: Path, iterations: int, blips: list[int], moving: list[int], s
                 last_move = it
             if it - last_move < 60:
                 loss *= 1 + 1.5 * math.exp(-(it - last_move) / 5.0)
-            buf.append(
-                LINE.format(
-                    mm=(it // 60) % 60,
-                    ss=it % 60,
-                    us=(it * 7919) % 1_000_000,
-                    it=it,
-                    total=iterations,
-                    cs=it * 1024,
-                    ms=1000 + rng.random() * 50,
-                    tf=180 + rng.random(),
-                    lr=3e-4 * min(1, it / 2000),
-                    loss=loss,
-                    scale=scale,
-                    gn=gn,
-                    nz=0.0,
-                    pn=200 + it * 1e-4,
-                    sk=sk,
-                    nn=0,
-                )
-            )
+            buf.append(megatron_record(rng, it, iterations, loss, scale, sk, gn=gn))
             buf.extend(megatron_extras(it, loss))
             if len(buf) > 4096:
                 fh.write("".join(buf))

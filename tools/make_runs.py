@@ -24,6 +24,7 @@ from datetime import datetime
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from spikeforensics.attribute.rules import LABELS  # noqa: E402
 from tools.fixtures import scenarios as SC  # noqa: E402
 from tools.fixtures import writers as W  # noqa: E402
 from tools.fixtures.train import run  # noqa: E402
@@ -73,20 +74,7 @@ KINDS = {
     "vanishing_gradients",
     "loss_oscillation",
 }
-CAUSES = {
-    "data_outlier",
-    "data_drift",
-    "hardware_fault",
-    "lr_too_high",
-    "lr_schedule",
-    "fp16_overflow",
-    "fp16_underflow",
-    "clip_misconfigured",
-    "layer_instability",
-    "vanishing_gradients",
-    "model_bug",
-    "unknown",
-}
+CAUSES = frozenset(LABELS)  # the product's root-cause labels (CONTRACT.md)
 GRAD_FILES = {"csv": "grads.csv", "jsonl": "layer_grads.jsonl", "parquet": "grad_stats.parquet"}
 
 

@@ -25,6 +25,10 @@ PREFIX_RE = (
     r")?"
 )
 
+# glog's / absl's line prefix (Caffe, PaddlePaddle, TensorFlow, JAX): `I0712 12:10:37.058244  3123 solver.cpp:228] `:
+# severity and date, time, thread id (or name), source file:line. Not anchored: callers anchor it.
+GLOG_PREFIX = r"[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\S+\s+[\w./-]+:\d+\]\s*"
+
 # What a terminal would interpret in text that comes from input data (file names, sample
 # IDs, log lines): ANSI/VT escape sequences (CSI, OSC, and lone ESC), the other C0
 # controls but tab (and newline where lines are kept), DEL and the C1 controls.

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.ingest._lines import GLOG_PREFIX
 from spikeforensics.ingest.base import (
     ANSI_RE,
     MAX_STEP,
@@ -110,9 +111,8 @@ EPOCH = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)"
 # `Epoch 0/1` -> `Epoch 0` in the body, so the epoch pairs up as a metric
 EPOCH_OF = r"(?i)\b(epoch\b\]?\s*[:=#]?\s*\[?\s*\d+)\s*/\s*\d+"
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
-# glog's line prefix (Caffe, PaddlePaddle, TensorFlow C++): `I0712 12:10:37.058244  3123 solver.cpp:228] `:
-# severity+date, time, thread id, source file:line. The `file.cpp:228` is no key/value pair.
-GLOG_PREFIX = r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[\w./-]+:\d+\]\s*"
+# a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
+GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
 IS_PAIR = rf"(?:^|[,;|:(]\s*)(?P<k>[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*){{0,3}}) (?i:is) (?P<v>{NUM_TOKEN})"
 IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
 # what follows a loss name on a record line (sniffer): `loss: 2.3`, `loss [nan]`, `loss so far is 0.1`
@@ -192,7 +192,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     """(line, name, value) of the candidate lines: `key is value` phrases, then key/value pairs."""
     text = pl.col("text")
     body = (
-        text.str.replace(GLOG_PREFIX, "")
+        text.str.replace(GLOG_LINE_PREFIX, "")
         .str.replace(STEP, " ")
         .str.replace(LOSS_INDEX, "${1}:")
         .str.replace(EPOCH_OF, "${1}")

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.ingest._lines import GLOG_PREFIX
 from spikeforensics.ingest.base import (
     ParseResult,
     SniffSample,
@@ -62,7 +63,7 @@ N = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
 # `I0521 14:43:59.269938 140033274427136 basic_session_run_hooks.py:260] ` (thread id or name),
 # or a logging.Formatter naming the `tensorflow` logger (`... - tensorflow - INFO - `)
 TF_PREFIX = (
-    r"(?:\bINFO:tensorflow:|^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\S+\s+[\w./-]+\.py:\d+\]\s*"
+    rf"(?:\bINFO:tensorflow:|^{GLOG_PREFIX}"
     r"|\btensorflow\s*[-|:]\s*INFO\s*[-|:]\s*)"
 )
 # a tag is a name or a tensor name (`loss:0`), never a sentence with `: ` in it
