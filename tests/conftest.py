@@ -10,6 +10,26 @@ from click.testing import CliRunner
 REPO = Path(__file__).resolve().parent.parent
 # Verbatim copies of shared/formats/real (real logs written by real frameworks).
 REAL = Path(__file__).resolve().parent / "data" / "real"
+# CONTRACT.md's incident fields, in order (written out here, not taken from the product, so that a
+# product change cannot move the contract silently)
+CONTRACT_INCIDENT_KEYS = [
+    "id",
+    "kind",
+    "kinds",
+    "severity",
+    "step_start",
+    "step_end",
+    "peak_step",
+    "ranks",
+    "layers",
+    "root_cause",
+    "confidence",
+    "alternatives",
+    "explanation",
+    "sample_ids",
+    "evidence",
+    "actions",
+]
 SAMPLE_LOGS = REPO / "sample_logs"
 TUNE = SAMPLE_LOGS / "tune"
 

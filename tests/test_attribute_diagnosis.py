@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 from attribute_synth import bad_sample_id, events, incident, make_run, rule_toml, step_time
+from conftest import CONTRACT_INCIDENT_KEYS
 
 from spikeforensics.attribute import diagnose_run
 from spikeforensics.attribute.diagnosis import (
@@ -23,25 +24,6 @@ from spikeforensics.attribute.rules import LABELS
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
-
-CONTRACT_INCIDENT_KEYS = (
-    "id",
-    "kind",
-    "kinds",
-    "severity",
-    "step_start",
-    "step_end",
-    "peak_step",
-    "ranks",
-    "layers",
-    "root_cause",
-    "confidence",
-    "alternatives",
-    "explanation",
-    "sample_ids",
-    "evidence",
-    "actions",
-)
 
 
 def check_contract(d: dict) -> None:

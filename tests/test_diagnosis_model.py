@@ -5,30 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import CONTRACT_INCIDENT_KEYS
 
 from spikeforensics import api
 from spikeforensics.attribute.model import DiagnosedIncident, Diagnosis, as_diagnosis, dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT_TOP = ["schema_version", "tool_version", "run_id", "steps", "verdict", "incidents", "calibration"]
-CONTRACT_INCIDENT = [
-    "id",
-    "kind",
-    "kinds",
-    "severity",
-    "step_start",
-    "step_end",
-    "peak_step",
-    "ranks",
-    "layers",
-    "root_cause",
-    "confidence",
-    "alternatives",
-    "explanation",
-    "sample_ids",
-    "evidence",
-    "actions",
-]
 
 
 @pytest.fixture(
@@ -56,7 +39,7 @@ def test_contract_fields_come_first_in_order(diagnosis):
     assert list(diagnosis["verdict"])[:3] == ["status", "root_cause", "summary"]
     assert diagnosis["incidents"], "the fixture runs have incidents"
     for inc in diagnosis["incidents"]:
-        assert list(inc)[: len(CONTRACT_INCIDENT)] == CONTRACT_INCIDENT
+        assert list(inc)[: len(CONTRACT_INCIDENT_KEYS)] == CONTRACT_INCIDENT_KEYS
         assert all(isinstance(inc[k], int) for k in ("step_start", "step_end", "peak_step"))
 
 
