@@ -602,12 +602,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-readme", action="store_true")
     ap.add_argument("--no-collected", action="store_true", help="only the curves of sample_logs/real")
     ap.add_argument("--curves", help="folder of collected curves instead of benchmarks/real_curves (a frozen copy)")
+    ap.add_argument(
+        "--real-sets",
+        help="comma-separated sets of sample_logs/real whose healthy logs give curves (default: all scored ones); "
+        "a before/after comparison of two trees needs the same curves, so the sets both trees read",
+    )
     args = ap.parse_args(argv)
     from spikeforensics.params import Params
 
     params = Params.load() if hasattr(Params, "load") else Params()
     count = 100 if args.quick else args.cases
     t0 = time.perf_counter()
+    if args.real_sets:
+        ic.REAL_SPLITS = tuple(args.real_sets.split(","))
     curves = ic.load_curves(include_collected=not args.no_collected, collected=args.curves)
     print(f"{len(curves)} healthy real curves", file=sys.stderr)
     cases = []

@@ -37,6 +37,9 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "sample_logs" / "real"
+# the real-log sets whose healthy logs give curves: those already scored once (a first-look set being
+# collected must stay unseen until its one scoring, benchmarks/real_logs.py), in real_logs.ALL's order
+REAL_SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3")
 CURVES_DIR = Path(__file__).resolve().parent / "real_curves"
 MIN_RECORDS = 50  # fewer records give no usable noise sample (one baseline window)
 SIGNALS = ("loss", "grad_norm", "lr")
@@ -114,7 +117,7 @@ def load_curves(include_collected: bool = True, collected: Path | None = None) -
     folder = Path(collected) if collected else CURVES_DIR
     out = []
     with tempfile.TemporaryDirectory(prefix="sf-curves-") as tmp:
-        for facts in sorted(REAL.glob("*/*/FACTS.toml")):
+        for facts in sorted(f for split in REAL_SPLITS for f in (REAL / split).glob("*/FACTS.toml")):
             try:
                 meta = tomllib.loads(facts.read_text(encoding="utf-8"))
             except (OSError, tomllib.TOMLDecodeError):

@@ -1,6 +1,6 @@
 """Real-log benchmark: what spikeforensics reads and concludes on real public training logs.
 
-    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|all] [--corpus sample_logs/real]
+    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|fresh3|all] [--corpus sample_logs/real]
                                    [--json OUT] [--write-readme] [--case ID ...] [-v]
 
 Every case folder of the corpus (`sample_logs/real/<set>/<case>/`, see its README) holds the
@@ -83,9 +83,9 @@ class CaseScore:
 
 
 # dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
-# (`fresh`: session 6, `fresh2`: session 7), each a development set after its one scoring
-SPLITS = ("dev", "sealed", "fresh", "fresh2")
-ALL = SPLITS  # every set, each after its first look
+# (`fresh`: session 6, `fresh2`: session 7, `fresh3`: session 8), each a development set after its one scoring
+SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3")
+ALL = SPLITS  # every set, each after its first look (a new set is scored once with --set before it joins)
 
 
 def load_cases(corpus: Path, split: str, only: list[str] | None) -> list[tuple[Path, dict, str]]:

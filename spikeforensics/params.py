@@ -278,6 +278,10 @@ class HardSpikeParams:
     layer_ratio_min: float = 2.0  # why: a layer is named as the spike's location only if it rose >= 2x its own baseline
     bump_max_records: int = 2  # why: a loss-only bump under loss_ratio_critical of at most 2 records above the band, back in band on the next, is one or two hard batches (a per-step batch loss does that now and then); 3+ records is a moderate spike
     bump_lasting_records: int = 5  # why: a hard batch in a loss averaged over the logging interval or smoothed echoes over 2-3 records at joint_z (a real Megatron Mixtral-8x7B loss curve, extended in benchmarks/injected.py: 34 runs of 3 records at joint_z in 68,605 records, none of 4); 5+ consecutive records at joint_z is a stretch the loss stayed up, no one-batch bump
+    scan_records: int = 5  # why: a bump of 5+ records whose *median* robust z stands out (windows of 5, 9 and 17 records: scan_records x 1, 2, 4 less the shared ends) is no one-batch draw however few of its records pass z_threshold; a median ignores the one or two hard batches a mean would carry
+    scan_z: float = 5.0  # why: ... the window's median z must clear scan_z standard errors of such a median on this run: 1.2533/sqrt(k) for independent noise, or the run's own robust spread of the k-record median z when its noise is autocorrelated (a smoothed or interval-averaged loss); 5 as z_threshold (iid: under 1 chance window in 3 million)
+    scan_chance: float = 0.01  # why: ... and that many records at that median z anywhere in the run (the run's own tail, heavy or not) is expected in under 1 run in 100 by chance
+    scan_loss_ratio: float = 1.1  # why: ... and the window's median loss is >= 10% above both sides: a loss a few percent up for a few records is a wobble no one calls a spike (a real Mixtral-8x7B curve: 7 records 4-6% up, 5 of its sigma), and DOMAIN's drift scale is 5% over 50 steps
     sustained_records: int = 3  # why: 3+ consecutive records each >= joint_z over both sides (one of them >= z_threshold) are no heavy-tail draw: three at 3.5 sigma are rarer by chance than one at 6; flagged without the ratio floor, which exists for single records
     # corroboration by a recurring sample (detect/recurrence.py): small bumps one sample explains
     bump_z: float = 2.0  # why: a candidate bump stands 2 robust sigma over both sides: common alone; the chance test below does the rest
@@ -426,6 +430,7 @@ class OscillationParams:
     vol_ratio: float = 3.0  # why: volatility >= 3x the run's typical level ...
     min_records: int = 100  # why: ... sustained for >= 100 records
     abs_vol: float = 0.15  # why: or a detrended MAD above 15% of the loss (log units) ...
+    min_vol: float = 0.01  # why: ... and never under 1% of the loss: a smoothed or running-average loss barely moves, so 3x its typical swing can still be a fraction of a percent (Sockeye's window ppl: 0.2%, one reload step)
     stall_tol: float = 0.10  # why: ... while the loss falls less than 10% per 1000 records over the stretch (early training falls far faster)
     group_gap: int = 50  # why: high-volatility stretches closer than this are one episode
 
@@ -495,6 +500,7 @@ class StallParams:
 
     lr_zero_records: int = 3  # why: a warmup from 0 prints 0 once (step 0); 3 records at exactly 0 are no warmup, the weights are not moving
     loss_fall_ratio: float = 0.99  # why: "the loss does not fall": the median of the last third of those records >= 99% of the first third's (a rounded-to-0 print of a real, small LR would still show the loss falling)
+    decayed_frac: float = 0.01  # why: zeros that end the log after the LR fell to under 1% of its peak are a schedule decaying to 0 (llm.c's default ends at 0: its last steps print lr:0.000000), not an LR stuck at 0
 
 
 @dataclass

@@ -32,3 +32,16 @@ def test_two_zero_records_are_not_enough():
     c["lr"][5:7] = 0.0
     c["loss"] = np.full(40, 3.0)
     assert stall.detect(run_from(c), Params()) == []
+
+
+def test_a_schedule_that_decays_to_zero_at_the_end_is_not_a_stall():
+    # llm.c's default decays the LR to 0: its last steps print lr:0.000000 and the loss stops falling
+    c = curves(2000)
+    c["lr"][-100:] = 0.0  # the cosine is at 0.7% of its peak just before
+    c["loss"][-100:] = c["loss"][-101]
+    assert stall.detect(run_from(c), Params()) == []
+    # the same zeros in the middle of the run, the LR back up after them: the weights stood still
+    c = curves(2000)
+    c["lr"][1000:1300] = 0.0
+    c["loss"][1000:1300] = c["loss"][999]
+    assert [f.kind for f in stall.detect(run_from(c), Params())] == ["no_progress"]

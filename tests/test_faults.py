@@ -712,10 +712,12 @@ def test_a_garbled_skipped_iterations_counter_does_not_break_the_loss_scale_dete
 
 def test_oscillation_after_a_flat_loss_is_described_without_a_ratio(tmp_path, runner):
     # fuzz seed 14 input 541: duplicated lines made the loss flat (usual noise 0), so the ratio
-    # to the usual noise was None and formatting it crashed the detector
+    # to the usual noise was None and formatting it crashed the detector. (300 oscillating records:
+    # with 100, the flat records' zero volatility counted as "3x the usual" and made up the stretch; a
+    # swing must be >= oscillation.min_vol now, and 100 such records never fill a 100-record window)
     lines = [
         f"iter {i}: loss {2.0 if i < 300 else (1.0 if i % 2 else 4.0):.4f}, time 100.00ms, mfu 10.00%"
-        for i in range(400)
+        for i in range(600)
     ]
     path = _write(tmp_path / "train.log", lines)
     report = _diagnosed(runner, path, tmp_path)

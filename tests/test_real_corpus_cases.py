@@ -22,10 +22,12 @@ SEALED = DEV.parent / "sealed"
 FRESH = DEV.parent / "fresh"
 # the fresh2 set after its one scoring (benchmarks/real_logs_fresh2_first_look.md), a development set since
 FRESH2 = DEV.parent / "fresh2"
+# the fresh3 set after its one scoring (benchmarks/real_logs_fresh3_first_look.md), a development set since
+FRESH3 = DEV.parent / "fresh3"
 
 
 def case(name: str) -> tuple[Path, dict]:
-    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2) if (d / name).is_dir()), DEV / name)
+    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3) if (d / name).is_dir()), DEV / name)
     if not folder.is_dir():
         pytest.skip(f"corpus case {name} absent")
     return folder, tomllib.loads((folder / "FACTS.toml").read_text())
@@ -406,3 +408,30 @@ def test_a_python_exception_about_a_nan_is_no_hardware_evidence(tmp_path):
     # a CUDA runtime error after the last record still counts (BLOOM-176B: 'CUDA error: unknown error')
     run, d, _ = run_case(tmp_path / "b", "megatron-deepspeed-tr11-176b-gpu-crash-cuda-unknown-error")
     assert d["incidents"][0]["root_cause"] == "hardware_fault"
+
+
+def test_a_constant_lr_that_blows_up_at_once_is_too_high_a_missing_warmup_second(tmp_path):
+    # tf-faster-rcnn #458: lr 0.01 printed on every record, total loss NaN from iteration 20; the reporter's
+    # rerun at lr 0.0001 was finite. A log whose LR never changes has no schedule to blame first
+    _, d, facts = run_case(tmp_path, "tf-faster-rcnn-458-total-loss-nan-lr001")
+    inc = d["incidents"][0]
+    assert inc["root_cause"] == facts["stated_label"] == "lr_too_high"
+    assert "lr_schedule" in [a["root_cause"] for a in inc["alternatives"]]
+    assert inc["features"]["lr_constant"] is True
+    # a schedule that ramps to its peak in <= 10 steps keeps "no warmup" first (the labelled
+    # warmup_too_short runs are covered by benchmarks/accuracy.py)
+
+
+def test_a_smoothed_loss_with_a_reload_step_is_no_oscillation_and_sockeye_is_read(tmp_path):
+    # Sockeye's running window ppl barely moves (volatility 1e-4); reloading the best checkpoint steps it up
+    # 7% once, 20x that volatility but 0.2% of the loss: no oscillation. The healthy run is healthy
+    run, d, facts = run_case(tmp_path, "sockeye3-signwriting-cleaned-log-healthy-30-checkpoints")
+    assert train_records(run) == facts["step_records"] == 4800
+    assert d["verdict"]["status"] == "healthy"
+
+
+def test_llmc_lr_decayed_to_zero_at_the_end_is_healthy(tmp_path):
+    # the llm.c GPT-2 124M main log: lr:0.000000 on its last 346 steps, the end of a decay to 0
+    run, d, facts = run_case(tmp_path, "llmc-gpt2-124m-cuda-main-log-healthy-19552")
+    assert train_records(run) == facts["step_records"] == 19552
+    assert d["verdict"]["status"] == "healthy"

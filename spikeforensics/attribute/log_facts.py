@@ -98,6 +98,7 @@ FACTS: dict[str, tuple[str, str]] = {
         "a norm measured on loss-scaled gradients)",
     ),
     "lr_max": (N, "largest logged learning rate"),
+    "lr_constant": (B, "the logged learning rate never changes (2+ finite values, all equal): the run has no schedule"),
 }
 
 
@@ -344,4 +345,5 @@ def log_facts(run: RunData, params) -> dict:
         "grad_norm_max": gmax,
         "grad_norm_astronomical": bool(gmax is not None and gmax >= ap.astronomical_norm),
         "lr_max": float(lr.max()) if lr.len() else None,
+        "lr_constant": bool(lr.len() >= 2 and lr.min() == lr.max()),
     }

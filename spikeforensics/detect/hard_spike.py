@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 from spikeforensics.detect import recurrence, robust, shape, signals
@@ -50,7 +51,7 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     up = (pl.col("z") >= hp.joint_z).fill_null(False)
     run = (~up).cum_sum().over("rank")
     sustained = up & (up.sum().over("rank", run) >= hp.sustained_records) & high.any().over("rank", run)
-    both = (high & (rise_base >= math.log(floor))) | sustained
+    both = (high & (rise_base >= math.log(floor))) | sustained | pl.col("_scan")
     jump = (pl.col("z_left") >= hp.z_threshold) & (rise_left >= math.log(crit))
     if frame.height < hp.short_series_records:
         # a short excerpt (a pasted spike) has no adequate noise sample: the spike itself inflates the
@@ -63,7 +64,8 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     # lazily, with only the columns `_flags` and `detect` read: the filtered copy of the whole baseline
     # frame (18 columns) is never made
     return (
-        frame.lazy()
+        _with_scan(frame, hp, loss)
+        .lazy()
         .filter(pl.col("left").is_not_null())
         .with_columns(
             ((both | jump) & beyond).alias("single"),
@@ -78,8 +80,60 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     )
 
 
+def _scan_windows(hp) -> tuple[int, ...]:
+    k = hp.scan_records
+    return (k, 2 * k - 1, 4 * k - 3)
+
+
+def _with_scan(frame: pl.DataFrame, hp, enabled: bool = True) -> pl.DataFrame:
+    """Column `_scan`: the record lies in a window of k consecutive records (k in `_scan_windows`) whose median
+    two-sided z stands out, and stands above its own baseline (z >= 1) itself. A scan statistic for bumps too
+    low for z_threshold and too ragged for `sustained_records` consecutive records (a 7-record bump at 3-4.5
+    sigma). The window's median z `m` must pass two tests, each against this run's own noise:
+    - spread: m >= scan_z standard errors of a k-record median z, the larger of the independent-noise one
+      (1.2533/sqrt(k)) and the run's robust spread of that median (MAD x 1.4826): a smoothed or
+      interval-averaged loss, whose neighbouring residuals move together, sets its own, higher bar;
+    - tail: half the window (h = k//2 + 1 records) at >= m is unlikely by chance anywhere in the run: the
+      expected count of such windows, n x C(k, h) x p^h over the windows tried, stays under `scan_chance`,
+      with p the share of the run's other records at z >= m (or the normal tail, if larger). A heavy-tailed
+      per-batch loss whose hard batches come in pairs and threes (modded-nanogpt) fails this test, not the first;
+    - size: the window's median loss stands `scan_loss_ratio` over its baseline.
+    Loss only (`enabled`): a few records of a grad norm a little up are a spike's ordinary tail (Adam's
+    moments after a blip), and the grad norm's level shifts are soft drift's."""
+    if not enabled or frame.height == 0:
+        return frame.with_columns(pl.lit(False).alias("_scan"))
+    out = []
+    windows = _scan_windows(hp)
+    frame = frame.with_row_index("_row")
+    for part in frame.partition_by("rank", maintain_order=True) if frame.height else [frame]:
+        z = part.get_column("z").fill_nan(None)
+        rise = (part.get_column("y") - part.get_column("base")).fill_nan(None)
+        zs = np.sort(z.drop_nulls().to_numpy())
+        n = len(zs)
+        hit = np.zeros(part.height, dtype=bool)
+        for k in windows:
+            if n < 2 * k:
+                continue
+            m = z.rolling_median(k, min_samples=k, center=True)
+            spread = float((m - m.median()).abs().median() or 0.0) * robust.MAD_SCALE
+            mv = m.fill_null(-np.inf).to_numpy()
+            size = rise.rolling_median(k, min_samples=k, center=True).fill_null(-np.inf).to_numpy()
+            clears = (mv >= hp.scan_z * max(spread, 1.2533 / math.sqrt(k))) & (size >= math.log(hp.scan_loss_ratio))
+            idx = np.flatnonzero(clears)  # the few windows past the spread test: the tail test on those only
+            if idx.size:
+                h = k // 2 + 1
+                above = n - np.searchsorted(zs, mv[idx], side="left")  # records of the run at z >= m
+                normal_tail = np.array([0.5 * math.erfc(v / math.sqrt(2)) for v in mv[idx]])
+                p = np.maximum((above - h).clip(min=0) / n, normal_tail)
+                clears[idx] = n * math.comb(k, h) * p**h * len(windows) <= hp.scan_chance
+            if clears.any():  # every record of a clearing (centred) window
+                hit |= np.convolve(clears.astype(np.int8), np.ones(k, dtype=np.int8), mode="same") > 0
+        out.append(part.with_columns((pl.Series(hit) & (z >= 1.0).fill_null(False)).alias("_scan")))
+    return pl.concat(out, how="vertical_relaxed").sort("_row").drop("_row")
+
+
 CANDIDATE_COLUMNS = ("signal", "t", "step", "attempt", "rank", "pos", "value", "left", "base", "z", "z_left")
-CANDIDATE_COLUMNS += ("ratio_left", "ratio_base")
+CANDIDATE_COLUMNS += ("ratio_left", "ratio_base", "_scan")
 
 
 def _quantum(frame: pl.DataFrame, min_values: int) -> float:
@@ -146,6 +200,7 @@ def detect(run: RunData, params) -> list[Finding]:
                         "z_left",
                         "ratio_left",
                         "ratio_base",
+                        "_scan",
                     )
                 )
     findings = _early_rise(run, params)
@@ -209,7 +264,7 @@ def _quiet_loss_bumps(findings: list[Finding], run: RunData, params) -> list[Fin
 def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     hp = params.hard_spike
     signals_hit = {e.signal for e in f.evidence} & set(SIGNALS)
-    if f.severity == "info" or f.facts.get("early_rise") or signals_hit != {"loss"}:
+    if f.severity == "info" or f.facts.get("early_rise") or f.facts.get("sustained_bump") or signals_hit != {"loss"}:
         return False
     peak = max((e.ratio or 0.0) for e in f.evidence if e.signal == "loss")
     if not 0 < peak < hp.loss_ratio_critical:
@@ -546,6 +601,8 @@ def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: R
         )
     pos_lo, pos_hi = int(group.get_column("pos").min()), int(group.get_column("pos").max())
     facts = shape.describe(tracks, pos_lo, pos_hi, params)
+    if group.get_column("_scan").any():
+        facts["sustained_bump"] = True  # a window of records whose median stood out: it lasted (`_with_scan`)
     if ranks_flagged:
         facts["ranks_flagged"] = ranks_flagged
     if layers:

@@ -43,7 +43,11 @@ def detect(run: RunData, params) -> list[Finding]:
     # the absolute level is for a run that oscillates from the start (its typical volatility is itself
     # at that level, so no stretch can be 3x it); a run whose typical volatility is below it needs the
     # ratio (a mixup/cutmix per-batch loss swings ~13% as its normal noise and 1.5x that in places)
-    high = (pl.col("vol") >= op.vol_ratio * typical) | ((pl.col("vol") >= op.abs_vol) & (typical >= op.abs_vol))
+    # and a swing of under `min_vol` is no oscillation whatever its ratio: a running-average loss (Sockeye's
+    # checkpoint-window ppl) has a typical volatility of 1e-4, and one reload step makes 20x that, 0.2%
+    high = ((pl.col("vol") >= op.vol_ratio * typical) | ((pl.col("vol") >= op.abs_vol) & (typical >= op.abs_vol))) & (
+        pl.col("vol") >= op.min_vol
+    )
     data = data.with_columns(typical.alias("typical"))
     hot = robust.flag_groups(data.filter(high.fill_null(False)), op.group_gap, by=["_k"])
     runs = hot.filter(pl.len().over("group") >= op.min_records)

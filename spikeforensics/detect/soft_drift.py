@@ -72,7 +72,11 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     width = max(2 * span, dp.smooth)
     level = pl.col("y").shift(span).rolling_median(width, min_samples=1).over("_k")
     # (a run shorter than that keeps the short rise's level: no long window before it to compare with)
-    level_long = pl.coalesce(pl.col("y").shift(dp.long_span).rolling_median(width, min_samples=1).over("_k"), level)
+    # the slow climb's "before" is the typical level of the `long_span` records before its window, not one
+    # level at its start: a climb back from a dip that sits at the window's start is no climb
+    level_long = pl.coalesce(
+        pl.col("y").shift(dp.long_span).rolling_median(max(width, dp.long_span), min_samples=1).over("_k"), level
+    )
     data = data.with_columns(ahead.alias("_ahead"), level.alias("_level"), level_long.alias("_level_long"))
 
     def lasts(rise: str, before: str) -> pl.Expr:

@@ -5,7 +5,8 @@ warmup that starts at 0 prints it once, on its first step) while the loss over t
 does not fall (the median of their last third >= `stall.loss_fall_ratio` x the median of
 their first third) means the optimizer is not moving the weights: a scheduler that never
 leaves 0, a warmup longer than the run, an LR of 0 in the config. One `no_progress` finding
-(warning: nothing explodes, but nothing is learned), fact `cause` = `lr_zero`.
+(warning: nothing explodes, but nothing is learned), fact `cause` = `lr_zero`. A zero stretch that
+ends the log after the LR decayed to it is a schedule's normal end (`_decayed_to_zero`), not a finding.
 
 Pure: `detect(run, params)` reads the `lr` and loss series only.
 """
@@ -21,6 +22,18 @@ from spikeforensics.rundata import RunData
 def _median(values: pl.Series) -> float | None:
     finite = values.filter(values.is_finite())  # a null is not finite: dropped too
     return float(finite.median()) if finite.len() else None
+
+
+def _decayed_to_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
+    """The zero stretch ends the log and the LR came down to it: the end of a schedule that decays to 0
+    (llm.c, cosine/linear to zero), its last steps printed as 0.000000. Not a frozen run: the LR before it
+    was positive and had decayed to under `stall.decayed_frac` of its peak."""
+    if lr.filter(pl.col("t") > zero_run["t1"]).height:
+        return False
+    before = lr.filter((pl.col("t") < zero_run["t0"]) & pl.col("value").is_finite()).sort("t").get_column("value")
+    if before.len() == 0 or not before.max() > 0:
+        return False
+    return 0 < before[-1] <= sp.decayed_frac * before.max()
 
 
 def detect(run: RunData, params) -> list[Finding]:
@@ -48,6 +61,8 @@ def detect(run: RunData, params) -> list[Finding]:
     )
     longest = sizes.sort(["n", "t0"], descending=[True, False]).row(0, named=True)
     if longest["n"] < sp.lr_zero_records:
+        return []
+    if _decayed_to_zero(lr, longest, sp):
         return []
     if longest["lo"] is None:  # a log without step counters: records are numbered by position
         longest["lo"], longest["hi"] = longest["t0"], longest["t1"]

@@ -38,6 +38,7 @@ METRIC_ALIASES: dict[str, str] = {
     "loss_total": "loss",
     "loss_tot": "loss",
     "tot_loss": "loss",
+    "losses": "loss",  # the summed loss dict of detection loops (maskrcnn-benchmark / detectron-style `losses = sum(loss_dict.values())`)
     # grad norm
     "grad_norm": "grad_norm",
     "gnorm": "grad_norm",

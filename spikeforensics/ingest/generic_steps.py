@@ -8,6 +8,9 @@ whatever the separators:
     Step 12 | Loss: 2.31 | LR: 3e-4 | GradNorm: 0.64          # GradNorm -> grad_norm, LR -> lr
     Epoch 3 Step 120 loss 2.3                                # epoch kept as a metric
     E5 iter[ 14/ 15] | [Loss] 51566519.44 | ... | [step]    89   # a `step` counter wins over `iter`
+    epoch: 0, iter: 2, lr: 0.000001, 'loss': nan, 'acc': 0.0      # quoted keys (PaddleOCR 2.x)
+    2018-04-26 00:50:15  Training   1/500  Loss  6.347            # `Training N/M` (Turi Create)
+    BMN training loss(epoch 0): tem_loss: 1.184, pem class_loss: 0.458, total_loss: 1.883   # no counter at all
     [10] epoch 0, 10/186, g_loss nan d_fake_loss nan flat nan   # a bracketed counter at the line start
 
 The last shape (convmesh `train.py`: `print(f'[{total_it}] epoch {epoch}, {i}/{n}, g_loss ...')`)
@@ -90,6 +93,9 @@ STEP = rf"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*
 STEP_FIRST = rf"(?i)\b(?:global[_ ]step|step)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
 PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|$)"
+# `Training   1/500  Loss  6.347` (Turi Create's `object_detector.create` progress): a `Training N/M`
+# fraction is a counter too (only with its total: `Training loss 2.3` is a name)
+TRAIN_FRAC = r"(?i)\btraining\s+(\d+)\s*/\s*\d+"
 LOSSY = r"(?i)loss"
 COUNTER_KEYS = r"(?i)^(?:global[_ ]step|step|iteration|iter|it)$"
 # a bracketed counter opening the line (`[10] epoch 0, 10/186, g_loss nan ...`); RAW_BRACKET on the
@@ -119,15 +125,20 @@ IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
 # a loss value, then a counter word with its number, later on the line (one count per line with
 # the shapes above: a line that has both is counted twice, which only ever confirms a record)
 LOSS_THEN_STEP = rf"(?i:\bloss)\w*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
-LOSS_TAIL = r".*?(?i:loss)\w*\]?(?:\s*[:=]?\s*\[?\s*|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
+LOSS_TAIL = r".*?(?i:loss)\w*['\"]?\]?(?:\s*[:=]?\s*\[?\s*|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
+# a quoted key (`'loss': nan`, a dict's repr inside a PaddleOCR line) is its bare name
+QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
 MAX_CONFIDENCE = 0.35
+MIN_UNCOUNTED = 3  # loss lines of a file without any counter that make it a log of step-less records
+# (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log)
+UNCOUNTED_LOSS = r"(?i)loss\w*\s*:\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
 CATCH_ALL = True
 
 
 def sniff(sample: SniffSample) -> float:
     n = (
-        sniff_share(sample, rf"(?:{STEP}|{BATCH}){LOSS_TAIL}")
+        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}){LOSS_TAIL}")
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
         + sniff_share(sample, LOSS_THEN_STEP)
@@ -136,7 +147,11 @@ def sniff(sample: SniffSample) -> float:
         raw = sample.text.splitlines()[: len(sample.lines) + 1]
         n += int(pl.Series(raw, dtype=pl.String).str.contains(BRACKET_RECORD).sum()) if raw else 0
     # one record line is enough in a paste of a few lines (`... iter: 5100  loss: nan (nan) ...`)
-    return MAX_CONFIDENCE if n >= 2 or (n == 1 and len(sample.lines) <= 5) else (0.2 if n else 0.0)
+    if n >= 2 or (n == 1 and len(sample.lines) <= 5):
+        return MAX_CONFIDENCE
+    if n == 0 and sniff_share(sample, UNCOUNTED_LOSS) >= MIN_UNCOUNTED and not sniff_share(sample, STEP):
+        return MAX_CONFIDENCE  # loss lines and no counter anywhere: step-less records (see `parse`)
+    return 0.2 if n else 0.0
 
 
 def _step(token: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -193,7 +208,9 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     text = pl.col("text")
     body = (
         text.str.replace(GLOG_LINE_PREFIX, "")
+        .str.replace_all(QUOTED_KEY, "${1}:")
         .str.replace(STEP, " ")
+        .str.replace(TRAIN_FRAC, " ")
         .str.replace(LOSS_INDEX, "${1}:")
         .str.replace(EPOCH_OF, "${1}")
     )
@@ -209,7 +226,12 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    token = pl.coalesce(text.str.extract(STEP_FIRST, 1), text.str.extract(STEP, 1), text.str.extract(BRACKET, 1))
+    token = pl.coalesce(
+        text.str.extract(STEP_FIRST, 1),
+        text.str.extract(STEP, 1),
+        text.str.extract(TRAIN_FRAC, 1),
+        text.str.extract(BRACKET, 1),
+    )
     lossy_lines = lines.filter(text.str.contains(LOSSY))
     later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH)
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
@@ -222,7 +244,17 @@ def parse(src: SourceFile) -> ParseResult:
     # one without a counter (`valid_evaluation: loss=1.83, acc=0.76`), with the step before it
     before_loss = text.str.extract(r"(?i)^(.*?)loss", 1)
     no_counter = pl.col("step").is_null() & before_loss.str.contains(EVAL_NAMED)
-    cand = lossy_lines.filter(pl.col("step").is_not_null() | no_counter).with_columns(
+    # a whole file of loss lines and no counter anywhere (a loop that prints only its losses: BMN's
+    # `BMN training loss(epoch 0): tem_loss: 1.184, ..., total_loss: 1.883`): each line is a training
+    # record with no step (CONTRACT: step null where the log prints none), in file order. Only for a file
+    # that is this grammar's alone: in a mixed log the lines other grammars leave are not records by default
+    uncounted = (
+        src.only_lines is None
+        and lossy_lines.height >= MIN_UNCOUNTED
+        and lossy_lines.get_column("step").null_count() == lossy_lines.height
+        and lossy_lines.get_column("text").str.contains(UNCOUNTED_LOSS).all()
+    )
+    cand = lossy_lines.filter(pl.col("step").is_not_null() | no_counter | pl.lit(uncounted)).with_columns(
         no_counter.alias("_no_counter"), (before_loss.str.contains(EVAL_WORDS) | no_counter).alias("_eval")
     )
     values = _values(cand, pl.col("_eval"))
