@@ -7,7 +7,9 @@ curves collected in `benchmarks/real_curves/`: loss, grad norm and LR as they re
 to the real curve's length is a contiguous slice of it (real data); a longer run is an *extension*: the
 curve's rolling-median trend stretched, plus its detrended residuals resampled in blocks (moving-block
 bootstrap: autocorrelation and heavy tails kept; loss and grad norm share the block starts). Extended runs
-are synthetic and are reported as such (`extended` in the JSON); they are never presented as real logs.
+are synthetic and are reported as such (`extended` in the JSON); they are never presented as real logs. A
+curve is stretched to at most `MAX_STRETCH` (20) times its records: a longer run drawn for a short curve is
+cut to that.
 
 Cases (seeded; `--cases N` of them, `--quick` = 100): a curve, a run length (200 to 1,000,000 steps;
 mostly short, a few long), a logging interval (1, or 10 steps a record for a fifth of them), an fp16 flag
@@ -75,6 +77,10 @@ ROOT_CAUSE = {"overflow": "fp16_overflow", "lr_fault": "lr_schedule"}
 BASELINES = ("static", "megatron", "llm_foundry", "olmo_core", "zclip")
 MIN_SIGMA = 0.003  # a loss printed to 4 decimals at 1e-4 has no measurable noise: no injection there
 SCALE0 = 65536.0
+# a curve is stretched to at most this many times its own records: a 73-record curve bootstrapped to
+# 1,000,000 records repeats its ~60 residuals 13,700 times over, which is no noise model (session 7 saw
+# 928 false incidents on one such run); a longer run takes a longer curve or is cut to the cap
+MAX_STRETCH = 20
 
 
 @dataclass
@@ -162,7 +168,7 @@ def make_case(
         interval = 10 if rng.random() < 0.2 and steps >= 2000 else 1
     if fp16 is None:
         fp16 = kind == "overflow" or rng.random() < 0.33
-    n = max(ic.MIN_RECORDS * 2, steps // interval)
+    n = min(max(ic.MIN_RECORDS * 2, steps // interval), max(curve.n, MAX_STRETCH * curve.n))
     values, extended = ic.extend(curve, n, rng)
     arrays = {s: v for s, v in values.items()}
     arrays["step"] = (np.arange(n, dtype=np.int64) + 1) * interval

@@ -143,3 +143,11 @@ def test_a_loop_that_prints_only_its_losses_gives_stepless_records(store, tmp_pa
     # three `loss = ...` lines of a script's source are not such a log
     src = write(tmp_path, "train.py", "loss = 0.0\nfor batch in data:\n    total_loss = 0\n    loss = 1\n")
     assert detect_format(src)[0] is None
+
+
+def test_ms_swift_progress_string_in_python_dicts_is_the_step(store):
+    # ms-swift's dicts printed through the HF logger (single quotes, no tqdm counter before them)
+    path = case_file("ms-swift-2280-qwen2vl-2node-loss-663-gradnorm-nan-step5")
+    metrics, _, outcome = ingest(store, path)
+    assert outcome.format == "hf_trainer" and train_steps(metrics) == [1, 5]
+    assert value(metrics, 5, "loss") == 663.56591797 and math.isnan(value(metrics, 5, "grad_norm"))

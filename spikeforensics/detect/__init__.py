@@ -21,6 +21,7 @@ from spikeforensics.detect import (
     nonfinite,
     oscillation,
     sign_ratio,
+    signals,
     signed_jump,
     soft_drift,
     stall,
@@ -98,7 +99,7 @@ def detect_incidents(run: RunData, params) -> tuple[list[Incident], list[Finding
     """(incidents at warning and above, info notes); failed detectors are notes with `detector_failed`."""
     findings = run_detectors(run, params)
     notes = [f for f in findings if f.severity == "info"]
-    return group_incidents(findings, params), notes
+    return group_incidents(findings, params, signals.record_interval(run)), notes
 
 
 from spikeforensics.detect.base import KINDS as _KINDS  # noqa: E402

@@ -208,7 +208,8 @@ def detect(run: RunData, params) -> list[Finding]:
     if flags is not None and findings:  # flags inside the unstable start are that same event
         flags = flags.filter((pl.col("attempt") > 0) | (pl.col("step") > findings[0].step_end))
     if flags is not None and flags.height:
-        flags = robust.flag_groups(flags, hp.group_gap)
+        # (flags of neighbouring records are one event, also in a log that prints every 10 or 100 steps)
+        flags = robust.flag_groups(flags, max(hp.group_gap, signals.record_interval(run)))
         layer_base = signals.layer_baseline(run, params)
         for _, group in flags.group_by("group", maintain_order=True):
             findings.append(_finding(group, tracks, layer_base, run, params))

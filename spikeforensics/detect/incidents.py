@@ -1,6 +1,6 @@
 """Group findings that overlap in steps into incidents with one severity.
 
-Findings at warning or above that overlap (or come within `merge_gap` steps) on the same
+Findings at warning or above that overlap (or come within `merge_gap` steps, at least one record) on the same
 attempt form one incident: severity = the highest, kind = the strongest finding's kind
 (severity, then `kind_priority`, then score). Findings that span a stretch of the run
 (`facts["scope"] == "run"`: a clip rate, a rising zero share) join an event only when they
@@ -80,25 +80,27 @@ def _incident(group: list[Finding], priority: tuple) -> Incident:
     )
 
 
-def group_incidents(findings: list[Finding], params) -> list[Incident]:
-    """Incidents (warning and above) in step order, ids inc-1, inc-2, ..."""
+def group_incidents(findings: list[Finding], params, interval: int = 1) -> list[Incident]:
+    """Incidents (warning and above) in step order, ids inc-1, inc-2, ... Findings of neighbouring records
+    merge also in a log that prints every `interval` steps (the gap is at least one record)."""
     ip = params.incidents
+    gap = max(ip.merge_gap, interval)
     serious = [f for f in findings if severity_rank(f.severity) >= severity_rank("warning")]
     point = [f for f in serious if f.facts.get("scope") != "run"]
     wide = [f for f in serious if f.facts.get("scope") == "run"]
-    clusters = _clusters(point, ip.merge_gap)
+    clusters = _clusters(point, gap)
     alone = []
     for f in wide:  # a run-wide condition joins the event it starts with, else stands apart
         home = next(
             (
                 c
                 for c in clusters
-                if c[0].attempt == f.attempt and abs(min(x.step_start for x in c) - f.step_start) <= ip.merge_gap
+                if c[0].attempt == f.attempt and abs(min(x.step_start for x in c) - f.step_start) <= gap
             ),
             None,
         )
         (home if home is not None else alone).append(f)
-    clusters += _clusters(alone, ip.merge_gap)
+    clusters += _clusters(alone, gap)
     incidents = [_incident(g, ip.kind_priority) for g in clusters]
     incidents.sort(key=lambda i: (i.step_start, i.attempt, i.step_end))
     for n, inc in enumerate(incidents, 1):

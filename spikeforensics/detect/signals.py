@@ -142,6 +142,23 @@ def layer_baseline(run: RunData, params) -> pl.DataFrame:
     return out
 
 
+def record_interval(run: RunData) -> int:
+    """Steps between consecutive training records (the median gap of the loss's steps, else the grad
+    norm's; 1 without step counters): a log printing every 10 steps has its neighbouring records 10 apart."""
+    key = ("sf-record-interval",)
+    if key not in run._cache:
+        gap = 1
+        for name in ("loss", "grad_norm"):
+            steps = run.series(name).filter(pl.col("attempt") == 0).get_column("step").drop_nulls()
+            diffs = steps.diff().drop_nulls()
+            diffs = diffs.filter(diffs > 0)
+            if diffs.len():
+                gap = max(1, int(diffs.median() or 1))
+                break
+        run._cache[key] = gap
+    return run._cache[key]
+
+
 def has_ranks(frame: pl.DataFrame) -> bool:
     return frame.height > 0 and frame.get_column("rank").drop_nulls().n_unique() > 1
 
