@@ -769,3 +769,26 @@ def test_records_sharing_a_physical_line_are_not_multiplied(tmp_path, store):
     m = parse_file(path, "megatron").tables["metrics"]
     assert m.select("line", "name").is_duplicated().sum() == 0  # at most one record per physical line
     assert m.height < 10_000
+
+
+def test_an_incident_that_runs_to_a_garbled_step_is_not_enumerated(tmp_path, runner):
+    # fuzz seed 16 input 50: one bit flip made a layer dump's step 23,593,320 among steps 0-360; an incident
+    # running to it was enumerated step by step for the "outside every incident" sets (23.6M rows: diagnose
+    # 1.16 GB, 16 s). The windows stay intervals now (`merged_windows`), whatever they span
+    from spikeforensics.attribute.context import merged_windows, outside_windows
+
+    w = merged_windows([(0, 23_593_320), (5, 9), (23_593_321, 23_593_400), (30_000_000, 30_000_001)])
+    assert w.rows() == [(0, 23_593_400), (30_000_000, 30_000_001)]  # overlapping and touching ones merged
+    frame = pl.DataFrame({"step": [None, 3, 23_593_401, 30_000_001, 29_999_999]}, schema={"step": pl.Int64})
+    assert outside_windows(frame, w).get_column("step").to_list() == [None, 23_593_401, 29_999_999]
+    seed = ROOT / "sample_logs" / "holdout" / "fp16_overflow_storm"
+    dump = pl.read_parquet(seed / "grad_stats.parquet")
+    dump = dump.with_columns(
+        pl.when(pl.int_range(pl.len()) == 100).then(23_593_320).otherwise(pl.col("step")).alias("step")
+    )
+    run_dir = tmp_path / "in"
+    run_dir.mkdir()
+    dump.write_parquet(run_dir / "grad_stats.parquet")
+    (run_dir / "train.log").write_bytes((seed / "train.log").read_bytes())
+    report = _diagnosed(runner, run_dir, tmp_path)
+    assert report["verdict"]["status"] in ("unstable", "degraded")

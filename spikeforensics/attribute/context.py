@@ -28,7 +28,7 @@ class RunContext:
     lr: pl.DataFrame
     loss_scale: pl.DataFrame
     per_rank: pl.DataFrame  # signal ("loss" / "grad_norm" / "layer_norm"), attempt, step, rank, value
-    unhealthy: pl.DataFrame  # one column `step`: steps inside (padded) warning+ incidents
+    unhealthy: pl.DataFrame  # `lo`, `hi`: the (padded) warning+ incident windows, merged, disjoint, sorted
     step_time: pl.DataFrame  # attempt, step, time (where the log prints wall-clock times)
     first_step: int | None
     last_step: int | None
@@ -47,7 +47,29 @@ class RunContext:
 
     def healthy(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Rows of a step-level frame whose step is outside every incident."""
-        return frame.join(self.unhealthy, on="step", how="anti")
+        return outside_windows(frame, self.unhealthy)
+
+
+def merged_windows(windows: list[tuple[int, int]]) -> pl.DataFrame:
+    """(lo, hi) step windows -> disjoint sorted `lo`, `hi` rows (overlapping or touching ones merged). Kept as
+    intervals, never enumerated: an incident that runs to a garbled step of 2e7 is one row, not 2e7."""
+    if not windows:
+        return pl.DataFrame(schema={"lo": pl.Int64, "hi": pl.Int64})
+    w = pl.DataFrame(windows, schema={"lo": pl.Int64, "hi": pl.Int64}, orient="row").sort("lo")
+    new = (pl.col("lo") > pl.col("hi").cum_max().shift(1) + 1).fill_null(True)
+    return w.group_by(new.cum_sum().alias("_g")).agg(pl.col("lo").min(), pl.col("hi").max()).sort("lo").drop("_g")
+
+
+def outside_windows(frame: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Rows of `frame` whose `step` lies in none of the disjoint `windows` (`merged_windows`), in the frame's
+    order; rows without a step are kept."""
+    if windows.height == 0 or frame.height == 0:
+        return frame
+    tagged = frame.with_row_index("_row")
+    stepped = tagged.filter(pl.col("step").is_not_null()).sort("step")
+    hit = stepped.join_asof(windows.sort("lo"), left_on="step", right_on="lo", strategy="backward")
+    inside = hit.filter(pl.col("hi").is_not_null() & (pl.col("step") <= pl.col("hi"))).select("_row")
+    return tagged.join(inside, on="_row", how="anti").sort("_row").drop("_row")
 
 
 def step_window(frame: pl.DataFrame, lo: int | None, hi: int | None) -> pl.DataFrame:
@@ -160,13 +182,7 @@ def uses_loss_scaling(loss_scale: pl.DataFrame) -> bool:
 def build_context(run: RunData, incidents: list[Incident], params: Params) -> RunContext:
     pad = params.attribution.pad_steps
     grad, derived = run.grad_norm_series()
-    windows = [(i.step_start - pad, i.step_end + pad) for i in incidents if i.severity != "info"]
-    if windows:
-        unhealthy = pl.concat(
-            [pl.DataFrame({"step": pl.int_range(lo, hi + 1, eager=True, dtype=pl.Int64)}) for lo, hi in windows]
-        ).unique()
-    else:
-        unhealthy = pl.DataFrame(schema={"step": pl.Int64})
+    unhealthy = merged_windows([(i.step_start - pad, i.step_end + pad) for i in incidents if i.severity != "info"])
     step_time = (
         run.metrics.lazy()  # lazily: only attempt, step and time are taken out of the long table
         .filter(pl.col("time").is_not_null() & pl.col("step").is_not_null() & pl.col("record").is_not_null())

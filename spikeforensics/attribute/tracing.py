@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from spikeforensics.attribute.context import outside_windows
 from spikeforensics.detect.base import Incident
 from spikeforensics.params import Params, TracingParams
 from spikeforensics.rundata import RunData
@@ -143,7 +144,7 @@ def build_trace_context(
         schema={"incident": pl.String, "step": pl.Int64},
     )
     membership = inc_steps.join(batches.select("step", "sample_id"), on="step").select("incident", "sample_id").unique()
-    healthy = batches.join(unhealthy, on="step", how="anti")
+    healthy = outside_windows(batches, unhealthy)
     # exoneration is only asked of the incidents' own samples
     healthy_seen = (
         healthy.join(membership.select("sample_id").unique(), on="sample_id", how="semi")

@@ -104,10 +104,11 @@ def _with_scan(frame: pl.DataFrame, hp, enabled: bool = True) -> pl.DataFrame:
         return frame.with_columns(pl.lit(False).alias("_scan"))
     out = []
     windows = _scan_windows(hp)
-    frame = frame.with_row_index("_row")
-    for part in frame.partition_by("rank", maintain_order=True) if frame.height else [frame]:
+    one_rank = frame.get_column("rank").n_unique() == 1  # the common case: no split, no re-sort
+    frame = frame if one_rank else frame.with_row_index("_row")
+    for part in [frame] if one_rank else frame.partition_by("rank", maintain_order=True):
         z = part.get_column("z").fill_nan(None)
-        rise = (part.get_column("y") - part.get_column("base")).fill_nan(None)
+        rise = (part.get_column("y") - part.get_column("base")).fill_nan(None).to_numpy()
         zs = np.sort(z.drop_nulls().to_numpy())
         n = len(zs)
         hit = np.zeros(part.height, dtype=bool)
@@ -117,9 +118,13 @@ def _with_scan(frame: pl.DataFrame, hp, enabled: bool = True) -> pl.DataFrame:
             m = z.rolling_median(k, min_samples=k, center=True)
             spread = float((m - m.median()).abs().median() or 0.0) * robust.MAD_SCALE
             mv = m.fill_null(-np.inf).to_numpy()
-            size = rise.rolling_median(k, min_samples=k, center=True).fill_null(-np.inf).to_numpy()
-            clears = (mv >= hp.scan_z * max(spread, 1.2533 / math.sqrt(k))) & (size >= math.log(hp.scan_loss_ratio))
-            idx = np.flatnonzero(clears)  # the few windows past the spread test: the tail test on those only
+            clears = mv >= hp.scan_z * max(spread, 1.2533 / math.sqrt(k))
+            idx = np.flatnonzero(clears)  # the few windows past the spread test: size and tail on those only
+            if idx.size:
+                half = k // 2
+                size = np.array([np.nanmedian(rise[max(0, i - half) : i + half + 1]) for i in idx])
+                clears[idx] = size >= math.log(hp.scan_loss_ratio)
+                idx = idx[clears[idx]]
             if idx.size:
                 h = k // 2 + 1
                 above = n - np.searchsorted(zs, mv[idx], side="left")  # records of the run at z >= m
@@ -129,7 +134,7 @@ def _with_scan(frame: pl.DataFrame, hp, enabled: bool = True) -> pl.DataFrame:
             if clears.any():  # every record of a clearing (centred) window
                 hit |= np.convolve(clears.astype(np.int8), np.ones(k, dtype=np.int8), mode="same") > 0
         out.append(part.with_columns((pl.Series(hit) & (z >= 1.0).fill_null(False)).alias("_scan")))
-    return pl.concat(out, how="vertical_relaxed").sort("_row").drop("_row")
+    return out[0] if one_rank else pl.concat(out, how="vertical_relaxed").sort("_row").drop("_row")
 
 
 CANDIDATE_COLUMNS = ("signal", "t", "step", "attempt", "rank", "pos", "value", "left", "base", "z", "z_left")
