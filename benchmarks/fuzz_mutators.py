@@ -191,11 +191,17 @@ def m_truncate(data, rng):
     return data[: rng.randrange(len(data) + 1)]
 
 
+# a duplicated line adds at most this many bytes: 20,000 copies of a multi-megabyte line (a one-line JSON
+# seed) would be tens of GB and crash the harness itself (seed 16); seed 15's 2.57 GB input stays as it was
+DUP_MAX_BYTES = 4 << 30
+
+
 def m_dup_lines(data, rng):
     lines = _lines(data)
     i = rng.randrange(len(lines))
     if rng.random() < 0.5:
-        return b"\n".join(lines[: i + 1] + [lines[i]] * rng.choice([1, 10, 1000, 20000]) + lines[i + 1 :])
+        times = min(rng.choice([1, 10, 1000, 20000]), max(1, DUP_MAX_BYTES // (len(lines[i]) + 1)))
+        return b"\n".join(lines[: i + 1] + [lines[i]] * times + lines[i + 1 :])
     j = min(len(lines), i + rng.randint(1, 200))
     return b"\n".join(lines[:j] + lines[i:j] * rng.randint(1, 5) + lines[j:])
 
