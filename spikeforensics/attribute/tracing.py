@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from spikeforensics.attribute.context import outside_windows
+from spikeforensics.detect import signals
 from spikeforensics.detect.base import Incident
 from spikeforensics.params import Params, TracingParams
 from spikeforensics.rundata import RunData
@@ -118,7 +119,7 @@ def build_trace_context(
     run: RunData, incidents: list[Incident], unhealthy: pl.DataFrame, params: Params
 ) -> TraceContext:
     tp = params.tracing
-    interval = log_interval(run)
+    interval = signals.record_interval(run)
     keys = ["step", "rank", "micro", "sample_id"]
     rows, replayed = run.manifest(params.tracing)
     # a replayed step (resume from a checkpoint) appears again later in the manifest: keep the first
@@ -216,15 +217,6 @@ def healthy_sample_loss(incident: Incident, tc: TraceContext, params: TracingPar
     rows = before if before.height else tc.healthy_loss
     value = rows.get_column("loss").median()
     return float(value) if value is not None and math.isfinite(value) and value > 0 else None
-
-
-def log_interval(run: RunData) -> int:
-    """Typical number of optimizer steps between two logged records (1 when every step is logged)."""
-    for name in ("loss", "grad_norm"):
-        steps = run.series(name).filter(pl.col("attempt") == 0).get_column("step").drop_nulls().unique().sort()
-        if steps.len() > 2:
-            return max(1, int(steps.diff().drop_nulls().median()))
-    return 1
 
 
 def rank_samples(

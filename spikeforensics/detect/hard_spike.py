@@ -240,7 +240,7 @@ def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
         f.severity == "info"
         or f.facts.get("early_rise")
         or signals_hit != {"grad_norm"}
-        or f.step_end - f.step_start + 1 > params.blips.max_width * _run_interval(run)
+        or f.step_end - f.step_start + 1 > params.blips.max_width * signals.record_interval(run)
     ):
         return f
     answer = _loss_answer(run, params, list(range(f.step_start, f.step_end + 1)))
@@ -297,13 +297,6 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     if runs.height and int(runs.group_by("_run").len().get_column("len").max()) >= hp.bump_lasting_records:
         return False
     return high <= hp.bump_max_records and nxt.item(0, "value") <= band  # one or two records, back at once
-
-
-def _interval(run: RunData) -> int:
-    steps = run.series("grad_norm").get_column("step").drop_nulls()
-    if steps.len() < 2:
-        return 1
-    return max(1, int(steps.diff().drop_nulls().median() or 1))
 
 
 def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = False) -> list[Finding]:
@@ -463,7 +456,7 @@ def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
     `blips.max_width` records come and go without the loss moving, they are the run's blips, not separate
     events, unless they come often (`_dense`): each becomes a note (fact `blip`) for `_recurring` to group,
     and True is returned. Fewer keep their severity: a one-off 50x grad norm on a short run is worth a look."""
-    hp, width = params.hard_spike, params.blips.max_width * _run_interval(run)
+    hp, width = params.hard_spike, params.blips.max_width * signals.record_interval(run)
     cands = [
         f
         for f in findings
@@ -503,13 +496,6 @@ def _dense(run: RunData, params, steps: list[int]) -> bool:
     if t.len() < 2:
         return False
     return (len(set(steps)) - 1) / max(1, int(t.max()) - int(t.min())) >= params.blips.lr_pattern_rate
-
-
-def _run_interval(run: RunData) -> int:
-    """`_interval`, once per run (asked once per blip)."""
-    if "sf-interval" not in run._cache:
-        run._cache["sf-interval"] = max(1, _interval(run))
-    return run._cache["sf-interval"]
 
 
 def _loss_answer(run: RunData, params, steps: list[int]) -> pl.DataFrame | None:

@@ -104,7 +104,7 @@ def corroborated(run: RunData, cands: pl.DataFrame, params) -> pl.DataFrame:
         return empty
     # one score per candidate step (the stronger signal); a record printed every k steps stands for
     # the k steps since the previous one
-    interval = _interval(run)
+    interval = signals.record_interval(run)
     steps = step_scores(run, params).join(cands.select("step").unique(), on="step", how="semi")
     steps = robust.flag_groups(steps.with_columns(pl.col("step").alias("pos")), hp.group_gap)
     covered = (
@@ -184,14 +184,6 @@ def step_scores(run: RunData, params) -> pl.DataFrame:
     return joined.select("step", pl.max_horizontal(*zs, both).alias("score"))
 
 
-def _interval(run: RunData) -> int:
-    for name in ("loss", "grad_norm"):
-        steps = run.series(name).filter(pl.col("attempt") == 0).get_column("step").drop_nulls().unique().sort()
-        if steps.len() > 2:
-            return max(1, int(steps.diff().drop_nulls().median()))
-    return 1
-
-
 def promote(run: RunData, findings: list[Finding], params) -> list[Finding]:
     """`findings` (of the hard-spike detector) with corroborated candidate events promoted to warnings."""
     hp = params.hard_spike
@@ -205,7 +197,7 @@ def promote(run: RunData, findings: list[Finding], params) -> list[Finding]:
     by_event = culprits.explode("events").group_by("events").agg(pl.col("sample_id").sort())
     out = list(findings)
     hit_steps = set(culprits.get_column("hit_steps").explode().drop_nulls().to_list())
-    interval = _interval(run)  # a record every k steps stands for the k manifest steps up to it
+    interval = signals.record_interval(run)  # a record every k steps stands for the k manifest steps up to it
     for event, samples in by_event.sort("events").iter_rows():
         rows = events.filter(pl.col("group") == event)
         # a chain of small bumps can be long: keep the records within `group_gap` of the culprit's own step

@@ -149,11 +149,9 @@ def record_interval(run: RunData) -> int:
     if key not in run._cache:
         gap = 1
         for name in ("loss", "grad_norm"):
-            steps = run.series(name).filter(pl.col("attempt") == 0).get_column("step").drop_nulls()
-            diffs = steps.diff().drop_nulls()
-            diffs = diffs.filter(diffs > 0)
-            if diffs.len():
-                gap = max(1, int(diffs.median() or 1))
+            steps = run.series(name).filter(pl.col("attempt") == 0).get_column("step").drop_nulls().unique().sort()
+            if steps.len() > 1:
+                gap = max(1, int(steps.diff().drop_nulls().median()))
                 break
         run._cache[key] = gap
     return run._cache[key]

@@ -27,12 +27,11 @@ printed (loss 0.0, grad_norm NaN -> a `nan` event) and reported in the notes.
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
 from spikeforensics import schema
 from spikeforensics.ingest import _tables as T
+from spikeforensics.ingest._fields import normalise_name
 from spikeforensics.ingest.base import (
     STEP_OUT_OF_RANGE,
     ParseResult,
@@ -170,7 +169,7 @@ def _metrics(objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: Pa
         frame = frame.filter(~out_of_range)
     # ms-swift prints its dicts through the HF logger with its own progress string,
     # `'global_step/max_steps': '5/2169'`: N is the step, ahead of any tqdm counter
-    progress = [c for c in cols if re.sub(r"[^a-z0-9]+", "_", c.lower()).strip("_") == "global_step_max_steps"]
+    progress = [c for c in cols if normalise_name(c) == "global_step_max_steps"]
     if progress:
         done = pl.col(progress[0]).cast(pl.String).str.extract(r"^\s*(\d+)\s*/", 1).cast(pl.Float64, strict=False)
         frame = frame.with_columns(pl.coalesce(step_int(done), pl.col("step")).alias("step"))
