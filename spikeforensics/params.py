@@ -440,8 +440,9 @@ class SoftDriftParams:
     loss_rise: float = 0.05  # why: DOMAIN: loss rising > 5% ...
     loss_span: int = 50  # why: ... over 50 consecutive steps
     smooth: int = 25  # why: judged on a rolling median, not single steps
-    long_rise: float = 0.10  # why: a slow climb: loss >= 10% above its lowest level ...
+    long_rise: float = 0.05  # why: a slow climb: loss >= 5% above its lowest level ...
     long_span: int = 500  # why: ... of the previous 500 records (catches drifts slower than 5% per 50 steps)
+    gap_floor_sigmas: float = 8.0  # why: a slow climb's gap floor (the run's own gaps, median + 3 robust sigma) is capped at this many noise units of the smoothed loss (its differences a smoothing window apart): on the 52 healthy real curves of benchmarks/injected_curves the floor is 0-8.1 such units (median 5), so only a run whose gaps are the drift itself is capped
     loss_noise_c: float = 3.0  # why: ... and either rise >= 3 sigma of a difference of two rolling medians: DOMAIN's 5% is for big-batch runs; a small-batch loss wanders 5% by noise
     grad_rise: float = 2.0  # why: grad norm level >= 2x the preceding level
     level_window: int = 100  # why: left/right windows of the level-shift test (ADTK LevelShiftAD)

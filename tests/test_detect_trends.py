@@ -103,3 +103,40 @@ def test_a_real_drift_on_a_bimodal_loss_is_still_found():
     c["loss"][4000:] *= 1.8
     found = soft_drift.detect(run_from(c), Params())
     assert found and all(3000 * 50 <= f.step_start <= 4500 * 50 for f in found)
+
+
+def test_a_slow_grad_norm_climb_is_a_soft_drift():
+    """The grad norm creeps up 4x over 600 records, holds, and falls back: a level-shift test that
+    compares two 100-record medians never sees a 2x step, the slow-climb test (as for the loss) does."""
+    c = curves(3000, seed=8)
+    climb = np.concatenate([np.linspace(0, np.log(4), 600), np.full(300, np.log(4)), np.linspace(np.log(4), 0, 600)])
+    c["grad_norm"][1000:2500] *= np.exp(climb)
+    found = soft_drift.detect(run_from(c), Params())
+    grad = [f for f in found if any(e.signal == "grad_norm" for e in f.evidence)]
+    assert grad and 1000 <= grad[0].step_start <= 1700 and grad[0].score >= 2
+    assert soft_drift.detect(run_from(curves(3000, seed=8)), Params()) == []
+
+
+def test_a_slow_loss_climb_of_eight_percent_is_a_soft_drift():
+    """DOMAIN's 5%: a loss on its plateau that climbs 8% over 400 records (under 1% per 50) and holds is
+    a drift when the loss is quiet enough for 8% to stand out of its own noise (here 1% per step)."""
+    rng = np.random.default_rng(9)
+    plateau = {"step": np.arange(1, 3001), "loss": 2.0 * np.exp(rng.normal(0, 0.01, 3000))}
+    assert soft_drift.detect(run_from(plateau), Params()) == []
+    plateau["loss"][1500:1900] *= np.exp(np.linspace(0, np.log(1.08), 400))
+    plateau["loss"][1900:] *= 1.08
+    found = soft_drift.detect(run_from(plateau), Params())
+    assert found and 1500 <= found[0].step_start <= 1950
+
+
+def test_a_drift_that_fills_most_of_a_short_run_is_still_found():
+    """The slow climb's bar is the run's own gaps (median + 3 robust sigma); when a climb, its hold and
+    its fall fill three quarters of a 900-record run those gaps are the drift itself (a 54% bar for a
+    24% climb, seen on an injected Mixtral curve): the bar is capped at `gap_floor_sigmas` noise units."""
+    c = curves(900, seed=10, loss_noise=0.01)
+    bump = np.concatenate(
+        [np.linspace(0, np.log(1.25), 300), np.full(100, np.log(1.25)), np.linspace(np.log(1.25), 0, 300)]
+    )
+    c["loss"][200:900] *= np.exp(bump)
+    found = soft_drift.detect(run_from(c), Params())
+    assert found and 200 <= found[0].step_start <= 500

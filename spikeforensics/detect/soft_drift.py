@@ -34,12 +34,10 @@ def _prep(frame: pl.DataFrame, dp) -> pl.DataFrame:
     )
 
 
-def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
-    span = robust.rows_for_steps(loss, dp.loss_span)
-    data = _prep(loss, dp)
-    # the noise of a rolling median of `smooth` records, from the residuals around it; a drift must
-    # clear `loss_noise_c` sigma of a difference of two such medians (1.77 = 1.25 x sqrt 2)
-    data = data.with_columns(
+def _with_noise(data: pl.DataFrame, dp) -> pl.DataFrame:
+    """`_noise`: `loss_noise_c` sigma of a difference of two rolling medians of `smooth` records (the
+    noise of one such median from the residuals around it; 1.77 = 1.25 x sqrt 2)."""
+    return data.with_columns(
         (
             (pl.col("y") - pl.col("smooth")).abs().median().over("_k")
             * robust.MAD_SCALE
@@ -48,17 +46,20 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
             / math.sqrt(dp.smooth)
         ).alias("_noise")
     )
+
+
+def _with_climb(data: pl.DataFrame, dp, span: int) -> pl.DataFrame:
+    """The slow-climb columns of a smoothed log series: `_long` (the smoothed value over its lowest
+    of the previous `long_span` records, after the early phase), `_floor_long` (the gap the run's own
+    noise makes), `_ahead` (the median of the next span) and the levels before (`_level` for a rise
+    over one span, `_level_long` for the slow climb)."""
+    later = pl.col("_i") >= pl.col("_early")
     data = data.with_columns(
-        (pl.col("smooth") - pl.col("smooth").shift(span).over("_k")).alias("_short"),
         (
-            pl.col("smooth")
-            - pl.when(pl.col("_i") >= pl.col("_early"))
-            .then(pl.col("smooth"))
-            .rolling_min(dp.long_span, min_samples=1)
-            .over("_k")
+            pl.col("smooth") - pl.when(later).then(pl.col("smooth")).rolling_min(dp.long_span, min_samples=1).over("_k")
         ).alias("_long"),
-    ).with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
-    # a drift lasts (DOMAIN: over 50 consecutive steps): the smoothed loss over the next span stays, in its
+    )
+    # a drift lasts (DOMAIN: over 50 consecutive steps): the smoothed value over the next span stays, in its
     # median, above the midpoint of the rise. A rolling median wobbling 3 sigma for a few records and back
     # (a 20,000-record run tests hundreds of windows) is noise. A rise in the last half span of the log
     # cannot show that it lasts (a climb to the end is the divergence detector's)
@@ -77,42 +78,74 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     level_long = pl.coalesce(
         pl.col("y").shift(dp.long_span).rolling_median(max(width, dp.long_span), min_samples=1).over("_k"), level
     )
-    data = data.with_columns(ahead.alias("_ahead"), level.alias("_level"), level_long.alias("_level_long"))
-
-    def lasts(rise: str, before: str) -> pl.Expr:
-        return (
-            (pl.col("_ahead") >= pl.col("smooth") - pl.col(rise) / 2)
-            & ~(pl.col("_ahead") < pl.col(before) + pl.col(rise) / 2)
-        ).fill_null(False)
-
-    # ... and a slow climb stands out of the gaps the run's own noise makes between its smoothed loss
-    # and the lowest smoothed loss of the previous `long_span` records: that lowest value is the
+    # ... and a slow climb stands out of the gaps the run's own noise makes between its smoothed value
+    # and the lowest smoothed value of the previous `long_span` records: that lowest value is the
     # extreme of many draws, so on a noisy loss (a bimodal mixup/cutmix per-batch loss, whose rolling
     # median jumps between the modes) the gap is wide everywhere (a healthy timm run: 15-25%). The
     # climb must clear median + loss_noise_c robust sigma of the same gap over the run.
-    later = pl.col("_i") >= pl.col("_early")
     gap = pl.col("_long").filter(later & pl.col("_long").is_not_null())
     floor_long = gap.median() + dp.loss_noise_c * robust.MAD_SCALE * (gap - gap.median()).abs().median()
-    data = data.with_columns(
-        pl.lit(None, dtype=pl.Float64).alias("_floor_short"), floor_long.over("_k").alias("_floor_long")
+    # That gap distribution is the run's own, drift included: when a slow climb and its fall fill most of
+    # a short run, its median is the climb itself (an injected 24% climb over 700 of 941 records raised the
+    # floor to 54%). So the floor is at most `gap_floor_sigmas` noise units of the smoothed series, measured
+    # on its differences one smoothing window apart (a slow climb moves those far less than the gaps)
+    before = pl.col("smooth").shift(dp.smooth)
+    lag_diff = (pl.col("smooth") - before).filter(later & before.is_not_null())
+    sigma_smooth = robust.MAD_SCALE / math.sqrt(2) * (lag_diff - lag_diff.median()).abs().median()
+    floor_long = pl.min_horizontal(floor_long, dp.gap_floor_sigmas * sigma_smooth)
+    return data.with_columns(
+        ahead.alias("_ahead"),
+        level.alias("_level"),
+        level_long.alias("_level_long"),
+        floor_long.over("_k").alias("_floor_long"),
     )
+
+
+def _lasts(rise: str, before: str) -> pl.Expr:
+    return (
+        (pl.col("_ahead") >= pl.col("smooth") - pl.col(rise) / 2)
+        & ~(pl.col("_ahead") < pl.col(before) + pl.col(rise) / 2)
+    ).fill_null(False)
+
+
+def _climbs(min_rise: float) -> pl.Expr:
+    """A slow climb: `_long` >= log(min_rise), out of the noise and the run's own gaps, and lasting."""
+    return (
+        (pl.col("_i") >= pl.col("_early"))
+        & (pl.col("_long") >= math.log(min_rise))
+        & (pl.col("_long") >= pl.col("_noise"))
+        & (pl.col("_long") >= pl.col("_floor_long")).fill_null(True)
+        & _lasts("_long", "_level_long")
+    )
+
+
+def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
+    span = robust.rows_for_steps(loss, dp.loss_span)
+    data = _with_climb(_with_noise(_prep(loss, dp), dp), dp, span)
+    data = data.with_columns((pl.col("smooth") - pl.col("smooth").shift(span).over("_k")).alias("_short"))
+    data = data.with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
     flagged = data.filter(
         (
             (pl.col("_i") - span >= pl.col("_early"))
             & (pl.col("_short") >= math.log1p(dp.loss_rise))
             & (pl.col("_short") >= pl.col("_noise"))
-            & (pl.col("_short") >= pl.col("_floor_short")).fill_null(True)
-            & lasts("_short", "_level")
+            & _lasts("_short", "_level")
         )
-        | (
-            later
-            & (pl.col("_long") >= math.log1p(dp.long_rise))
-            & (pl.col("_long") >= pl.col("_noise"))
-            & (pl.col("_long") >= pl.col("_floor_long")).fill_null(True)
-            & lasts("_long", "_level_long")
-        )
+        | _climbs(1 + dp.long_rise)
     )
     return flagged.with_columns(pl.lit("loss").alias("signal"), (pl.col("smooth") - pl.col("rise")).alias("before"))
+
+
+def _grad_climb_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
+    """The grad norm's slow climb: the loss's slow-climb test with the level-shift ratio (`grad_rise`):
+    a norm that creeps up `grad_rise`x over hundreds of records never shows a 2x step between two
+    `level_window` medians."""
+    span = robust.rows_for_steps(grad, dp.loss_span)
+    data = _with_climb(_with_noise(_prep(grad, dp), dp), dp, span)
+    flagged = data.filter(_climbs(dp.grad_rise)).with_columns(pl.col("_long").alias("rise"))
+    return flagged.with_columns(
+        pl.lit("grad_norm").alias("signal"), (pl.col("smooth") - pl.col("rise")).alias("before")
+    )
 
 
 def _grad_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
@@ -159,6 +192,8 @@ def detect(run: RunData, params) -> list[Finding]:
     grad, derived = signals.raw(run, "grad_norm")
     if grad.height > dp.early_min + 2 * dp.level_window:
         parts.append(_grad_flags(grad, dp))
+    if grad.height > dp.early_min:
+        parts.append(_grad_climb_flags(grad, dp))
     parts = [
         p.select("signal", "_k", "step", "attempt", "rank", "pos", "smooth", "before", "rise", "_i")
         for p in parts
