@@ -413,6 +413,7 @@ class LayerOutlierParams:
 class VanishingParams:
     ratio: float = 0.1  # why: norm < 0.1x its reference ...
     severe_ratio: float = 0.01  # why: DOMAIN "by orders of magnitude": under 0.01x fires even while the loss still falls (else the loss must stall)
+    collapse_ratio: float = 0.001  # why: three orders of magnitude under the run's first records is a collapse even inside the early phase (a verl policy's norm: 0.4 -> 1e-4 by its 16th step); a warmup's falling norm is 10-100x
     min_records: int = 200  # why: ... for >= 200 steps (DETECTION-ANCHORS §2.10)
     smooth: int = 25  # why: rolling median over 25 records before comparing
     reference_window: int = 500  # why: the reference is the highest 500-record median level seen since the early phase
@@ -442,6 +443,7 @@ class SoftDriftParams:
     smooth: int = 25  # why: judged on a rolling median, not single steps
     long_rise: float = 0.05  # why: a slow climb: loss >= 5% above its lowest level ...
     long_span: int = 500  # why: ... of the previous 500 records (catches drifts slower than 5% per 50 steps)
+    low_share: float = 0.5  # why: a loss drift lifts the lower quartile of the smoothing window by at least half of the median's rise; a bimodal per-batch loss (diffusion: batches that drew low noise levels sit 5x under the others) moves its median between the modes when the mix shifts and leaves the lower quartile in the lower mode (while under 3/4 of a window is the upper mode)
     gap_floor_sigmas: float = 8.0  # why: a slow climb's gap floor (the run's own gaps, median + 3 robust sigma) is capped at this many noise units of the smoothed loss (its differences a smoothing window apart): on the 52 healthy real curves of benchmarks/injected_curves the floor is 0-8.1 such units (median 5), so only a run whose gaps are the drift itself is capped
     loss_noise_c: float = 3.0  # why: ... and either rise >= 3 sigma of a difference of two rolling medians: DOMAIN's 5% is for big-batch runs; a small-batch loss wanders 5% by noise
     grad_rise: float = 2.0  # why: grad norm level >= 2x the preceding level

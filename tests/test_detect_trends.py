@@ -102,7 +102,8 @@ def test_a_real_drift_on_a_bimodal_loss_is_still_found():
     c["loss"][3000:4000] *= np.exp(np.linspace(0.0, np.log(1.8), 1000))
     c["loss"][4000:] *= 1.8
     found = soft_drift.detect(run_from(c), Params())
-    assert found and all(3000 * 50 <= f.step_start <= 4500 * 50 for f in found)
+    # (the level holds to the end: a finding in the hold is the same drift; none before it)
+    assert found and 3000 * 50 <= found[0].step_start <= 4500 * 50 and all(f.step_start >= 3000 * 50 for f in found)
 
 
 def test_a_slow_grad_norm_climb_is_a_soft_drift():
@@ -133,10 +134,45 @@ def test_a_drift_that_fills_most_of_a_short_run_is_still_found():
     """The slow climb's bar is the run's own gaps (median + 3 robust sigma); when a climb, its hold and
     its fall fill three quarters of a 900-record run those gaps are the drift itself (a 54% bar for a
     24% climb, seen on an injected Mixtral curve): the bar is capped at `gap_floor_sigmas` noise units."""
-    c = curves(900, seed=10, loss_noise=0.01)
+    rng = np.random.default_rng(10)
+    plateau = {"step": np.arange(1, 901), "loss": 2.0 * np.exp(rng.normal(0, 0.01, 900))}
     bump = np.concatenate(
         [np.linspace(0, np.log(1.25), 300), np.full(100, np.log(1.25)), np.linspace(np.log(1.25), 0, 300)]
     )
-    c["loss"][200:900] *= np.exp(bump)
-    found = soft_drift.detect(run_from(c), Params())
+    plateau["loss"][200:900] *= np.exp(bump)
+    found = soft_drift.detect(run_from(plateau), Params())
     assert found and 200 <= found[0].step_start <= 500
+    uncapped = Params()
+    uncapped.set("soft_drift.gap_floor_sigmas", 1000.0)
+    assert soft_drift.detect(run_from(plateau), uncapped) == []  # the run's own gaps alone hide it
+
+
+def diffusion_loss(n: int, seed: int) -> dict:
+    """A diffusion model's per-batch loss as OpenAI's logger prints it every 10 steps: a batch that drew
+    mostly low noise levels sits near 0.15, the others near 0.8; the share of the upper mode wanders
+    between 30% and 60% in stretches, so a 25-record rolling median jumps 5x between the modes and back
+    (a healthy improved-diffusion run looks like this: its busiest stretch has ~60% upper-mode records).
+    No drift anywhere."""
+    rng = np.random.default_rng(seed)
+    share_high = np.full(n, 0.45)
+    for lo in rng.integers(n // 10, n - 100, size=12):
+        share_high[lo : lo + int(rng.integers(20, 80))] = rng.uniform(0.3, 0.6)
+    mode = np.where(rng.random(n) < share_high, np.log(0.8), np.log(0.15))
+    return {"step": np.arange(n) * 10, "loss": np.exp(mode + rng.normal(0, 0.25, n))}
+
+
+def test_a_bimodal_diffusion_loss_is_mostly_no_drift():
+    # its lower quartile stays in the lower mode while the median flips. Not solved for every mix: a window
+    # whose upper-mode share reaches 3/4 by chance flips the quartile too (2 of these 8 runs; before the
+    # lower-quartile test all 8 had 2-10 soft drifts each; the real improved-diffusion log has none now)
+    drifting = [seed for seed in range(1, 9) if soft_drift.detect(run_from(diffusion_loss(2000, seed)), Params())]
+    assert len(drifting) <= 2, drifting
+
+
+def test_a_real_drift_on_a_diffusion_loss_is_still_found():
+    c = diffusion_loss(2000, 4)
+    # both modes up 3x and staying (a drift that only moves the loss 1.6x can hide in the mode flips: the
+    # median's rise then includes a flip its lower quartile does not share)
+    c["loss"][1200:] *= 3.0
+    found = soft_drift.detect(run_from(c), Params())
+    assert found and 1150 * 10 <= found[0].step_start <= 1400 * 10

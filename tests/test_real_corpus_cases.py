@@ -24,10 +24,12 @@ FRESH = DEV.parent / "fresh"
 FRESH2 = DEV.parent / "fresh2"
 # the fresh3 set after its one scoring (benchmarks/real_logs_fresh3_first_look.md), a development set since
 FRESH3 = DEV.parent / "fresh3"
+# the fresh4 set after its one scoring (benchmarks/real_logs_fresh4_first_look.md), a development set since
+FRESH4 = DEV.parent / "fresh4"
 
 
 def case(name: str) -> tuple[Path, dict]:
-    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3) if (d / name).is_dir()), DEV / name)
+    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4) if (d / name).is_dir()), DEV / name)
     if not folder.is_dir():
         pytest.skip(f"corpus case {name} absent")
     return folder, tomllib.loads((folder / "FACTS.toml").read_text())
@@ -435,3 +437,58 @@ def test_llmc_lr_decayed_to_zero_at_the_end_is_healthy(tmp_path):
     run, d, facts = run_case(tmp_path, "llmc-gpt2-124m-cuda-main-log-healthy-19552")
     assert train_records(run) == facts["step_records"] == 19552
     assert d["verdict"]["status"] == "healthy"
+
+
+def test_verl_step_lines_with_numpy_scalars_and_a_collapsed_policy(tmp_path):
+    # verl prints `step:N - actor/grad_norm:np.float64(0.40) - ...`; the policy's grad norm spikes to 17
+    # at step 10 and collapses to ~1e-4 from step 16 for the 250 steps after: vanishing, not "spikes" of
+    # the collapsed norm's own noise
+    run, d, facts = run_case(tmp_path, "verl-on-policy-distill-qwen3-4b-gradnorm-spike-step10-response-collapse")
+    assert train_records(run) == facts["step_records"] == 261
+    names = set(run.metrics.get_column("name").unique().to_list())
+    assert {"grad_norm", "lr", "actor_pg_loss"} <= names
+    assert d["verdict"]["status"] != "healthy"
+    kinds = [(i["kind"], i["step_start"]) for i in d["incidents"]]
+    assert any(k == "vanishing_gradients" and s <= 20 for k, s in kinds), kinds
+    assert all(k != "hard_spike" for k, _ in kinds), kinds
+
+
+def test_openai_logger_tables_of_a_healthy_diffusion_run(tmp_path):
+    # improved-diffusion: one `| key | value |` table every 10 steps, steps printed to 3 significant digits;
+    # the per-batch loss is bimodal (low-noise-level batches 5x under the others): no drift, healthy
+    run, d, facts = run_case(tmp_path, "improved-diffusion-kernel-prior-logger-table-healthy-20k-steps")
+    assert train_records(run) == facts["step_records"] == 2065
+    assert d["verdict"]["status"] == "healthy", d["incidents"]
+
+
+def test_flashy_progress_lines_of_demucs(tmp_path):
+    run, d, facts = run_case(tmp_path, "demucs-audio-sep-musdb-train-log-healthy-22-epochs")
+    assert train_records(run) == facts["step_records"] == 86
+    grad = run.metrics.filter((pl.col("name") == "grad_norm") & pl.col("record").is_not_null())
+    assert grad.height == 86 and grad.get_column("step").min() == facts["first_step"]
+    assert d["verdict"]["status"] == "healthy"
+
+
+def test_a_json_result_document_with_a_list_of_step_objects(tmp_path):
+    # PEFT's method-comparison file: train_info.metrics, 20 step objects and a final summary at step 5000
+    run, d, facts = run_case(tmp_path, "peft-method-comparison-lora-r32-llama32-3b-healthy-5000")
+    assert train_records(run) == facts["step_records"] == 20
+    assert run.metrics.filter(pl.col("name") == "loss").height >= 20
+    assert d["verdict"]["status"] == "healthy"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "custom-hake-action-34-ae-pretrain-loss-nan-iter6000-semihard-no-clip",  # `02000 iter, ..., loss -403.4`
+        "custom-multiffn-nli-2-batch-loss-nan-from-100-clip-norm-default",  # `100 batches ... batch loss: nan`
+        "pytorch-yolov3-13-losses-xywh-cls-nan-bbox-iou-bug",  # `[Losses: x nan, ..., total nan]`
+        "tensorflowtts-258-fastspeech2-mel-loss-nan-step95400-mixed-precision",  # one metric per line
+    ],
+)
+def test_custom_loop_shapes_with_a_nan_loss(tmp_path, name):
+    run, d, facts = run_case(tmp_path, name)
+    assert train_records(run) == facts["step_records"]
+    assert d["verdict"]["status"] == "unstable"
+    first = min(i["step_start"] for i in d["incidents"] if i["kind"] == "nonfinite")
+    assert first == facts["first_nonfinite_step"]

@@ -86,6 +86,7 @@ def run_detectors(run: RunData, params) -> list[Finding]:
             findings.extend(detect(run, params))
         except Exception as exc:  # noqa: BLE001 - one broken detector must not hide the others
             findings.append(failure_finding(name, exc, run))
+    findings = vanishing.absorb_spikes(findings, params)
     findings.sort(key=lambda f: (f.attempt, f.step_start, -severity_rank(f.severity)))
     return findings
 

@@ -19,6 +19,7 @@ from spikeforensics.rundata import RunData
 
 # a perplexity printed by a training or evaluation record (`ppl`, `eval_ppl`, `lm_loss_ppl`, `perplexity`)
 PERPLEXITY = r"(?i)(?:^|_)(?:ppl|perplexity)$"
+LOSS_TERM = r"(?:^|_)loss(?:$|_)"
 COLS = ["signal", "step", "attempt", "rank", "layer", "value", "pos"]
 
 
@@ -42,20 +43,27 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
     # float32), where a uniform guess over a 50k vocabulary scores 10.8: the model has diverged
     # (OpenNMT-tf `Evaluation result for step 435000: loss = 148890.7 ; perplexity = inf`)
     perplexity = pl.col("name").str.contains(PERPLEXITY)
+    # a training loss term (`train_mel_loss_after`, `loss_cls`, `kl_loss`): a NaN in any term is a NaN loss, also
+    # in a run that prints its terms and no total (TensorFlowTTS, detection heads)
+    loss_term = pl.col("name").str.contains(LOSS_TERM) & ~pl.col("name").str.contains(r"^(?:loss_scale|eval_|val_)")
     m = (
         run.metrics.lazy()  # lazily: only the matching rows' columns are copied out of the long table
         .filter(
-            (pl.col("name").is_in(names) | (pl.col("name") == loss_name) | perplexity)
+            (pl.col("name").is_in(names) | (pl.col("name") == loss_name) | perplexity | loss_term)
             # eval records (record null) count for the eval metrics among them
             & (pl.col("record").is_not_null() | pl.col("name").str.starts_with("eval_"))
             & ~pl.col("value").is_finite().fill_null(True)
         )
         .with_columns(
             pl.col("step").fill_null(pl.col("record")),  # no step numbers in the log: record index
-            pl.col("name").replace(loss_name, "loss"),
+            pl.when(loss_term & ~perplexity)
+            .then(pl.lit("loss"))
+            .otherwise(pl.col("name").replace(loss_name, "loss"))
+            .alias("name"),
         )
         .filter(pl.col("step").is_not_null())  # an eval record of a log without steps cannot be placed
         .collect()
+        .unique(["name", "step", "attempt", "rank"], keep="first", maintain_order=True)  # a total and its terms
     )
     return _global_rows(m, pl.col("name"))
 

@@ -124,14 +124,31 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     data = _with_climb(_with_noise(_prep(loss, dp), dp), dp, span)
     data = data.with_columns((pl.col("smooth") - pl.col("smooth").shift(span).over("_k")).alias("_short"))
     data = data.with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
+    # a drift moves the whole loss, not only its mix: the lower quartile of the same records rises by at
+    # least `low_share` of the median's rise. A per-batch loss that is bimodal (a diffusion loss: batches
+    # that drew low noise levels sit 5x under the others) has a rolling median that jumps between the modes
+    # when the share of one mode shifts a little, while its lower quartile stays in the lower mode
+    low = pl.col("y").rolling_quantile(0.25, window_size=dp.smooth, min_samples=1, center=True).over("_k")
+    data = data.with_columns(low.alias("_lowq"))
+    low_before_short = pl.col("_lowq").shift(span).over("_k")
+    # (the slow climb's lower quartile is judged against its typical level before the `long_span` window, as
+    # `_level_long` is: the lowest lower quartile of 500 records is an extreme that any flip clears)
+    low_later = pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("_lowq"))
+    low_before_long = pl.coalesce(
+        low_later.shift(dp.long_span).rolling_median(dp.long_span, min_samples=1).over("_k"),
+        low_later.shift(span).rolling_median(dp.long_span, min_samples=1).over("_k"),  # a run too short for that
+    )
+    whole_short = (pl.col("_lowq") - low_before_short >= dp.low_share * pl.col("_short")).fill_null(True)
+    whole_long = (pl.col("_lowq") - low_before_long >= dp.low_share * pl.col("_long")).fill_null(True)
     flagged = data.filter(
         (
             (pl.col("_i") - span >= pl.col("_early"))
             & (pl.col("_short") >= math.log1p(dp.loss_rise))
             & (pl.col("_short") >= pl.col("_noise"))
             & _lasts("_short", "_level")
+            & whole_short
         )
-        | _climbs(1 + dp.long_rise)
+        | (_climbs(1 + dp.long_rise) & whole_long)
     )
     return flagged.with_columns(pl.lit("loss").alias("signal"), (pl.col("smooth") - pl.col("rise")).alias("before"))
 

@@ -11,6 +11,8 @@ DOMAIN's vanishing is a fall "by orders of magnitude" and learning stalls: a fal
 order (10-100x) while the loss keeps falling over the low stretch is the norm calming after an
 early instability or following the LR decay, not vanishing; it fires only when the loss
 stalls or rises there. A fall of >= 100x (`severe_ratio`) fires regardless.
+A collapse of >= 1000x (`collapse_ratio`) below the run's first records also counts when it comes
+inside the early phase (then judged by the loss like a one-order fall).
 """
 
 from __future__ import annotations
@@ -49,7 +51,26 @@ def _drops(frame: pl.DataFrame, by: str, vp) -> pl.DataFrame:
         .over(by)
         .alias("ref"),
     )
-    low = data.with_columns((pl.col("smooth") - pl.col("ref") <= math.log(vp.ratio)).fill_null(False).alias("_low"))
+    # a collapse by orders of magnitude (`collapse_ratio`) counts from the run's first records too: an RL
+    # policy whose norm goes from 0.4 to 1e-4 at its 12th step never had a level after the early phase
+    collapse_ref = (
+        pl.col("y")
+        .rolling_median(vp.smooth, min_samples=max(vp.smooth // 5, 1))
+        .shift(min_records)
+        .cum_max()
+        .over(by)
+    )
+    # (backward-filled: the records before the first reference are judged against it, so a collapse at the
+    # 12th record starts there, not `min_records` later)
+    data = data.with_columns(collapse_ref.backward_fill().over(by).alias("_cref"))
+    collapsed = (pl.col("smooth") - pl.col("_cref") <= math.log(vp.collapse_ratio)).fill_null(False)
+    data = data.with_columns(
+        pl.when(collapsed).then(pl.max_horizontal("ref", "_cref")).otherwise(pl.col("ref")).alias("ref"),
+        collapsed.alias("_collapse"),
+    )
+    low = data.with_columns(
+        ((pl.col("smooth") - pl.col("ref") <= math.log(vp.ratio)).fill_null(False) | pl.col("_collapse")).alias("_low")
+    )
     low = low.with_columns(pl.col("_low").rle_id().over(by).alias("_run"))
     low = low.filter(pl.col("_low")).with_columns(pl.len().over(by, "_run").alias("_len"))
     return low.filter(pl.col("_len") >= min_records)
@@ -88,7 +109,11 @@ def detect(run: RunData, params) -> list[Finding]:
 def _learning(g: pl.DataFrame, run: RunData, params) -> bool:
     """A fall short of `severe_ratio` while the loss keeps falling over the low stretch: not vanishing."""
     vp = params.vanishing
-    if float((g.get_column("smooth") - g.get_column("ref")).min()) <= math.log(vp.severe_ratio):
+    # (a collapse seen only against the early records is judged by the loss like a one-order fall: a run from
+    # scratch whose first norms are in the hundreds falls 1000x while it learns)
+    if float((g.get_column("smooth") - g.get_column("ref")).min()) <= math.log(vp.severe_ratio) and not bool(
+        g.get_column("_collapse").all()
+    ):
         return False
     loss, _ = signals.raw(run, "loss")
     lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
@@ -131,3 +156,41 @@ def _finding(g: pl.DataFrame, layer: str | None, derived: bool, run: RunData, vp
         summary=f"{what} fell to {ratio:.2g}x its earlier level from step {lo} to {hi}",
         facts={"onset_step": lo, "layers": [x for x in layers if x][:10]},
     )
+
+
+def absorb_spikes(findings: list[Finding], params) -> list[Finding]:
+    """Grad-norm "spikes" inside a vanished stretch of the global norm that stay under `ratio` x the level it
+    fell from are the vanished norm's own noise (on a log scale a norm of 1e-4 swings 10x), not spikes: their
+    events leave grad-norm-only hard-spike findings, and a finding left with none, or a recurring pattern left
+    with fewer than `recurring_count` events, is dropped."""
+    vp, hp = params.vanishing, params.hard_spike
+    vanished = [
+        (f.step_start, f.step_end, f.evidence[0].baseline * vp.ratio)
+        for f in findings
+        if f.kind == "vanishing_gradients" and f.layer is None and f.evidence and f.evidence[0].baseline
+    ]
+    if not vanished:
+        return findings
+
+    def quiet(e: Evidence) -> bool:
+        return e.signal == "grad_norm" and any(
+            e.step is not None and lo <= e.step <= hi and (e.value or 0.0) <= cap for lo, hi, cap in vanished
+        )
+
+    out = []
+    for f in findings:
+        signals_seen = {e.signal for e in f.evidence}
+        if f.kind != "hard_spike" or "loss" in signals_seen or not any(quiet(e) for e in f.evidence):
+            out.append(f)
+            continue
+        kept = [e for e in f.evidence if not quiet(e)]
+        recurring = f.facts.get("recurring_spikes")
+        if not kept or (recurring is not None and len(kept) < hp.recurring_count):
+            continue
+        f.evidence = kept
+        if recurring is not None:
+            steps = sorted(e.step for e in kept if e.step is not None)
+            f.facts["recurring_spikes"] = steps
+            f.step_start, f.step_end = steps[0], steps[-1]
+        out.append(f)
+    return out

@@ -24,6 +24,7 @@ METRIC_ALIASES: dict[str, str] = {
     # loss
     "lm_loss": "loss",
     "train_loss": "loss",
+    "batch_loss": "loss",  # `Average training batch loss: nan` (a TF loop's print)
     "train_batch_loss": "loss",  # crnn-pytorch `train_batch_loss[ N ]:` (generic_steps)
     "trl": "loss",
     "train_crossentropyloss": "loss",
@@ -54,6 +55,9 @@ METRIC_ALIASES: dict[str, str] = {
     "grad_norm_pre_clip": "grad_norm",
     "gradnorm": "grad_norm",
     "grad_norm_total": "grad_norm",
+    # RL trainers (verl `step:N - actor/grad_norm:... - actor/lr:...`): the trained policy's norm and LR;
+    # its `actor/pg_loss` (a policy-gradient surrogate near 0, of either sign) keeps its own name
+    "actor_grad_norm": "grad_norm",
     "grad_norm_clipped": "grad_norm_clipped",
     "grad_norm_post_clip": "grad_norm_clipped",
     "grad_norm_postclip": "grad_norm_clipped",
@@ -63,6 +67,7 @@ METRIC_ALIASES: dict[str, str] = {
     "learning_rate": "lr",
     "train_learning_rate": "lr",
     "optim_lr": "lr",
+    "actor_lr": "lr",  # verl (see actor_grad_norm)
     "learning_rate_learning_rate": "lr",
     "lr_abs": "lr",
     "learningrate": "lr",

@@ -12,6 +12,8 @@ whatever the separators:
     2018-04-26 00:50:15  Training   1/500  Loss  6.347            # `Training N/M` (Turi Create)
     BMN training loss(epoch 0): tem_loss: 1.184, pem class_loss: 0.458, total_loss: 1.883   # no counter at all
     [10] epoch 0, 10/186, g_loss nan d_fake_loss nan flat nan   # a bracketed counter at the line start
+    000 epoch, 02000 iter, average time 0.6359, loss -403.4386   # the count before its word
+    [Epoch 0/30, Batch 323/1313] [Losses: x nan, y nan, conf 0.755, cls nan, total nan]   # `total` is the loss
 
 The last shape (convmesh `train.py`: `print(f'[{total_it}] epoch {epoch}, {i}/{n}, g_loss ...')`)
 has no counter word: a `[N]` that opens the line, followed by a word, is the step. The launcher
@@ -92,7 +94,13 @@ STEP = rf"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*
 # a `step` counter wins over an `iter` one printed before it (`E5 iter[ 14/ 15] | ... | [step]    89`)
 STEP_FIRST = rf"(?i)\b(?:global[_ ]step|step)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
-PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|$)"
+PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|\.?$)"  # (`= nan.` ends a sentence)
+# the count before its word (`000 epoch, 00000 iter, average time 7.09, loss 37.2`, `0 completed epochs,
+# 100 batches Average training batch loss: nan`): the lowest-priority counter
+NUM_COUNTER = r"(?i)(?:^|[\s,;|\[(])(\d+)\s+(?:iters?|iterations?|steps?|batches)\b"
+TQDM_BAR = r"^.*?\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
+LOCATION = r"\((?:[\w.-]+\.py|[A-Za-z_][\w.]*):\d+\)"
+LOSSES_TOTAL = r"(?i)(\blosses:[^\]]*?)\btotal\b"
 # `Training   1/500  Loss  6.347` (Turi Create's `object_detector.create` progress): a `Training N/M`
 # fraction is a counter too (only with its total: `Training loss 2.3` is a name)
 TRAIN_FRAC = r"(?i)\btraining\s+(\d+)\s*/\s*\d+"
@@ -128,6 +136,8 @@ LOSS_THEN_STEP = rf"(?i:\bloss)\w*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
 LOSS_TAIL = r".*?(?i:loss)\w*['\"]?\]?(?:\s*[:=]?\s*\[?\s*|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 # a quoted key (`'loss': nan`, a dict's repr inside a PaddleOCR line) is its bare name
 QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
+# a scalar printed through its wrapper: `np.float64(0.40)`, `np.int32(2)`, `tensor(2.31, device='cuda:0')`
+WRAPPED = r"(?:np\.|numpy\.)?(?:(?:float|int|uint|bfloat|half)\d*|tensor)\(\s*([-+]?[\w.+-]+)\s*(?:,[^()]*)?\)"
 MAX_CONFIDENCE = 0.35
 MIN_UNCOUNTED = 3  # loss lines of a file without any counter that make it a log of step-less records
 # (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log)
@@ -138,8 +148,9 @@ CATCH_ALL = True
 
 def sniff(sample: SniffSample) -> float:
     n = (
-        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}){LOSS_TAIL}")
+        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}){LOSS_TAIL}")
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
+        + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
         # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
         + sniff_share(sample, LOSS_THEN_STEP)
     )
@@ -208,9 +219,18 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     text = pl.col("text")
     body = (
         text.str.replace(GLOG_LINE_PREFIX, "")
+        # a tqdm bar the record line was printed after (`[train]:  48%|####  | 95400/200000 [02:45<7:39:06, 3.80it/s]`)
+        # and a logger's `(module:lineno)` location are no key/value pairs
+        .str.replace(TQDM_BAR, " ")
+        .str.replace_all(LOCATION, " ")
+        # numpy / torch scalars as Python prints them (verl's `actor/grad_norm:np.float64(0.40)`)
+        .str.replace_all(WRAPPED, "$1")
         .str.replace_all(QUOTED_KEY, "${1}:")
         .str.replace(STEP, " ")
         .str.replace(TRAIN_FRAC, " ")
+        .str.replace(NUM_COUNTER, " ")
+        # a `[Losses: x 0.1, y 0.2, ..., total 1.3]` list (eriklindernoren/PyTorch-YOLOv3): its `total` is the loss
+        .str.replace(LOSSES_TOTAL, "${1}total_loss")
         .str.replace(LOSS_INDEX, "${1}:")
         .str.replace(EPOCH_OF, "${1}")
     )
@@ -231,6 +251,7 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(STEP, 1),
         text.str.extract(TRAIN_FRAC, 1),
         text.str.extract(BRACKET, 1),
+        text.str.extract(NUM_COUNTER, 1),
     )
     lossy_lines = lines.filter(text.str.contains(LOSSY))
     later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH)
@@ -285,4 +306,35 @@ def parse(src: SourceFile) -> ParseResult:
     )
     values = values.join(records.select("line"), on="line", how="semi")
     unparsed = cand.filter(~pl.col("_no_counter")).join(records.select("line"), on="line", how="anti")
+    records, values = _one_metric_lines(records, values)
     return text_result(src.name, lines, records, values, unparsed, mode="done")
+
+
+def _one_metric_lines(records: pl.DataFrame, values: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A record printed one metric per line (TensorFlowTTS `base_trainer`: `(Step: 95400) train_f0_loss =
+    0.0659.`, then `(Step: 95400) train_mel_loss_after = nan.`): consecutive lines of one stream with the
+    same step that each hold one metric, each a different one, are one record on its first line (the
+    contract's same-step rule would keep the first line's one value and lose the others). Lines that
+    repeat a name (ranks printing the same record) are left to that rule."""
+    if records.height < 2:
+        return records, values
+    per_line = values.group_by("line").agg(pl.len().alias("_n"), pl.col("name").first().alias("_name"))
+    rec = records.join(per_line, on="line", how="left").sort("line")
+    same = (
+        (pl.col("step") == pl.col("step").shift(1))
+        & pl.col("prefix_rank").eq_missing(pl.col("prefix_rank").shift(1))
+        & (pl.col("record_kind") == pl.col("record_kind").shift(1))
+        & (pl.col("_n") == 1)
+        & (pl.col("_n").shift(1) == 1)
+    ).fill_null(False)
+    rec = rec.with_columns((~same).cum_sum().alias("_grp"))
+    rec = rec.with_columns(
+        pl.col("line").first().over("_grp").alias("_first"),
+        (pl.col("_name").n_unique().over("_grp") == pl.len().over("_grp")).alias("_distinct"),
+    )
+    moved = rec.filter(pl.col("_distinct") & (pl.col("line") != pl.col("_first")))
+    if moved.height == 0:
+        return records, values
+    mapping = dict(zip(moved.get_column("line").to_list(), moved.get_column("_first").to_list()))
+    values = values.with_columns(pl.col("line").replace(mapping))
+    return records.join(moved.select("line"), on="line", how="anti"), values

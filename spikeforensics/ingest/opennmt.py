@@ -73,7 +73,8 @@ VALID_NAMES = {"perplexity": "eval_ppl", "accuracy": "eval_acc", "xent": "eval_l
 
 
 def sniff(sample: SniffSample) -> float:
-    return sniff_tiers(sample, [(rf"{HEAD}.*\bxent:", 0.9), (rf"{HEAD}.*\btok/s", 0.7), (VALID, 0.4)])
+    # (a `Validation loss:` inside another loop's training line is not OpenNMT's: its own opens the message)
+    return sniff_tiers(sample, [(rf"{HEAD}.*\bxent:", 0.9), (rf"{HEAD}.*\btok/s", 0.7), (rf"(?:^|\]\s*){VALID}", 0.4)])
 
 
 def parse(src: SourceFile) -> ParseResult:

@@ -20,6 +20,22 @@ SB3 row under its section (`train/loss` -> `loss`, `train/learning_rate` -> `lr`
 `policy_loss` and `value_loss`) has its training loss resolved at diagnosis (`RunData.resolve`: the
 non-negative `value_loss` before the signed policy objective). Long values cut by the logger
 (`...`) and non-numbers (`env_id`) are not metrics. Mode "done".
+
+The same logger lives on in OpenAI's diffusion code (`openai/improved-diffusion`, `guided-diffusion`,
+`consistency_models`: `improved_diffusion/logger.py`, `TrainLoop.log_step` / `dumpkvs` every
+`log_interval` steps), whose tables carry a `step` row (the step, first among the counters):
+
+    ------------------------
+    | grad_norm | 82       |
+    | loss      | 16.6     |
+    | loss_q0   | 41.7     |
+    | samples   | 256      |
+    | step      | 0        |
+    ------------------------
+
+The logger prints numbers to 3 significant digits, so past 10,000 steps `1.01e+04` stands for several
+steps: such a step is approximate (consecutive tables with the same printed step stay separate records).
+`lg_loss_scale` (fp16 training: log2 of the loss scale) is stored as `loss_scale` = 2 ** value.
 """
 
 from __future__ import annotations
@@ -41,13 +57,16 @@ from spikeforensics.ingest.base import (
 NAME = "sb_table"
 DASHES = r"^\s*-{10,}\s*$"
 ROW = r"^\s*\|(?P<k>[^|]*?)\|(?P<v>[^|]*)\|\s*$"
-STEP_KEYS = ("n_updates", "iterations", "total_timesteps")
+STEP_KEYS = ("step", "n_updates", "iterations", "total_timesteps")
 
 
 def sniff(sample: SniffSample) -> float:
     return sniff_tiers(
         sample,
-        [(r"\|\s+(?:n_updates|total_timesteps|value_loss|policy_loss|explained_variance|ep_rew_mean)\s+\|", 0.9)],
+        [
+            (r"\|\s+(?:n_updates|total_timesteps|value_loss|policy_loss|explained_variance|ep_rew_mean)\s+\|", 0.9),
+            (r"^\s*\|\s+(?:step|grad_norm|loss|lg_loss_scale|samples|param_norm)\s+\|\s+\S+\s+\|\s*$", 0.9),
+        ],
     )
 
 
@@ -76,16 +95,31 @@ def parse(src: SourceFile) -> ParseResult:
         *[pl.col("v").filter(pl.col("k").str.replace(r"^[a-z_]+/", "") == key).first().alias(key) for key in STEP_KEYS],
     )
     step = pl.coalesce([step_int(pl.col(k).cast(pl.Float64, strict=False)) for k in STEP_KEYS])
+    printed = pl.coalesce([pl.col(k) for k in STEP_KEYS])
     records = (
-        blocks.with_columns(step.alias("step"))
+        blocks.with_columns(step.alias("step"), printed.str.contains(r"[eE]").fill_null(False).alias("step_approx"))
         .join(lines.select("line", "text"), on="line", how="left")
-        .select("line", "step", "prefix_rank", pl.lit("train").alias("record_kind"), extract_time(text).alias("time"))
+        .select(
+            "line",
+            "step",
+            "step_approx",
+            "prefix_rank",
+            pl.lit("train").alias("record_kind"),
+            extract_time(text).alias("time"),
+        )
         .sort("line")
     )
+    lg_scale = pl.col("k") == "lg_loss_scale"
     pairs = rows.select(
         pl.col("_first").alias("line"),
-        pl.col("k").str.replace(r"^(?:train|rollout|time)/", ""),
-        "v",
+        pl.when(lg_scale)
+        .then(pl.lit("loss_scale"))
+        .otherwise(pl.col("k").str.replace(r"^(?:train|rollout|time)/", ""))
+        .alias("k"),
+        pl.when(lg_scale)
+        .then((pl.lit(2.0).pow(pl.col("v").cast(pl.Float64, strict=False))).cast(pl.String))
+        .otherwise(pl.col("v"))
+        .alias("v"),
     )
     values = named_values(pairs).select("line", "name", "value")
     records = records.join(values.select("line").unique(), on="line", how="semi")
