@@ -54,11 +54,7 @@ def _drops(frame: pl.DataFrame, by: str, vp) -> pl.DataFrame:
     # a collapse by orders of magnitude (`collapse_ratio`) counts from the run's first records too: an RL
     # policy whose norm goes from 0.4 to 1e-4 at its 12th step never had a level after the early phase
     collapse_ref = (
-        pl.col("y")
-        .rolling_median(vp.smooth, min_samples=max(vp.smooth // 5, 1))
-        .shift(min_records)
-        .cum_max()
-        .over(by)
+        pl.col("y").rolling_median(vp.smooth, min_samples=max(vp.smooth // 5, 1)).shift(min_records).cum_max().over(by)
     )
     # (backward-filled: the records before the first reference are judged against it, so a collapse at the
     # 12th record starts there, not `min_records` later)
