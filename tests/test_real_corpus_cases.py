@@ -492,3 +492,26 @@ def test_custom_loop_shapes_with_a_nan_loss(tmp_path, name):
     assert d["verdict"]["status"] == "unstable"
     first = min(i["step_start"] for i in d["incidents"] if i["kind"] == "nonfinite")
     assert first == facts["first_nonfinite_step"]
+
+
+def test_deepspeed_skips_shown_only_by_its_counter(tmp_path):
+    # `step=N, skipped=N` on every progress line and no overflow message: every optimizer step was skipped
+    run, d, facts = run_case(tmp_path, "rwkv7-reward-model-deepspeed-every-step-skipped-loss-flat-10500-steps")
+    overflows = run.events_of("overflow")
+    assert overflows.height == 1050  # one per progress line whose counter rose
+    assert d["verdict"]["status"] == "unstable"
+    assert d["incidents"][0]["kind"] == "loss_scale_collapse"
+
+
+def test_deepspeed_counter_is_not_counted_twice_beside_its_messages(tmp_path):
+    # a log with OVERFLOW messages keeps them as its events; the counter adds none
+    log = tmp_path / "ds.log"
+    lines = []
+    for step in range(10, 110, 10):
+        if step == 50:
+            lines.append("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768")
+        lines.append(f"[Rank 0] step={step}, skipped={1 if step >= 50 else 0}, lr=[0.0001], mom=[[0.9, 0.999]]")
+    log.write_text("\n".join(lines) + "\n")
+    api.ingest([log], run_id="r", store=tmp_path / "s")
+    run = api.load_run("r", tmp_path / "s")
+    assert run.events_of("overflow").height == 1

@@ -7,7 +7,8 @@ hysteresis messages (events, see text_events). DeepSpeed itself prints no loss.
 Steps: `step` counts optimizer steps including skipped ones (done steps, mode "done"):
 the k-th overflow message after `step=N` is step N + k. `skipped` is cumulative; the
 per-interval `skipped_iters` is its increase since the previous progress line (the
-first line's value counts from 0), the raw counter is kept as `skipped_total`. `lr`
+first line's value counts from 0), the raw counter is kept as `skipped_total`; in a log with no
+overflow message at all, each increase is an `overflow` event (`_counted_skips`). `lr`
 is the first parameter group's. Throughput values join the progress record of the
 same step printed just before them, else form their own record.
 """
@@ -21,6 +22,7 @@ from spikeforensics.ingest.base import (
     ParseResult,
     SniffSample,
     SourceFile,
+    detail_expr,
     extract_time,
     find_pairs,
     named_values,
@@ -85,4 +87,31 @@ def parse(src: SourceFile) -> ParseResult:
     tv = named_values(pairs).select("line", "name", "value")
     values = pl.concat([pv, tv])
     unparsed = cand.filter(text.str.contains(r"\bstep=\d+, skipped=") & ~text.str.contains(PROGRESS))
-    return text_result(src.name, lines, records, values, unparsed, mode="done")
+    result = text_result(src.name, lines, records, values, unparsed, mode="done")
+    return _counted_skips(result, p)
+
+
+def _counted_skips(result: ParseResult, progress: pl.DataFrame) -> ParseResult:
+    """Steps the engine skipped that only its counter shows: with no overflow or skip message anywhere in
+    the file (ZeRO's non-finite-gradient check skips silently in bf16), every progress line whose
+    `skipped` went up is one `overflow` event at its step (`count` = the increase,
+    `inferred_from: skipped_iters`), as Megatron's skipped-iterations counter is read."""
+    events = result.tables.get("events")
+    if events is not None and events.height and events.filter(pl.col("kind").is_in(["overflow", "hysteresis"])).height:
+        return result
+    rose = progress.filter(pl.col("skipped_iters") > 0)
+    if rose.height == 0:
+        return result
+    counted = rose.select(
+        "line",
+        "step",
+        pl.col("prefix_rank").alias("rank"),
+        extract_time(pl.col("text")).alias("time"),
+        pl.lit("overflow").alias("kind"),
+        detail_expr(ints={"count": pl.col("skipped_iters")}, strings={"inferred_from": pl.lit("skipped_iters")}).alias(
+            "detail"
+        ),
+    )
+    both = [events, counted] if events is not None and events.height else [counted]
+    result.tables["events"] = pl.concat(both, how="diagonal_relaxed").sort("line")
+    return result
