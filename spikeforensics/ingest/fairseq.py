@@ -11,8 +11,8 @@
   logger prefix (`... | train_inner | {...}`, metaseq `slurm_procid 0 : ... | train_inner | {...}`);
   `| train | {...}` lines are the epoch summaries (summary records).
 
-Step = `num_updates` (optimizer updates, done; mode "done"); the 2018 format prints none
-(step null, records still numbered). `gnorm` -> `grad_norm`, `clip=100%` -> `clip` 100.
+Step = `num_updates` (optimizer updates, done; mode "done"); the 2018 format prints none: an
+inner line's step is then (epoch - 1) x updates per epoch + its `i / n` counter. `gnorm` -> `grad_norm`, `clip=100%` -> `clip` 100.
 Overflow notes and `Loaded checkpoint ... (epoch 5 @ 21896 updates)` are events.
 """
 
@@ -38,6 +38,7 @@ from spikeforensics.ingest.base import (
 NAME = "fairseq"
 N = rf"(?:{NUM_TOKEN})"
 INNER = r"\bepoch \d+:?\s+\d+ / \d+ \w+="
+INNER_COUNT = r"\bepoch 0*(\d+):?\s+(\d+) / (\d+)"
 VALID = r"\| valid on '[^']*' subset \|"
 SUMMARY = r"\|\s*epoch \d+ \|"
 # json lines at the start of a line or behind a logger prefix (`... | train_inner | {...}`,
@@ -103,6 +104,24 @@ def parse(src: SourceFile) -> ParseResult:
         .select("line", step_int(pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False)).alias("step"))
         .unique("line")
     )
+    # the 2018 format prints no `num_updates`: an inner line's step is its place in the run,
+    # (epoch - e0) x updates per epoch + the update within the epoch (e0 = 1: fairseq counts epochs from 1;
+    # 0 when the file prints an epoch 0), as the batch counters of other formats are read
+    frac = inner.select(
+        "line",
+        *[
+            text.str.extract(INNER_COUNT, i).cast(pl.Float64, strict=False).alias(c)
+            for i, c in ((1, "_e"), (2, "_i"), (3, "_n"))
+        ],
+    )
+    if frac.height:
+        e0 = 0.0 if frac.select((pl.col("_e") == 0).any()).item() else 1.0
+        composed = frac.select("line", step_int((pl.col("_e") - e0) * pl.col("_n") + pl.col("_i")).alias("_composed"))
+        steps = (
+            composed.join(steps, on="line", how="left")
+            .select("line", pl.coalesce("step", "_composed").alias("step"))
+            .vstack(steps.join(composed, on="line", how="anti"))
+        )
     # a json line is eval when any of its keys is `valid_*` (its `epoch` key alone says nothing)
     rank = pl.col("_kind").replace_strict({"eval": 0, "summary": 1, "train": 2}, default=3, return_dtype=pl.Int8)
     kinds = pairs.group_by("line").agg(pl.col("_kind").sort_by(rank).first().alias("record_kind"))

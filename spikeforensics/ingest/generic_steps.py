@@ -122,6 +122,9 @@ LOSS_INDEX = r"(?:^|\s)([A-Za-z_]\w*(?i:loss)\w*)\[\s*(\d+)\s*\]\s*:"
 # the lowest counter word: `Batch 100/15582`, `batch: 10` (its total, when printed, in group 2)
 BATCH = r"(?i)\bbatch\b\]?\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?"
 EPOCH = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)"
+# `Epoch:[0/2](1000/293491) loss:6.268` (baby-llama2-chinese and the pretrain scripts copied from it): the
+# parenthesised fraction after an epoch is the batch within it
+EPOCH_PAREN = r"(?i)\bepoch\b\s*[:=]?\s*\[?\s*(\d+)\s*(?:/\s*\d+)?\s*\]?\s*\(\s*(\d+)\s*/\s*(\d+)\s*\)"
 # `Epoch 0/1` -> `Epoch 0` in the body, so the epoch pairs up as a metric
 EPOCH_OF = r"(?i)\b(epoch\b\]?\s*[:=#]?\s*\[?\s*\d+)\s*/\s*\d+"
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
@@ -148,7 +151,7 @@ CATCH_ALL = True
 
 def sniff(sample: SniffSample) -> float:
     n = (
-        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}){LOSS_TAIL}")
+        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}){LOSS_TAIL}")
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
         # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
@@ -201,17 +204,18 @@ def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
 
 
 def _batch_step(frame: pl.DataFrame) -> pl.Expr:
-    """The step of a `Batch i/n` counter: (E - e0) * n + i with an epoch E on the line (e0 = 0 when
-    the file prints an epoch 0 there, else 1), else i as printed."""
+    """The step of a `Batch i/n` counter, or of the `(i/n)` after an epoch (`Epoch:[0/2](1000/293491)`):
+    (E - e0) * n + i with an epoch E on the line (e0 = 0 when the file prints an epoch 0 there, else 1),
+    else i as printed."""
     text = pl.col("text")
-    i = text.str.extract(BATCH, 1).cast(pl.Float64, strict=False)
-    n = text.str.extract(BATCH, 2).cast(pl.Float64, strict=False)
+    i = pl.coalesce(text.str.extract(BATCH, 1), text.str.extract(EPOCH_PAREN, 2)).cast(pl.Float64, strict=False)
+    n = pl.coalesce(text.str.extract(BATCH, 2), text.str.extract(EPOCH_PAREN, 3)).cast(pl.Float64, strict=False)
     epoch = text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False)
     composed = n.is_not_null() & epoch.is_not_null()
     e0 = 0.0 if frame.select((composed & (epoch == 0)).any()).item() else 1.0
     value = pl.when(composed).then((epoch - e0) * n + i).otherwise(i)
     value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
-    return step_int(pl.when(text.str.contains(BATCH)).then(value))
+    return step_int(pl.when(text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)).then(value))
 
 
 def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
@@ -232,6 +236,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         # a `[Losses: x 0.1, y 0.2, ..., total 1.3]` list (eriklindernoren/PyTorch-YOLOv3): its `total` is the loss
         .str.replace(LOSSES_TOTAL, "${1}total_loss")
         .str.replace(LOSS_INDEX, "${1}:")
+        .str.replace(EPOCH_PAREN, "epoch ${1} ")
         .str.replace(EPOCH_OF, "${1}")
     )
     framed = cand.select("line", "_eval", body.alias("text"))
@@ -254,7 +259,7 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(NUM_COUNTER, 1),
     )
     lossy_lines = lines.filter(text.str.contains(LOSSY))
-    later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH)
+    later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
     lossy_lines = lossy_lines.with_columns(_raw_bracket(src, wanted))
     token = pl.coalesce(token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2))

@@ -76,40 +76,84 @@ def sniff(sample: SniffSample) -> float:
 
 
 def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
+    """The whole dump as one result (tests, notebooks): the chunks of `parse_chunks` put together."""
     result = ParseResult()
+    layers, metrics = [], []
+    seen: set[tuple] = set()
+    for part in parse_chunks(src, chunk_bytes):
+        result.unparsed += part.unparsed
+        result.unparsed_examples += part.unparsed_examples
+        if "metrics" in part.tables:
+            metrics.append(part.tables["metrics"])
+            result.records += part.records
+        if "layers" in part.tables:
+            layers.append(part.tables["layers"])
+            seen.update(part.tables["layers"].select("step", "rank").unique().iter_rows())
+    if metrics:
+        result.add("metrics", pl.concat(metrics, how="diagonal_relaxed"))
+    if layers:
+        result.records += len(seen)  # a step's rows may straddle two chunks
+        result.add("layers", pl.concat(layers, how="diagonal_relaxed"))
+    return result
+
+
+def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[ParseResult]:
+    """One result per chunk of a per-layer dump (its `layers` rows, written to the store as they come, so
+    a dump of tens of millions of rows never sits in memory as text); a global dump (one row per step,
+    numbered as records) and an NPZ come as one result. A chunk's `records` are the (step, rank) pairs it
+    holds that the chunk before did not (a step whose rows straddle a boundary counts once)."""
     kind = T.file_kind(src.path)
-    chunks = [read_npz(src)] if kind == "npz" else side_table_chunks(src, kind, result, chunk_bytes)
-    layers, metrics, pairs = [], [], []
+    reading = ParseResult()  # the table reader's unparsed rows, moved to the result of their chunk
+    chunks = [read_npz(src)] if kind == "npz" else side_table_chunks(src, kind, reading, chunk_bytes)
+    global_frames: list[tuple[pl.DataFrame, dict]] = []
+    rest = ParseResult()  # what no per-layer chunk result carries out: a global dump, unparsed chunks
     global_dump = None  # decided on the first chunk: a per-layer or a global dump
     lacking = None  # (missing, columns) of the first chunk without the per-layer columns
+    found = False
+    previous: set[tuple] = set()
     for frame in chunks:
+        result = ParseResult()
+        _move_unparsed(reading, result)
         columns = [c for c in frame.columns if c != "line"]
         rename = _canonical(columns)
         if global_dump is None:
             global_dump = "layer" not in rename.values() and looks_like_global_grads(columns)
-        if global_dump:
-            metrics.append(global_grads(frame, rename, src.name, result))
+        if global_dump:  # numbered as records over the whole file: its chunks are read together (small)
+            global_frames.append((frame, rename))
+            _move_unparsed(result, rest)
             continue
         missing = [c for c in ("step", "layer", "grad_norm") if c not in rename.values()]
         if missing:  # a chunk without the columns: its rows are unparsed (the file fails if none has them)
             lacking = lacking or (missing, columns)
             T.unparsed(result, frame.select("line", pl.lit(f"no column for {', '.join(missing)}").alias("text")))
+            _move_unparsed(result, rest)
             continue
         part = _layer_rows(frame.rename(rename), result)
-        layers.append(part)
-        pairs.append(part.select("step", "rank").unique())
-    if lacking and not layers:
+        pairs = set(part.select("step", "rank").unique().iter_rows())
+        result.records += len(pairs - previous)  # a step whose rows straddle the chunk boundary counts once
+        previous = pairs
+        result.add("layers", schema.conform("layers", part))
+        found = True
+        yield result
+    if lacking and not found:
         missing, columns = lacking
         raise T.ingest_error(
             f"{src.path}: not a per-layer gradient dump: no column for {', '.join(missing)} "
             f"(found: {', '.join(columns[:12]) or 'none'})"
         )
-    if metrics:
-        result.add("metrics", pl.concat(metrics, how="diagonal_relaxed"))
-    if layers:
-        result.records += pl.concat(pairs).unique().height  # a step's rows may straddle two chunks
-        result.add("layers", schema.conform("layers", pl.concat(layers, how="diagonal_relaxed")))
-    return result
+    _move_unparsed(reading, rest)
+    if global_frames:
+        frame = pl.concat([f for f, _ in global_frames], how="diagonal_relaxed")
+        rest.add("metrics", global_grads(frame, global_frames[0][1], src.name, rest))
+    if global_frames or rest.unparsed:
+        yield rest
+
+
+def _move_unparsed(source: ParseResult, into: ParseResult) -> None:
+    into.unparsed += source.unparsed
+    into.unparsed_examples += source.unparsed_examples
+    into.records += source.records
+    source.unparsed, source.unparsed_examples, source.records = 0, [], 0
 
 
 def _layer_rows(frame: pl.DataFrame, result: ParseResult) -> pl.DataFrame:
@@ -132,7 +176,13 @@ def side_table_chunks(
 ) -> Iterator[pl.DataFrame]:
     """CSV / JSONL / Parquet -> frames with `line` (null for Parquet). JSONL is decoded in
     chunks of `JSONL_CHUNK_BYTES` cut at line ends (its rows are independent: a dump of
-    millions of rows is never decoded at once); CSV and Parquet come whole."""
+    millions of rows is never decoded at once); so is a CSV without a quote character in its
+    first block, each chunk read under the file's header (any line ending: `iter_line_chunks`
+    decides lone-CR files on the first block); a CSV with quotes (a field may span lines) and
+    Parquet come whole."""
+    if kind == "csv" and src.only_lines is None and not _quoted_head(src):
+        yield from _csv_chunks(src, result, chunk_bytes or JSONL_CHUNK_BYTES)
+        return
     if kind == "jsonl":
         whole = [src.lines()] if src.only_lines is not None else None
         for lines in whole or src.iter_line_chunks(chunk_bytes or JSONL_CHUNK_BYTES):
@@ -142,6 +192,30 @@ def side_table_chunks(
                 yield objects
         return
     yield read_side_table(src, kind, result)
+
+
+def _quoted_head(src: SourceFile) -> bool:
+    with open(src.path, "rb") as fh:
+        return b'"' in fh.read(1 << 16)
+
+
+def _csv_chunks(src: SourceFile, result: ParseResult, chunk_bytes: int) -> Iterator[pl.DataFrame]:
+    """A quote-free CSV in chunks of whole lines, each read under the header (repeated header rows dropped)."""
+    header = None
+    for lines in src.iter_line_chunks(chunk_bytes):
+        lines = lines.filter(pl.col("text").str.strip_chars() != "")
+        if lines.height == 0:
+            continue
+        if header is None:
+            header = lines.head(1)
+        else:
+            lines = pl.concat([header, lines])
+        frame = T.csv_from_lines(lines, result)
+        if frame.width > 1:
+            first = frame.columns[0]
+            frame = frame.filter(pl.col(first).is_null() | (pl.col(first) != first))
+        if frame.height:
+            yield frame
 
 
 def read_side_table(src: SourceFile, kind: str, result: ParseResult) -> pl.DataFrame:
