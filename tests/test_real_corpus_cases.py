@@ -515,3 +515,14 @@ def test_deepspeed_counter_is_not_counted_twice_beside_its_messages(tmp_path):
     api.ingest([log], run_id="r", store=tmp_path / "s")
     run = api.load_run("r", tmp_path / "s")
     assert run.events_of("overflow").height == 1
+
+
+def test_a_nan_on_a_repeated_step_line_is_not_lost(tmp_path):
+    # dllogger prints `Training Iteration: 1882 average_loss : nan` again after the fp16 skip at 1882: the
+    # contract keeps one record per repeated step (the first line's values: 3 records where the collector
+    # counted 4), and the second line's NaN becomes a `nan` event at 1882
+    run, d, facts = run_case(tmp_path, "dle-bert-pytorch-522-lamb-phase1-average-loss-nan-loss-scale-drop-iter1882")
+    assert train_records(run) == 3
+    nan = run.events_of("nan")
+    assert nan.height == 1 and nan.get_column("step")[0] == facts["first_nonfinite_step"] == 1882
+    assert d["verdict"]["status"] == "unstable"

@@ -312,7 +312,52 @@ def parse(src: SourceFile) -> ParseResult:
     values = values.join(records.select("line"), on="line", how="semi")
     unparsed = cand.filter(~pl.col("_no_counter")).join(records.select("line"), on="line", how="anti")
     records, values = _one_metric_lines(records, values)
-    return text_result(src.name, lines, records, values, unparsed, mode="done")
+    return text_result(
+        src.name, lines, records, values, unparsed, mode="done", extra_events=_hidden_nans(records, values)
+    )
+
+
+def _hidden_nans(records: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame | None:
+    """`nan` events for the non-finite loss terms of a line that repeats the step of the line before it
+    (NVIDIA dllogger prints `Training Iteration: 1882 average_loss : nan` again after an fp16 skip): the
+    record keeps the first line's values (CONTRACT), the NaN is not lost."""
+    if records.height < 2:
+        return None
+    rec = records.sort("line").select(
+        "line",
+        "step",
+        "prefix_rank",
+        "time",
+        (
+            (pl.col("step") == pl.col("step").shift(1))
+            & pl.col("prefix_rank").eq_missing(pl.col("prefix_rank").shift(1))
+            & (pl.col("record_kind") == "train")
+        )
+        .fill_null(False)
+        .alias("_again"),
+    )
+    again = rec.filter(pl.col("_again"))
+    if again.height == 0:
+        return None
+    bad = values.join(again.select("line"), on="line", how="semi").filter(
+        pl.col("name").str.contains(r"(?:^|_)loss(?:$|_)") & ~pl.col("name").str.starts_with("loss_scale")
+    )
+    bad = bad.filter(~pl.col("value").is_finite())
+    if bad.height == 0:
+        return None
+    detail = pl.concat_str(
+        pl.lit('{"metric": "'),
+        pl.col("name"),
+        pl.lit('", "value": "'),
+        pl.col("value").cast(pl.String).str.to_lowercase(),
+        pl.lit('", "repeated_step": true}'),
+    )
+    return (
+        bad.group_by("line", maintain_order=True)
+        .agg(detail.first().alias("detail"))
+        .join(again.select("line", "step", pl.col("prefix_rank").alias("rank"), "time"), on="line")
+        .select("line", "step", "rank", pl.lit("nan").alias("kind"), "time", "detail")
+    )
 
 
 def _one_metric_lines(records: pl.DataFrame, values: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
