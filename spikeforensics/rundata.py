@@ -83,7 +83,7 @@ class RunData:
                     & ~pl.col("name").str.starts_with("loss_scale")
                 )
                 # a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
-                for pattern in (r"loss$", r"(?:^|_)loss(?:_|$)"):
+                for pattern in (r"loss$", schema.LOSS_TERM):
                     lossy = train.filter(pl.col("name").str.contains(pattern)).sort(
                         ["off", "signed", "len", "name"], descending=[False, False, True, False]
                     )

@@ -47,6 +47,8 @@ EVENT_KINDS = (
 )
 
 TIME = pl.Datetime("us")
+# a metric name that is a loss or one of its terms (`loss`, `train_mel_loss_after`, `loss_cls`, `decode_loss_seg`)
+LOSS_TERM = r"(?:^|_)loss(?:_|$)"
 
 TABLES: dict[str, dict[str, pl.DataType]] = {
     # One row per (record, metric). `record` is the 0-based index of the training-step

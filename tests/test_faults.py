@@ -792,23 +792,3 @@ def test_an_incident_that_runs_to_a_garbled_step_is_not_enumerated(tmp_path, run
     (run_dir / "train.log").write_bytes((seed / "train.log").read_bytes())
     report = _diagnosed(runner, run_dir, tmp_path)
     assert report["verdict"]["status"] in ("unstable", "degraded")
-
-
-# --- a per-layer CSV dump is read in chunks, whatever its line endings (issue 14, fuzz seed 16 input 255) ---
-
-
-@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"])
-def test_a_layer_csv_read_in_chunks_gives_the_rows_of_a_whole_read(tmp_path, ending):
-    from spikeforensics.ingest import layers
-    from spikeforensics.ingest.base import SourceFile
-
-    original = Path(__file__).parents[1] / "sample_logs" / "holdout" / "layer_explode_hidden" / "grads.csv"
-    rows = original.read_text().splitlines()
-    dump = tmp_path / "grads.csv"
-    dump.write_bytes(ending.join(rows).encode() + ending.encode())
-    whole = layers.parse(SourceFile(path=original, name="grads.csv"))
-    chunked = layers.parse(SourceFile(path=dump, name="grads.csv"), chunk_bytes=4096)  # ~100 chunks
-    assert chunked.records == whole.records == whole.tables["layers"].select("step", "rank").unique().height
-    assert chunked.tables["layers"].drop("line").equals(whole.tables["layers"].drop("line"))
-    parts = list(layers.parse_chunks(SourceFile(path=dump, name="grads.csv"), chunk_bytes=4096))
-    assert len(parts) > 50 and sum(p.records for p in parts) == whole.records

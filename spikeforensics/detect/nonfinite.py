@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics import schema
 from spikeforensics.detect import robust, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
 # a perplexity printed by a training or evaluation record (`ppl`, `eval_ppl`, `lm_loss_ppl`, `perplexity`)
 PERPLEXITY = r"(?i)(?:^|_)(?:ppl|perplexity)$"
-LOSS_TERM = r"(?:^|_)loss(?:$|_)"
 COLS = ["signal", "step", "attempt", "rank", "layer", "value", "pos"]
 
 
@@ -45,7 +45,9 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
     perplexity = pl.col("name").str.contains(PERPLEXITY)
     # a training loss term (`train_mel_loss_after`, `loss_cls`, `kl_loss`): a NaN in any term is a NaN loss, also
     # in a run that prints its terms and no total (TensorFlowTTS, detection heads)
-    loss_term = pl.col("name").str.contains(LOSS_TERM) & ~pl.col("name").str.contains(r"^(?:loss_scale|eval_|val_)")
+    loss_term = pl.col("name").str.contains(schema.LOSS_TERM) & ~pl.col("name").str.contains(
+        r"^(?:loss_scale|eval_|val_)"
+    )
     m = (
         run.metrics.lazy()  # lazily: only the matching rows' columns are copied out of the long table
         .filter(

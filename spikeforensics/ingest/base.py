@@ -501,6 +501,18 @@ def attach_steps(events: pl.DataFrame, wide_records: pl.DataFrame, mode: str = "
     )
 
 
+def nan_detail(extra: str = "") -> pl.Expr:
+    """A `nan` event's detail from a metrics-like frame's `name` and `value`; `extra` adds JSON fields
+    (`', "repeated_step": true'`)."""
+    return pl.concat_str(
+        pl.lit('{"metric": "'),
+        pl.col("name"),
+        pl.lit('", "value": "'),
+        pl.col("value").cast(pl.String).str.to_lowercase(),
+        pl.lit('"' + extra + "}"),
+    )
+
+
 def nan_events(metrics: pl.DataFrame) -> pl.DataFrame:
     """`nan` events for step records whose loss or grad norm is non-finite."""
     bad = metrics.filter(
@@ -508,13 +520,7 @@ def nan_events(metrics: pl.DataFrame) -> pl.DataFrame:
     )
     if bad.height == 0:
         return schema.empty("events")
-    detail = pl.concat_str(
-        pl.lit('{"metric": "'),
-        pl.col("name"),
-        pl.lit('", "value": "'),
-        pl.col("value").cast(pl.String).str.to_lowercase(),
-        pl.lit('"}'),
-    )
+    detail = nan_detail()
     out = bad.group_by("source", "line", "step", "attempt", "rank", "time", maintain_order=True).agg(
         detail.first().alias("detail")
     )

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics import schema
 from spikeforensics.ingest._lines import GLOG_PREFIX
 from spikeforensics.ingest.base import (
     ANSI_RE,
@@ -81,6 +82,7 @@ from spikeforensics.ingest.base import (
     find_pairs,
     lines_from_bytes,
     named_values,
+    nan_detail,
     prepared_lines,
     sniff_share,
     step_int,
@@ -340,18 +342,13 @@ def _hidden_nans(records: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame | 
     if again.height == 0:
         return None
     bad = values.join(again.select("line"), on="line", how="semi").filter(
-        pl.col("name").str.contains(r"(?:^|_)loss(?:$|_)") & ~pl.col("name").str.starts_with("loss_scale")
+        pl.col("name").str.contains(schema.LOSS_TERM)
+        & ~pl.col("name").str.starts_with("loss_scale")
+        & ~pl.col("value").is_finite()
     )
-    bad = bad.filter(~pl.col("value").is_finite())
     if bad.height == 0:
         return None
-    detail = pl.concat_str(
-        pl.lit('{"metric": "'),
-        pl.col("name"),
-        pl.lit('", "value": "'),
-        pl.col("value").cast(pl.String).str.to_lowercase(),
-        pl.lit('", "repeated_step": true}'),
-    )
+    detail = nan_detail(', "repeated_step": true')
     return (
         bad.group_by("line", maintain_order=True)
         .agg(detail.first().alias("detail"))
