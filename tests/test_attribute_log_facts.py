@@ -163,3 +163,32 @@ def test_batches_rejected_by_a_loss_check_are_counted_and_say_nothing_about_prec
     assert not facts["fp16"] and facts["precision"] == ""  # a sanity check skips batches in any precision
     overflow = '{"old_scale": 65536.0, "new_scale": 32768.0}'
     assert log_facts(run_of(loss=[2.0, 1.9], events=[("overflow", overflow)]), P)["fp16"]
+
+
+def terms_run(terms: dict, steps):
+    return RunData.from_frames(metrics=pl.concat([metric_rows(n, steps, v) for n, v in terms.items()]))
+
+
+def test_a_log_non_finite_from_its_first_record_at_the_start_never_was_finite():
+    nan = math.nan
+    # printed every 100 steps from step 100 (gluoncv's `[Batch 99]` ...): the first record is one interval in
+    assert log_facts(terms_run({"loss": [nan, nan, nan]}, [100, 200, 300]), P)["nan_never_finite"]
+    assert log_facts(terms_run({"loss": [nan, nan]}, [1, 2]), P)["nan_never_finite"]
+    # an excerpt from step 7000 has no start; a finite first record is a climb the log shows; a recovery
+    assert not log_facts(terms_run({"loss": [nan, nan, nan]}, [7000, 7100, 7200]), P)["nan_never_finite"]
+    assert not log_facts(terms_run({"loss": [2.3, nan, nan]}, [0, 100, 200]), P)["nan_never_finite"]
+    assert not log_facts(terms_run({"loss": [nan, 2.1, 2.0]}, [0, 100, 200]), P)["nan_never_finite"]
+
+
+def test_a_nan_confined_to_some_terms_needs_a_finite_non_zero_loss_term_beside_it():
+    nan = math.nan
+    steps = [323, 324, 325]
+    # PyTorch-YOLOv3 #13: x, y ... NaN, `conf` finite on every record: the shared weights are intact
+    yolo = {"loss": [nan] * 3, "x": [nan] * 3, "cls": [nan] * 3, "conf": [0.755, 0.76, 0.761]}
+    facts = log_facts(terms_run(yolo, steps), P)
+    assert facts["nonfinite_confined"] and facts["nonfinite_component"] == "cls, x"
+    # a term printed as 0 (an empty selection) or an accuracy (argmax of NaN logits) says nothing of the weights
+    zero = {"loss": [nan] * 3, "loss_box": [nan] * 3, "loss_entry": [0.0] * 3}
+    assert not log_facts(terms_run(zero, steps), P)["nonfinite_confined"]
+    acc = {"loss": [nan] * 3, "loss_box": [nan] * 3, "acc": [0.1] * 3}
+    assert not log_facts(terms_run(acc, steps), P)["nonfinite_confined"]

@@ -47,6 +47,12 @@ FACTS: dict[str, tuple[str, str]] = {
         "grad norm are within attribution.nan_rise_ratio x their median before it (an LR-driven "
         "divergence climbs first)",
     ),
+    "nan_never_finite": (
+        B,
+        "the log shows no finite loss or grad norm before its first non-finite one, in a log that starts at "
+        "the start of training (its first step within hard_spike.start_max_step, or within one logging "
+        "interval of step 0), and no finite record follows: the model never produced a finite value",
+    ),
     "nan_before_lr_acts": (
         B,
         "in a log that starts at the start of training, the first non-finite value (or the stop on one) "
@@ -227,8 +233,9 @@ def _partial_batch_nonfinite(events: pl.DataFrame) -> bool:
 
 def _confined_nonfinite(run: RunData, params) -> dict:
     """`nonfinite_confined` / `nonfinite_component`: loss terms (the record's metrics that are no
-    counter, timing, memory or optimizer value, the total loss excepted) that are non-finite while
-    >= 2 of their siblings stay finite, on every record where any term is non-finite."""
+    counter, timing, memory, optimizer or accuracy value, the total loss excepted) that are non-finite
+    while >= attribution.confined_min_siblings of their siblings stay finite and non-zero, on every record
+    where any term is non-finite."""
     ap = params.attribution
     out = {"nonfinite_confined": False, "nonfinite_component": ""}
     loss_name = run.resolve("loss")
@@ -241,15 +248,30 @@ def _confined_nonfinite(run: RunData, params) -> dict:
     )
     if terms.height == 0:
         return out
+    # a term printed as exactly 0 says nothing: a term over an empty selection (no positive boxes) is 0
+    # whatever the weights hold
     per = terms.group_by("attempt", "record").agg(
         pl.col("name").filter(~pl.col("value").is_finite()).unique().sort().alias("bad"),
-        (pl.col("value").is_finite()).sum().alias("good"),
+        (pl.col("value").is_finite() & (pl.col("value") != 0)).sum().alias("good"),
     )
     bad = per.filter(pl.col("bad").list.len() > 0)
-    if bad.height < ap.confined_min_records or bad.get_column("good").min() < 2:
+    if bad.height < ap.confined_min_records or bad.get_column("good").min() < ap.confined_min_siblings:
         return out
     names = sorted({n for row in bad.get_column("bad").to_list() for n in row})
     return {"nonfinite_confined": True, "nonfinite_component": ", ".join(names)}
+
+
+def _starts_at_start(run: RunData, first_step: int | None, start_max_step: int) -> bool:
+    """The log begins at the start of training: its first step is <= `start_max_step`, or within one
+    logging interval of step 0 (a first record at step 99 or 100 of a log printed every 100 steps);
+    without a step counter, a first epoch fraction printed below 0.05 (HF Trainer's `'epoch': 0.01`)."""
+    if first_step is None:
+        epoch = _finite(run.series("epoch"))
+        return bool(epoch.len()) and 0 <= float(epoch[0]) < 0.05
+    if first_step <= start_max_step:
+        return True
+    steps = run.series("loss").get_column("step").drop_nulls().unique().sort().head(2)
+    return steps.len() == 2 and first_step <= int(steps[1]) - int(steps[0])
 
 
 def _counts_updates(run: RunData) -> bool:
@@ -304,7 +326,7 @@ def log_facts(run: RunData, params) -> dict:
                 first_bad_t, first_bad = t, step
     episodes, recovered = _nonfinite_episodes(loss, grad)
     first_step = run.step_range()[0]
-    starts_at_start = first_step is not None and first_step <= params.hard_spike.start_max_step
+    starts_at_start = _starts_at_start(run, first_step, params.hard_spike.start_max_step)
     nan_at_start = first_bad_t is not None and first_bad_t < ap.start_records and starts_at_start
     if first_bad is None:  # no series says it: a nan event that names its step (detectron2 `at iteration=27`)
         placed = events.filter((pl.col("kind") == "nan") & pl.col("step").is_not_null()).get_column("step")
@@ -333,6 +355,7 @@ def log_facts(run: RunData, params) -> dict:
         "first_nonfinite_step": first_bad,
         "nan_without_rise": _nan_without_rise(loss, grad, first_bad_t, ap),
         "nan_before_lr_acts": before_lr,
+        "nan_never_finite": bool(starts_at_start and first_bad_t == 0 and episodes == 1 and recovered == 0),
         "losses_rejected": _losses_rejected(events),
         "nonfinite_episodes": episodes,
         "nonfinite_recovers": episodes >= 2 and recovered >= episodes - 1,

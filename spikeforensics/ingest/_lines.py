@@ -80,11 +80,32 @@ def lines_from_bytes(data: bytes, first_line: int = 1, lone_cr: bool | None = No
     )
 
 
+# A line that is one JSON string literal, with an optional trailing comma: how a Jupyter notebook
+# (.ipynb) stores every line of a cell's printed output (`"step 10 loss 2.31\n",`), and so what a
+# whole notebook or an excerpt of one holds. Only valid JSON escapes, so the decode cannot fail.
+JSON_STRING_LINE_RE = r'^\s*("(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*")\s*,?\s*$'
+
+
+def unwrap_json_strings(lines: pl.DataFrame) -> pl.DataFrame:
+    """Decode the lines that are one JSON string literal (notebook output lines) to the text they
+    hold: the trailing newline dropped, an inner newline or carriage return kept as a CR so that
+    `split_segments` splits there (tqdm redraws in a notebook are `\\r` escapes). Other lines as
+    they are; only lines that open with a quote are tested."""
+    text = pl.col("text")
+    quoted = text.str.contains(r'^\s*"')
+    if not lines.select(quoted.any()).item():
+        return lines
+    literal = text.str.extract(JSON_STRING_LINE_RE, 1)
+    decoded = literal.str.json_decode(pl.String).str.strip_suffix("\n").str.replace_all("\n", "\r", literal=True)
+    return lines.with_columns(pl.when(quoted & literal.is_not_null()).then(decoded).otherwise(text).alias("text"))
+
+
 def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
     """Split each physical line on carriage returns (tqdm redraws) and on the literal
     two characters `^M` of pasted logs, keeping the physical line number of every piece.
     Empty pieces are dropped. (Only lines that hold a CR are split: the common case
-    costs one literal scan.)"""
+    costs one literal scan.) Notebook output lines are decoded first (`unwrap_json_strings`)."""
+    lines = unwrap_json_strings(lines)
     text = pl.col("text")
     has_cr = text.str.contains("\r", literal=True) | text.str.contains("^M", literal=True)
     marked = lines.with_columns(has_cr.alias("_cr"))

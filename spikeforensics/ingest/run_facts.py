@@ -37,8 +37,11 @@ RUN_FACT_LITERALS = [
 PREC_LIGHTNING = r"Using (?:(16)[ -]?bit|(bfloat16|bf16))(?: native)?(?: Automatic Mixed)? [Pp]recision"
 PREC_ACCELERATE = r"mixed_precision\W{0,3}\s*[=:]?\s*['\"]?(fp16|bf16)\b"
 PREC_DS_CONFIG = r"\"(fp16|bf16)\":\s*\{\s*\"enabled\":\s*true"
+# the last: a printed tensor's own dtype (`tensor(nan, device='cuda:0', dtype=torch.bfloat16, grad_fn=...)`,
+# a loss computed in that precision; PyTorch prints the dtype only when it is not the default float32)
 PREC_DTYPE = (
-    r"(?:torch_dtype\s*=\s*|params_dtype\s*\.*\s*:?\s*|cast_model_type\s*:\s*)torch\.(float16|bfloat16|half|float32)\b"
+    r"(?:torch_dtype\s*=\s*|params_dtype\s*\.*\s*:?\s*|cast_model_type\s*:\s*|\btensor\([^()]*?\bdtype=)"
+    r"torch\.(float16|bfloat16|half|float32)\b"
 )
 PREC_FLAG = r"(?:^|[^\w-])-{0,2}(fp16|bf16)(?:\s*[=:]\s*|\s*\.{2,}\s*|\s+)(?:True|true|1)\b"
 PREC_BARE = r"(?:^|\s)--(fp16|bf16)(?:\s*\\?\s*$|\s+--)"
