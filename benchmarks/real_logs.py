@@ -85,7 +85,7 @@ class CaseScore:
 # dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
 # (`fresh`: session 6, `fresh2`: session 7, `fresh3`: session 8), each a development set after its one scoring
 SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3", "fresh4", "fresh5")
-ALL = SPLITS[:-1]  # every set, each after its first look (a new set is scored once with --set before it joins)
+ALL = SPLITS  # every set, each after its first look (a new set is scored once with --set before it joins)
 
 
 def load_cases(corpus: Path, split: str, only: list[str] | None) -> list[tuple[Path, dict, str]]:

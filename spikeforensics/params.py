@@ -503,6 +503,7 @@ class StallParams:
 
     lr_zero_records: int = 3  # why: a warmup from 0 prints 0 once (step 0); 3 records at exactly 0 are no warmup, the weights are not moving
     loss_fall_ratio: float = 0.99  # why: "the loss does not fall": the median of the last third of those records >= 99% of the first third's (a rounded-to-0 print of a real, small LR would still show the loss falling)
+    skipped_tail_records: int = 2  # why: one record whose interval skipped its updates can be a transient (a skipped overflow step); every update of the last 2 or more records skipped, the loss not falling, is a trainer that has stopped applying updates
     decayed_frac: float = 0.01  # why: zeros that end the log after the LR fell to under 1% of its peak are a schedule decaying to 0 (llm.c's default ends at 0: its last steps print lr:0.000000), not an LR stuck at 0
 
 
@@ -530,6 +531,7 @@ class BlipParams:
     pattern_loss_share: float = 0.2  # why: a blip pattern is a warning only when the loss answers a fifth of its blips or more (and recurring_count of them): one coincidental loss wobble in a hundred blips is noise
     lr_pattern_rate: float = 0.01  # why: grad-norm spikes recurring at least once per 100 records over their span are the LR-too-high pattern (DETECTION-ANCHORS: recurring spikes, shrinking interval) even when the loss holds; sparser ones are the norm's heavy tail
     short_run_min_blips: int = 5  # why: on a run shorter than long_run_records the grad norm's tail is not known: quiet grad-only spikes are grouped as its blips only when there are 5 or more of them (3 or 4 on a few hundred records are the run's events)
+    tail_known_records: int = 1000  # why: from 1000 grad-norm records on, the norm's tail is sampled well enough that recurring_count (3) quiet spikes the loss never answers are that tail, not events (a healthy 2240-step SFT run at batch size 1 has 4 such 7-11x spikes); below it short_run_min_blips holds
     steps_listed: int = 50  # why: the grouped blip note lists at most 50 of its steps (first and last always given): a run with thousands of blips must not bloat diagnosis.json
 
 

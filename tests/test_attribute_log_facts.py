@@ -88,6 +88,9 @@ def test_skipped_nonfinite_updates_recover():
 def test_masked_zero_loss_and_explosion_and_astronomical_norm():
     assert log_facts(run_of(loss=[3.8, 0.0, 0.0, 0.0]), P)["loss_zero_collapse"]
     assert not log_facts(run_of(loss=[0.0, 0.0]), P)["loss_zero_collapse"]  # nothing says it is masked
+    assert log_facts(run_of(loss=[0.0, 0.0, 0.0]), P)[
+        "loss_zero_collapse"
+    ]  # every record of a log: no model trains at 0
     assert log_facts(run_of(loss=[0.0, 0.0], grad=[math.nan, math.nan]), P)["loss_zero_collapse"]
     f = log_facts(run_of(loss=[5.6, 5.3, 153318.95, 5.7], grad=[1.0, 2.0, 3e12, 1.0]), P)
     assert f["loss_explodes"] and f["grad_norm_astronomical"] and f["loss_max_ratio"] > 1e4

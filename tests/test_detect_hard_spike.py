@@ -165,17 +165,25 @@ def test_rank_found_from_a_per_rank_layer_dump_when_the_log_is_global():
     assert f.peak_step == 1001 and f.rank == 3 and f.facts["ranks_flagged"] == [3]
 
 
-def test_recurring_grad_only_spikes_become_one_warning_isolated_ones_stay_notes():
+def test_recurring_grad_only_spikes_become_one_finding_isolated_ones_stay_notes():
     c = curves(3000, seed=13, grad_noise=0.25)  # noisy grad norms, as in small models
     c["grad_norm"][800] = 0.4 * 7  # one grad-only spike, 7x the settled level: a note
     found = hard_spike.detect(run_from(c), Params())
     assert [(f.peak_step, f.severity) for f in found] == [(801, "info")]
     for s in (1400, 1900, 2500):
         c["grad_norm"][s] = 0.4 * 7
+    # 3000 records (>= blips.tail_known_records): four sparse spikes the loss never answers are the
+    # grad norm's tail, one grouped note with their steps
     found = hard_spike.detect(run_from(c), Params())
-    warn = [f for f in found if f.severity != "info"]
+    [group] = [f for f in found if f.facts.get("recurring_spikes")]
+    assert group.severity == "info" and (group.step_start, group.step_end) == (801, 2501)
+    assert group.facts["recurring_spikes"] == [801, 1401, 1901, 2501]
+    assert group.facts["blip_pattern"]["loss_moved"] == 0
+    # on a run too short to know the norm's tail they are a pattern worth a warning
+    short = {k: v[:2700] for k, v in c.items()}
+    few = Params.load(overrides=["blips.tail_known_records=5000"])
+    warn = [f for f in hard_spike.detect(run_from(short), few) if f.severity != "info"]
     assert [(f.step_start, f.step_end) for f in warn] == [(801, 2501)]
-    assert warn[0].facts["recurring_spikes"] == [801, 1401, 1901, 2501]
 
 
 def test_unstable_start_is_reported_only_for_a_log_that_starts_at_step_one():

@@ -168,10 +168,11 @@ def test_a_scale_printed_rounded_is_read_as_its_power_of_two_and_fairseqs_floor_
 
 def test_fairseq_overflow_storm_below_one_is_a_collapse(tmp_path):
     # fairseq#515 (lightconv fp16): the scale goes 0.0625 -> 0.0039 in 300 updates, never regrows,
-    # while the loss keeps falling
+    # while the loss keeps falling. A scale below 1 has halved past any calibration, and the logged steps
+    # are nearly all overflow-skipped: the events alone convict the run (detect/events.py)
     from tests.test_real_corpus_cases import run_case
 
     run, d, facts = run_case(tmp_path, "fairseq-515-lightconv-overflow-scale-collapse-loss-falling")
-    assert not facts["healthy"] and d["verdict"]["status"] == "degraded"
+    assert not facts["healthy"] and d["verdict"]["status"] == "unstable"
     inc = d["incidents"][0]
     assert inc["kind"] == "loss_scale_collapse" and inc["root_cause"] == "fp16_overflow"

@@ -45,3 +45,24 @@ def test_a_schedule_that_decays_to_zero_at_the_end_is_not_a_stall():
     c["lr"][1000:1300] = 0.0
     c["loss"][1000:1300] = c["loss"][999]
     assert [f.kind for f in stall.detect(run_from(c), Params())] == ["no_progress"]
+
+
+def test_a_loss_printed_as_exactly_zero_on_every_record_is_no_progress(tmp_path):
+    # ChatGLM-6B LoRA in 8-bit on a V100 (sample_logs/real/fresh5): `{'loss': 0.0, 'learning_rate': ...}` on all
+    # 6 records, a masked non-finite loss; a run whose loss falls to 0 at its end keeps its healthy verdict
+    import tomllib
+    from pathlib import Path
+
+    from spikeforensics import api
+
+    folder = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "fresh5"
+    folder = folder / "hf-trainer-chatglm-tuning-24-chatglm6b-lora-int8-v100-loss-zero-every-record"
+    facts = tomllib.loads((folder / "FACTS.toml").read_text())
+    api.ingest([folder / facts["files"][0]], run_id="r", store=tmp_path)
+    d = api.diagnose(api.load_run("r", tmp_path))
+    [inc] = d["incidents"]
+    assert inc["kind"] == "no_progress" and inc["severity"] == "warning" and d["verdict"]["status"] == "degraded"
+    assert facts["stated_label"] in [inc["root_cause"]] + [a["root_cause"] for a in inc["alternatives"]]
+    c = curves(300, seed=2)
+    c["loss"][-5:] = 0.0
+    assert not [f for f in stall.detect(run_from(c), Params()) if f.facts.get("cause") == "loss_zero"]

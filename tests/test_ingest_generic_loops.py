@@ -345,3 +345,22 @@ def test_a_loss_printed_before_its_counter_is_a_record(store, tmp_path):
     assert detect_format(path)[0] == "generic_steps"
     metrics, _ = ingest(store, path)
     assert records(metrics) == [i * 10 for i in range(30)] and value(metrics, 290, "loss") == pytest.approx(2.01)
+
+
+def test_a_per_epoch_iter_counter_with_its_total_is_composed_with_the_epoch(store):
+    # Flair's ModelTrainer: `epoch 3 - iter 12/47 - loss 2.1` (every line written twice by two handlers);
+    # the iter counter restarts each epoch: step = (E - 1) * 47 + i, one attempt
+    folder = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "fresh5"
+    case = folder / "flair-b659-sequence-tagger-ner-training-log-healthy-137-epochs"
+    facts = tomllib.loads((case / "FACTS.toml").read_text())
+    metrics, f = ingest(store, case / facts["files"][0])
+    steps = records(metrics)
+    assert len(steps) == facts["step_records"] == 1644
+    assert (steps[0], steps[-1]) == (facts["first_step"], facts["last_step"]) == (0, 6436)
+    assert steps == sorted(steps) and train(metrics).get_column("attempt").unique().to_list() == [0]
+
+
+def test_a_global_counter_printed_with_the_runs_total_is_kept(store, tmp_path):
+    text = "".join(f"Epoch {1 + s // 100} Step {s}/300 loss {2.0 - s / 1000:.3f}\n" for s in range(0, 300, 20))
+    metrics, _ = ingest(store, write(tmp_path, "g.log", text))
+    assert records(metrics) == list(range(0, 300, 20))

@@ -26,10 +26,12 @@ FRESH2 = DEV.parent / "fresh2"
 FRESH3 = DEV.parent / "fresh3"
 # the fresh4 set after its one scoring (benchmarks/real_logs_fresh4_first_look.md), a development set since
 FRESH4 = DEV.parent / "fresh4"
+# the fresh5 set after its one scoring (benchmarks/real_logs_fresh5_first_look.md), a development set since
+FRESH5 = DEV.parent / "fresh5"
 
 
 def case(name: str) -> tuple[Path, dict]:
-    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4) if (d / name).is_dir()), DEV / name)
+    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5) if (d / name).is_dir()), DEV / name)
     if not folder.is_dir():
         pytest.skip(f"corpus case {name} absent")
     return folder, tomllib.loads((folder / "FACTS.toml").read_text())

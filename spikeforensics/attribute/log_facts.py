@@ -83,7 +83,8 @@ FACTS: dict[str, tuple[str, str]] = {
     "loss_zero_collapse": (
         B,
         "the loss is printed as exactly 0 on >= 2 records after a positive loss or beside a "
-        "non-finite grad norm (a masked NaN: HF Trainer and fp16 runs print 0.0 when the loss overflowed)",
+        "non-finite grad norm, or on every record of a log of >= stall.lr_zero_records records (a masked NaN: HF Trainer and fp16 runs print "
+        "0.0 when the loss overflowed)",
     ),
     "samples_nonfinite": (
         B,
@@ -362,7 +363,8 @@ def log_facts(run: RunData, params) -> dict:
         "grad_nonfinite_skipped": _grad_nonfinite_skipped(loss, grad),
         "loss_explodes": bool(ratio is not None and ratio >= ap.loss_explode_ratio),
         "loss_max_ratio": ratio,
-        "loss_zero_collapse": zero_after >= 2,
+        "loss_zero_collapse": zero_after >= 2
+        or bool(loss.height >= params.stall.lr_zero_records and (loss.get_column("value") == 0).all()),
         "samples_nonfinite": _partial_batch_nonfinite(events),
         **_confined_nonfinite(run, params),
         "grad_norm_max": gmax,

@@ -10,7 +10,7 @@ unstable"), each a critical finding:
   `Minimum loss scale reached`).
 - **every logged step overflowing** (`loss_scale_collapse`, `cause` = `all_steps_overflow`):
   overflow-skipped steps make up >= `all_overflow_frac` of the logged steps, over more steps
-  than a scaler's calibration takes.
+  than a scaler's calibration takes (or at a scale already below 1, past any calibration).
 - **a hardware error, then nothing** (`hardware_error`, `cause` = `hardware_death`): an `xid`
   event with a hardware code, an `ecc` event, or an `error` whose message names ECC / an Xid,
   with no training-step record after it (same file: a later line; another file: a later
@@ -156,7 +156,11 @@ def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
     logged = records.select("attempt", "step").unique().height
     denom = max(logged, skipped)
     stuck = _longest_same_scale_run(placed)
-    calibrating = skipped < ep.all_overflow_min_steps and stuck < ep.all_overflow_stuck_skips
+    # a scale already below 1 has halved far past any calibration (scalers start at 2^15-2^32): however
+    # few records the log shows, the skips are not a scaler finding its level
+    lowest = _text().str.json_path_match("$.new_scale").cast(pl.Float64, strict=False)
+    below_one = bool((ov.select(lowest.min()).item() or ep.floor_scale) < ep.floor_scale)
+    calibrating = skipped < ep.all_overflow_min_steps and stuck < ep.all_overflow_stuck_skips and not below_one
     if calibrating or skipped < ep.all_overflow_frac * denom:
         return []
     steps = placed.get_column("step")

@@ -29,7 +29,7 @@ import math
 import numpy as np
 import polars as pl
 
-from spikeforensics.detect import recurrence, robust, shape, signals
+from spikeforensics.detect import recurrence, robust, settling, shape, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
@@ -221,7 +221,7 @@ def detect(run: RunData, params) -> list[Finding]:
     long_run = _long_run(run, params)
     if long_run:
         findings = [_quiet_blip(f, run, params) for f in findings]
-    findings = _quiet_loss_bumps(findings, run, params)
+    findings = settling.quiet_settling_bumps(_quiet_loss_bumps(findings, run, params), run, params)
     findings = _recurring(findings, run, params, long_run)
     findings += _absurd_norms(run, params, findings)
     return recurrence.promote(run, findings, params)
@@ -230,6 +230,12 @@ def detect(run: RunData, params) -> list[Finding]:
 def _long_run(run: RunData, params) -> bool:
     grad, _ = signals.raw(run, "grad_norm")
     return grad.height >= params.blips.long_run_records
+
+
+def _tail_known(run: RunData, params) -> bool:
+    """Enough grad-norm records (`blips.tail_known_records`) that a few quiet spikes are its tail."""
+    grad, _ = signals.raw(run, "grad_norm")
+    return grad.height >= params.blips.tail_known_records
 
 
 def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
@@ -366,6 +372,8 @@ def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = F
     free = [s for s in events if is_free(s)]
     moved = _loss_answer(run, params, free)
     answered = moved.filter(pl.col("moved")).get_column("step").to_list() if moved is not None else []
+    if not long_run and moved is not None and not answered and free and _tail_known(run, params):
+        long_run = not _dense(run, params, events)  # sparse spikes the loss never answered: the norm's tail
     if long_run:  # the rules' "unstable run" pattern: events with an effect, not the quiet heavy tail
         pattern = sorted(set(events) - set(free) | set(answered))
         absorbed = {id(f) for f in notes if is_free(f.peak_step)} if free else set()
@@ -477,9 +485,8 @@ def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
         for f in cands
         if not moved & set(range(f.step_start, f.step_end + 1)) and seen & set(range(f.step_start, f.step_end + 1))
     ]
-    if len(quiet) < max(hp.recurring_count, params.blips.short_run_min_blips) or _dense(
-        run, params, [f.peak_step for f in quiet]
-    ):
+    least = hp.recurring_count if _tail_known(run, params) else params.blips.short_run_min_blips
+    if len(quiet) < max(hp.recurring_count, least) or _dense(run, params, [f.peak_step for f in quiet]):
         return False
     for f in quiet:
         if f.severity != "info":
@@ -519,16 +526,41 @@ def _loss_answer(run: RunData, params, steps: list[int]) -> pl.DataFrame | None:
     )
     if at.height == 0:
         return None
+    rises = (pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z)
     near = pl.concat([at.with_columns((pl.col("t0") + d).alias("t")) for d in range(bp.reach + 1)])
-    hit = near.join(rows, on="t").with_columns(
-        ((pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z)).alias("moved")
-    )
-    return (
+    hit = near.join(rows, on="t").with_columns(rises.alias("moved"))
+    out = (
         hit.group_by("at")
         .agg(pl.col("rise").max().exp(), pl.col("moved").sum() >= bp.loss_effect_records)
         .rename({"at": "step"})
         .sort("step")
     )
+    # the loss "answers" a blip only more often than it moves after any record: on a noisy loss (batch
+    # size 1, per-example SFT losses) a 10% rise within a few records comes after half of all records
+    answered = int(out.get_column("moved").sum())
+    if (
+        answered
+        and _chance_of_answers(run, rows, rises, answered, out.height, params) > params.hard_spike.corroborate_chance
+    ):
+        out = out.with_columns(pl.lit(False).alias("moved"))
+    return out
+
+
+def _chance_of_answers(run: RunData, rows: pl.DataFrame, rises: pl.Expr, answered: int, blips: int, params) -> float:
+    """The chance that the loss "moves" (as `_loss_answer` judges it) after `answered` or more of `blips`
+    records picked at random: the binomial tail at the share of all records after which it moves."""
+    bp = params.blips
+    key = ("sf-loss-move-share", id(rows))  # once per run: the judged rows are the run's loss
+    if key not in run._cache:
+        moved = (
+            rows.sort("t")
+            .select(rises.cast(pl.Int32).alias("m"))
+            .select(pl.col("m").reverse().rolling_sum(bp.reach + 1, min_samples=1).reverse() >= bp.loss_effect_records)
+            .to_series()
+        )
+        run._cache[key] = float(moved.mean()) if moved.len() else 0.0
+    p = run._cache[key]
+    return sum(math.comb(blips, k) * p**k * (1 - p) ** (blips - k) for k in range(answered, blips + 1))
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:

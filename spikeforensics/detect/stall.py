@@ -8,7 +8,17 @@ leaves 0, a warmup longer than the run, an LR of 0 in the config. One `no_progre
 (warning: nothing explodes, but nothing is learned), fact `cause` = `lr_zero`. A zero stretch that
 ends the log after the LR decayed to it is a schedule's normal end (`_decayed_to_zero`), not a finding.
 
-Pure: `detect(run, params)` reads the `lr` and loss series only.
+Updates skipped to the end of the log: the last `stall.skipped_tail_records` or more training records
+each hold a `skipped_step` event at their step (ESPnet2's `optim_step_time=nan`: no optimizer step ran
+in the interval). Whatever the loss does over them (an interval mean still drifts down a little) the
+trainer is discarding every update (a grad
+norm that stays non-finite under AMP, a guard that rejects every batch): `no_progress`, fact `cause` =
+`updates_skipped`.
+
+A loss printed as exactly 0 on every record of the log (`_loss_all_zero`): `no_progress`, `cause` =
+`loss_zero` (a masked non-finite loss, or every label masked out).
+
+Pure: `detect(run, params)` reads the `lr` and loss series and the `skipped_step` events only.
 """
 
 from __future__ import annotations
@@ -37,6 +47,81 @@ def _decayed_to_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
 
 
 def detect(run: RunData, params) -> list[Finding]:
+    return _lr_zero(run, params) + _skipped_to_the_end(run, params) + _loss_all_zero(run, params)
+
+
+def _loss_all_zero(run: RunData, params) -> list[Finding]:
+    """Every training loss of the log printed as exactly 0 (`stall.lr_zero_records` or more records): no
+    model trains at a loss of 0 from its first step; the trainer is printing a masked non-finite loss
+    (HF Trainer under fp16) or every label is masked out. Nothing explodes, nothing is learned."""
+    loss = run.series("loss")
+    if loss.height < params.stall.lr_zero_records or not (loss.get_column("value") == 0).all():
+        return []
+    steps = loss.get_column("step").drop_nulls()
+    lo, hi = (int(steps.min()), int(steps.max())) if steps.len() else (0, loss.height - 1)
+    return [
+        Finding(
+            kind="no_progress",
+            step_start=lo,
+            step_end=hi,
+            peak_step=lo,
+            severity="warning",
+            score=float(loss.height),
+            summary=f"the loss is exactly 0 on all {loss.height} records: a masked non-finite loss or labels that are "
+            "all masked out, not a model that learns",
+            evidence=[
+                Evidence(signal="loss", step=lo, value=0.0, baseline=None, note=f"loss = 0 on {loss.height} records")
+            ],
+            facts={"cause": "loss_zero", "scope": "run"},
+        )
+    ]
+
+
+def _skipped_to_the_end(run: RunData, params) -> list[Finding]:
+    sp = params.stall
+    skips = run.events_of("skipped_step").filter(pl.col("step").is_not_null())
+    loss = run.series("loss").sort("t")
+    if skips.height < sp.skipped_tail_records or loss.height <= sp.skipped_tail_records:
+        return []
+    last_attempt = loss.get_column("attempt").max()
+    tail = loss.filter(pl.col("attempt") == last_attempt)
+    flags = tail.with_columns(
+        pl.col("step")
+        .is_in(skips.filter(pl.col("attempt") == last_attempt).get_column("step").implode())
+        .alias("_skip")
+    )
+    run_len = int(flags.reverse().select(pl.col("_skip").cum_min().sum()).item())
+    if run_len < sp.skipped_tail_records:
+        return []
+    stuck = flags.tail(run_len)
+    last = _median(stuck.get_column("value"))
+    lo, hi = int(stuck.get_column("step").min()), int(stuck.get_column("step").max())
+    return [
+        Finding(
+            kind="no_progress",
+            step_start=lo,
+            step_end=hi,
+            peak_step=lo,
+            severity="warning",
+            score=float(run_len),
+            summary=f"every update of the last {run_len} records (steps {lo}-{hi}) was skipped by the trainer"
+            + (f"; the loss stays at {last:.4g}" if last is not None else "")
+            + ": training stopped making progress",
+            evidence=[
+                Evidence(
+                    signal="skipped_step",
+                    step=lo,
+                    value=float(run_len),
+                    baseline=None,
+                    note="updates skipped to the end of the log",
+                )
+            ],
+            facts={"cause": "updates_skipped", "skipped_records": run_len, "onset_step": lo},
+        )
+    ]
+
+
+def _lr_zero(run: RunData, params) -> list[Finding]:
     sp = params.stall
     lr = run.series("lr")
     if lr.height < sp.lr_zero_records:

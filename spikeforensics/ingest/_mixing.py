@@ -70,7 +70,13 @@ def record_like_sample(path, lines: pl.DataFrame, limit: int) -> SniffSample:
     """A sniff sample of the lines that could hold a record (a digit and a word records print),
     at most `limit` of them; the driver's wide sniff and the mix both look at these."""
     hinted = lines.filter(pl.col("text").str.contains(RECORD_HINT) & pl.col("text").str.contains(r"\d"))
-    chosen = hinted.get_column("text").head(limit).to_list()
+    texts = hinted.get_column("text")
+    if texts.len() > limit:  # the first half, then the rest evenly: a log whose first hundreds of such lines
+        # are config dumps of several launches still shows the sniffers its records
+        half = limit // 2
+        rest = texts.slice(half)
+        texts = pl.concat([texts.head(half), rest.gather_every(max(1, -(-rest.len() // (limit - half))))])
+    chosen = texts.head(limit).to_list()
     return SniffSample(path=path, text="\n".join(chosen), lines=chosen)
 
 
@@ -90,7 +96,10 @@ def _record_lines(result: ParseResult) -> pl.Series:
     metrics = result.tables.get("metrics")
     if metrics is None or metrics.height == 0:
         return pl.Series("line", [], dtype=pl.Int64)
-    return metrics.get_column("line").drop_nulls().cast(pl.Int64).unique()
+    lines = metrics.get_column("line").drop_nulls().cast(pl.Int64)
+    if result.body_lines is not None:
+        lines = pl.concat([lines, result.body_lines.cast(pl.Int64).rename("line")])
+    return lines.unique()
 
 
 def mix(
@@ -144,7 +153,7 @@ def attach_continuations(result: ParseResult, lines: pl.DataFrame) -> ParseResul
     metrics = result.tables.get("metrics")
     if metrics is None or metrics.height == 0 or lines.height == 0 or "record" not in metrics.columns:
         return result
-    read = metrics.get_column("line").drop_nulls().cast(pl.Int64).unique().implode()
+    read = _record_lines(result).implode()
     owners = (
         metrics.filter(pl.col("record").is_not_null())
         .group_by("line")

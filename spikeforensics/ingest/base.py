@@ -109,6 +109,9 @@ class ParseResult:
     # the unparsed lines' numbers, where the parser knows them (line grammars, through
     # `text_result`): lets the driver take back a line another grammar of the file reads
     unparsed_lines: pl.Series | None = None
+    # the lines a multi-line record's body spans beyond the line its metrics are numbered by (Coqui's
+    # `| > loss: 2.3` lines under a `--> STEP` header): read, so never offered to another grammar
+    body_lines: pl.Series | None = None
 
     def add(self, table: str, frame: pl.DataFrame | None) -> None:
         if frame is None or frame.height == 0:

@@ -93,6 +93,8 @@ NAME = "generic_steps"
 # the counter may be rounded with a K/M suffix (LeRobot `step:1K`, `step:12K`): see `_step`
 COUNT = r"(\d+(?:\.\d+)?[KM]?|\d+)"
 STEP = rf"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
+# the same counter with its total captured (`iter 12/47`: group 1 the counter, group 2 the total)
+STEP_TOTAL = r"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*(\d+)"
 # a `step` counter wins over an `iter` one printed before it (`E5 iter[ 14/ 15] | ... | [step]    89`)
 STEP_FIRST = rf"(?i)\b(?:global[_ ]step|step)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
@@ -138,9 +140,11 @@ IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
 # a loss value, then a counter word with its number, later on the line (one count per line with
 # the shapes above: a line that has both is counted twice, which only ever confirms a record)
 LOSS_THEN_STEP = rf"(?i:\bloss)\w*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
-LOSS_TAIL = r".*?(?i:loss)\w*['\"]?\]?(?:\s*[:=]?\s*\[?\s*|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
+LOSS_TAIL = r".*?(?i:loss)\w*['\"]?\]?(?:\s*[:=]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 # a quoted key (`'loss': nan`, a dict's repr inside a PaddleOCR line) is its bare name
 QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
+# a number printed as a string (PaddleDetection 2.x `'loss': '24.061707'`, a dict of formatted stats) is that number
+QUOTED_NUMBER = r"""['"]([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[Nn]a[Nn]|-?[Ii]nf))['"]"""
 # a scalar printed through its wrapper: `np.float64(0.40)`, `np.int32(2)`, `tensor(2.31, device='cuda:0')`
 WRAPPED = r"(?:np\.|numpy\.)?(?:(?:float|int|uint|bfloat|half)\d*|tensor)\(\s*([-+]?[\w.+-]+)\s*(?:,[^()]*)?\)"
 MAX_CONFIDENCE = 0.35
@@ -220,6 +224,33 @@ def _batch_step(frame: pl.DataFrame) -> pl.Expr:
     return step_int(pl.when(text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)).then(value))
 
 
+def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
+    """A `step`/`iter` counter printed with its total beside an epoch that restarts every epoch (Flair's
+    `epoch 3 - iter 12/47 - loss 2.1`): step = (E - e0) * n + i, as for a `Batch i/n` counter (e0 = 0 when an
+    epoch 0 is printed, else 1). Decided per file: only when the counter goes back as the epoch moves up and
+    stays below its total; a global counter printed with the run's total (`Epoch 3 Step 1200/50000`) is kept."""
+    text = pl.col("text")
+    g = frame.with_columns(
+        text.str.extract(STEP_TOTAL, 2).cast(pl.Float64, strict=False).alias("_n"),
+        text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False).alias("_e"),
+    )
+    counted = g.filter(pl.col("step").is_not_null() & pl.col("_n").is_not_null() & pl.col("_e").is_not_null())
+    if counted.height < 2:
+        return frame
+    seq = counted.sort("line")
+    restarts = seq.filter((pl.col("step").diff() < 0) & (pl.col("_e").diff() > 0)).height
+    inside = seq.filter(pl.col("step") >= pl.col("_n")).height == 0
+    if not restarts or not inside or seq.filter(pl.col("step").diff() < 0).height != restarts:
+        return frame
+    e0 = 0.0 if seq.select((pl.col("_e") == 0).any()).item() else 1.0
+    value = (pl.col("_e") - e0) * pl.col("_n") + pl.col("step").cast(pl.Float64)
+    value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
+    composed = pl.col("_n").is_not_null() & pl.col("_e").is_not_null() & pl.col("step").is_not_null()
+    return g.with_columns(pl.when(composed).then(step_int(value)).otherwise(pl.col("step")).alias("step")).drop(
+        "_n", "_e"
+    )
+
+
 def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     """(line, name, value) of the candidate lines: `key is value` phrases, then key/value pairs."""
     text = pl.col("text")
@@ -232,6 +263,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         # numpy / torch scalars as Python prints them (verl's `actor/grad_norm:np.float64(0.40)`)
         .str.replace_all(WRAPPED, "$1")
         .str.replace_all(QUOTED_KEY, "${1}:")
+        .str.replace_all(QUOTED_NUMBER, "${1}")
         .str.replace(STEP, " ")
         .str.replace(TRAIN_FRAC, " ")
         .str.replace(NUM_COUNTER, " ")
@@ -267,6 +299,7 @@ def parse(src: SourceFile) -> ParseResult:
     token = pl.coalesce(token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2))
     lossy_lines = lossy_lines.with_columns(*_step(token)).drop("_raw_bracket")
     lossy_lines = lossy_lines.with_columns(pl.coalesce(pl.col("step"), _batch_step(lossy_lines)).alias("step"))
+    lossy_lines = _per_epoch_counter(lossy_lines)
     # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
     # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record; so is
     # one without a counter (`valid_evaluation: loss=1.83, acc=0.76`), with the step before it

@@ -31,7 +31,7 @@ KEYWORDS = (
     r"OVERFLOW|overflow|loss scale|Minimum loss scale|[Cc]heckpoint|checkpoint|"
     r"[Ss]aving|[Ss]aved|Writing model|Continuing training|Resuming training|out of memory|"
     r"OutOfMemoryError|Watchdog caught|last completed NCCL work|Bad grad_norm|skipping update|"
-    r"Traceback|Error|Exception|NVRM: Xid"
+    r"Traceback|Error|Exception|NVRM: Xid|optimizer not run"
 )
 
 # --- fp16 loss scaling --------------------------------------------------------
@@ -48,6 +48,9 @@ DS_OVERFLOW_BARE = r"OVERFLOW! Rank \d+ Skipping step\.?\s*$"
 # and the older wordings `| WARNING: overflow detected, setting loss scale to: 0.0625` (2018-19) and
 # `fairseq.trainer | NOTE: overflow detected, setting loss scale to: 32.0` (2020-21)
 FAIRSEQ_OVERFLOW = rf"(?:overflow detected, (?:ignoring gradient, )?setting loss scale to|AMP: overflow detected, setting scale to):?\s*({NUM})"
+# PaddlePaddle's dynamic loss scaling as PaddleNLP's Trainer reports it (`optimizer not run, scale_before:
+# 0.25, scale_after: 0.125`: the step found non-finite gradients and was skipped)
+PADDLE_OVERFLOW = rf"optimizer not run, scale_before:\s*({NUM}),\s*scale_after:\s*({NUM})"
 # DeepSpeed non-ZeRO fused optimizer / apex: `Grad overflow on iteration N`
 GRAD_OVERFLOW = r"Grad(?:ient)? overflow on iteration:?\s*(\d+)"
 
@@ -204,7 +207,10 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     ovf = text.str.extract_groups(DS_OVERFLOW)
     fs = text.str.extract(FAIRSEQ_OVERFLOW, 1)
     go = text.str.extract(GRAD_OVERFLOW, 1)
+    pd = text.str.extract_groups(PADDLE_OVERFLOW)
     c = cand.with_columns(
+        pd.struct.field("1").alias("_p_old"),
+        pd.struct.field("2").alias("_p_new"),
         hys.struct.field("1").alias("_h_scale"),
         hys.struct.field("2").alias("_h_from"),
         hys.struct.field("3").alias("_h_to"),
@@ -253,6 +259,17 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
             ),
         )
     )
+    p = c.filter(pl.col("_p_new").is_not_null())
+    out.append(
+        _ret(
+            p,
+            "overflow",
+            detail_expr(
+                floats={"old_scale": _num(pl.col("_p_old")), "new_scale": _num(pl.col("_p_new"))},
+                strings={"source_format": pl.lit("paddle")},
+            ),
+        )
+    )
     g = c.filter(pl.col("_g_iter").is_not_null())
     out.append(
         _ret(
@@ -268,6 +285,7 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         | pl.col("_bare")
         | pl.col("_f_new").is_not_null()
         | pl.col("_g_iter").is_not_null()
+        | pl.col("_p_new").is_not_null()
     )
     return c.filter(~used).select(cand.columns), out
 
