@@ -50,6 +50,21 @@ def detect(run: RunData, params) -> list[Finding]:
     return _lr_zero(run, params) + _skipped_to_the_end(run, params) + _loss_all_zero(run, params)
 
 
+def _stall(lo: int, hi: int, records: int, summary: str, evidence: Evidence, facts: dict) -> Finding:
+    """One `no_progress` warning over steps lo-hi (nothing explodes, nothing is learned)."""
+    return Finding(
+        kind="no_progress",
+        step_start=lo,
+        step_end=hi,
+        peak_step=lo,
+        severity="warning",
+        score=float(records),
+        summary=summary,
+        evidence=[evidence],
+        facts=facts,
+    )
+
+
 def _loss_all_zero(run: RunData, params) -> list[Finding]:
     """Every training loss of the log printed as exactly 0 (`stall.lr_zero_records` or more records): no
     model trains at a loss of 0 from its first step; the trainer is printing a masked non-finite loss
@@ -59,22 +74,12 @@ def _loss_all_zero(run: RunData, params) -> list[Finding]:
         return []
     steps = loss.get_column("step").drop_nulls()
     lo, hi = (int(steps.min()), int(steps.max())) if steps.len() else (0, loss.height - 1)
-    return [
-        Finding(
-            kind="no_progress",
-            step_start=lo,
-            step_end=hi,
-            peak_step=lo,
-            severity="warning",
-            score=float(loss.height),
-            summary=f"the loss is exactly 0 on all {loss.height} records: a masked non-finite loss or labels that are "
-            "all masked out, not a model that learns",
-            evidence=[
-                Evidence(signal="loss", step=lo, value=0.0, baseline=None, note=f"loss = 0 on {loss.height} records")
-            ],
-            facts={"cause": "loss_zero", "scope": "run"},
-        )
-    ]
+    summary = (
+        f"the loss is exactly 0 on all {loss.height} records: a masked non-finite loss or labels that are "
+        "all masked out, not a model that learns"
+    )
+    ev = Evidence(signal="loss", step=lo, value=0.0, baseline=None, note=f"loss = 0 on {loss.height} records")
+    return [_stall(lo, hi, loss.height, summary, ev, {"cause": "loss_zero", "scope": "run"})]
 
 
 def _skipped_to_the_end(run: RunData, params) -> list[Finding]:
@@ -96,29 +101,20 @@ def _skipped_to_the_end(run: RunData, params) -> list[Finding]:
     stuck = flags.tail(run_len)
     last = _median(stuck.get_column("value"))
     lo, hi = int(stuck.get_column("step").min()), int(stuck.get_column("step").max())
-    return [
-        Finding(
-            kind="no_progress",
-            step_start=lo,
-            step_end=hi,
-            peak_step=lo,
-            severity="warning",
-            score=float(run_len),
-            summary=f"every update of the last {run_len} records (steps {lo}-{hi}) was skipped by the trainer"
-            + (f"; the loss stays at {last:.4g}" if last is not None else "")
-            + ": training stopped making progress",
-            evidence=[
-                Evidence(
-                    signal="skipped_step",
-                    step=lo,
-                    value=float(run_len),
-                    baseline=None,
-                    note="updates skipped to the end of the log",
-                )
-            ],
-            facts={"cause": "updates_skipped", "skipped_records": run_len, "onset_step": lo},
-        )
-    ]
+    summary = (
+        f"every update of the last {run_len} records (steps {lo}-{hi}) was skipped by the trainer"
+        + (f"; the loss stays at {last:.4g}" if last is not None else "")
+        + ": training stopped making progress"
+    )
+    ev = Evidence(
+        signal="skipped_step",
+        step=lo,
+        value=float(run_len),
+        baseline=None,
+        note="updates skipped to the end of the log",
+    )
+    facts = {"cause": "updates_skipped", "skipped_records": run_len, "onset_step": lo}
+    return [_stall(lo, hi, run_len, summary, ev, facts)]
 
 
 def _lr_zero(run: RunData, params) -> list[Finding]:
