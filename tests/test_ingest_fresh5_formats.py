@@ -119,3 +119,14 @@ def test_paddle_overflow_lines_and_a_scale_below_one_convict_the_run(store, tmp_
     api.ingest([folder / facts["files"][0]], run_id="r", store=tmp_path)
     d = api.diagnose(api.load_run("r", tmp_path))
     assert d["verdict"]["status"] == "unstable" and d["incidents"][0]["kind"] == "loss_scale_collapse"
+
+
+def test_mmengine_scalars_json_validation_rows_are_not_training_records(store):
+    # `{"accuracy/top1": 43.1, "data_time": 0.09, "time": 0.12, "step": 1}` between the train rows (its `step`
+    # the epoch): a quality metric without a loss, LR or grad norm, in a file whose train rows have them
+    metrics, _, f, facts = real(store, "mmpretrain-openmmlab-camp-resnet50-fruit30-scalars-json-healthy-59-epochs")
+    steps = train_steps(metrics)
+    assert f.format == "jsonl_metrics" and len(steps) == facts["step_records"] == 59
+    assert steps == sorted(steps) and train(metrics).get_column("attempt").unique().to_list() == [0]
+    evals = metrics.filter(pl.col("record").is_null() & pl.col("name").str.contains("accuracy"))
+    assert evals.height == 59

@@ -473,6 +473,12 @@ def is_eval_name(col: str) -> bool:
     return key.startswith(EVAL_PREFIXES) or key in ("val", "eval", "valid")
 
 
+# what only a training step prints (a loss, the LR, a grad norm) and what an evaluation prints (a quality
+# metric): see `classify_rows`
+TRAIN_SIGNAL = r"loss|^lr$|learning_rate|grad_norm"
+QUALITY_METRIC = r"(?:^|[_/])(?:acc\w*|accuracy\w*|top\d\w*|m?ap\w*|bleu\w*|f1\w*|precision|recall|wer|cer|psnr|ssim|auc\w*|miou\w*|pck\w*)(?:$|[_/])"
+
+
 def classify_rows(frame: pl.DataFrame, metric_cols: list[str], neutral: tuple[str, ...] = ("epoch",)) -> pl.Expr:
     """'train', 'eval', 'summary' or null (no values) per row, from which columns hold values.
 
@@ -497,9 +503,17 @@ def classify_rows(frame: pl.DataFrame, metric_cols: list[str], neutral: tuple[st
         if c not in eval_cols and c not in epoch_agg and c not in neutral_cols and c not in summary_cols
     ]
     has_any = any_of(metric_cols)
+    # a row with a quality metric and no training signal, in a file whose other rows carry one, is an
+    # evaluation (MMEngine's `scalars.json`: `{"accuracy/top1": 43.1, "data_time": ..., "step": 1}` between
+    # the train rows, its `step` the epoch)
+    signal_cols = [c for c in train_cols if re.search(TRAIN_SIGNAL, norm[c])]
+    quality_cols = [c for c in train_cols if re.search(QUALITY_METRIC, norm[c])]
+    quality_only = any_of(quality_cols) & ~any_of(signal_cols) if signal_cols and quality_cols else false
     return (
         pl.when(any_of(summary_cols))
         .then(pl.lit("summary"))
+        .when(quality_only)
+        .then(pl.lit("eval"))
         .when(any_of(train_cols))
         .then(pl.lit("train"))
         .when(any_of(eval_cols))
