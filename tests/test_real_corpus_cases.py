@@ -31,7 +31,9 @@ FRESH5 = DEV.parent / "fresh5"
 
 
 def case(name: str) -> tuple[Path, dict]:
-    folder = next((d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5) if (d / name).is_dir()), DEV / name)
+    folder = next(
+        (d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5) if (d / name).is_dir()), DEV / name
+    )
     if not folder.is_dir():
         pytest.skip(f"corpus case {name} absent")
     return folder, tomllib.loads((folder / "FACTS.toml").read_text())
