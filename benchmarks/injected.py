@@ -194,6 +194,9 @@ def _site(n: int, rng, lo=0.1, hi=0.9) -> int:
     return int(rng.integers(int(n * lo), max(int(n * lo) + 1, int(n * hi))))
 
 
+SIGMA_FLOOR = 1e-3
+
+
 def _shift(arrays: dict, signal: str, at: int, prof: np.ndarray, amount: float) -> None:
     hi = min(len(arrays[signal]), at + len(prof))
     arrays[signal][at:hi] *= np.exp(amount * prof[: hi - at])
@@ -206,7 +209,9 @@ def _inject(
     main = "grad_norm" if kind in ("blip", "drift_grad") else "loss"
     if at is None:
         at = _site(n, rng, 0.5, 0.9) if kind == "divergence" else _site(n, rng)
-    sig = {s: ic.local_sigma(np.log(a[s]), at) for s in ("loss", "grad_norm") if s in a}
+    # a curve printed to few digits can sit still around the site (a spread of exactly 0): its noise then
+    # counts as 0.1% (log units), so an effect in sigma stays defined; any measured spread is kept as it is
+    sig = {s: ic.local_sigma(np.log(a[s]), at) or SIGMA_FLOOR for s in ("loss", "grad_norm") if s in a}
     case.detail["sigma"] = {s: round(v, 5) for s, v in sig.items()}
     e = _effect(rng) if effect is None else effect
     if kind in ("spike", "blip"):
