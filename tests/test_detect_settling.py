@@ -1,6 +1,6 @@
 """Loss bumps that are not instabilities (first met in sample_logs/real/fresh5): a small bump while the run
 settles (detect/settling.py), and grad-norm spikes whose "loss answer" is what a noisy per-example loss does
-after any record (detect/hard_spike.py `_chance_of_answers`). The real healthy logs, and the synthetic
+after any record (detect/loss_answer.py `chance_of_answers`). The real healthy logs, and the synthetic
 counterparts that must keep their severity."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import math
 import numpy as np
 import polars as pl
 
-from spikeforensics.detect import recurrence, robust, settling, shape, signals
+from spikeforensics.detect import loss_answer, recurrence, robust, settling, shape, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
@@ -249,7 +249,7 @@ def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
         or f.step_end - f.step_start + 1 > params.blips.max_width * signals.record_interval(run)
     ):
         return f
-    answer = _loss_answer(run, params, list(range(f.step_start, f.step_end + 1)))
+    answer = loss_answer.answer(run, params, list(range(f.step_start, f.step_end + 1)))
     if answer is None or answer.height == 0 or answer.get_column("moved").any():
         return f
     f.severity = "info"
@@ -370,7 +370,7 @@ def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = F
     claimed = [f for f in findings if f.severity != "info" and not f.facts.get("early_rise")]
     is_free = lambda s: not any(f.step_start - hp.group_gap <= s <= f.step_end + hp.group_gap for f in claimed)  # noqa: E731
     free = [s for s in events if is_free(s)]
-    moved = _loss_answer(run, params, free)
+    moved = loss_answer.answer(run, params, free)
     answered = moved.filter(pl.col("moved")).get_column("step").to_list() if moved is not None else []
     if not long_run and moved is not None and not answered and free and _tail_known(run, params):
         long_run = not _dense(run, params, events)  # sparse spikes the loss never answered: the norm's tail
@@ -475,7 +475,7 @@ def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
     ]
     if len(cands) < hp.recurring_count:
         return False
-    answer = _loss_answer(run, params, sorted({s for f in cands for s in range(f.step_start, f.step_end + 1)}))
+    answer = loss_answer.answer(run, params, sorted({s for f in cands for s in range(f.step_start, f.step_end + 1)}))
     if answer is None:
         return False  # no loss to judge by: the spikes keep their severity
     moved = set(answer.filter(pl.col("moved")).get_column("step").to_list())
@@ -503,64 +503,6 @@ def _dense(run: RunData, params, steps: list[int]) -> bool:
     if t.len() < 2:
         return False
     return (len(set(steps)) - 1) / max(1, int(t.max()) - int(t.min())) >= params.blips.lr_pattern_rate
-
-
-def _loss_answer(run: RunData, params, steps: list[int]) -> pl.DataFrame | None:
-    """Per step of `steps`: `rise`, the loss's highest ratio over its pre-step median within `blips.reach` records
-    after it, and `moved`: `blips.loss_effect_records` or more of those records are >= loss_effect_ratio or
-    loss_effect_z above it (one record alone is as likely noise). None without a loss series."""
-    bp = params.blips
-    loss, _ = signals.with_baseline(run, "loss", params)
-    key = ("sf-loss-answer", id(loss))  # asked once per blip: the judged rows are prepared once
-    if key not in run._cache:
-        run._cache[key] = loss.filter(pl.col("left").is_not_null()).select(
-            "step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left"
-        )
-    rows = run._cache[key]
-    if rows.height == 0 or not steps:
-        return None
-    at = (
-        rows.filter(pl.col("step").is_in(steps))
-        .select(pl.col("step").alias("at"), pl.col("t").alias("t0"))
-        .unique("at")
-    )
-    if at.height == 0:
-        return None
-    rises = (pl.col("rise") >= math.log(bp.loss_effect_ratio)) | (pl.col("z_left") >= bp.loss_effect_z)
-    near = pl.concat([at.with_columns((pl.col("t0") + d).alias("t")) for d in range(bp.reach + 1)])
-    hit = near.join(rows, on="t").with_columns(rises.alias("moved"))
-    out = (
-        hit.group_by("at")
-        .agg(pl.col("rise").max().exp(), pl.col("moved").sum() >= bp.loss_effect_records)
-        .rename({"at": "step"})
-        .sort("step")
-    )
-    # the loss "answers" a blip only more often than it moves after any record: on a noisy loss (batch
-    # size 1, per-example SFT losses) a 10% rise within a few records comes after half of all records
-    answered = int(out.get_column("moved").sum())
-    if (
-        answered
-        and _chance_of_answers(run, rows, rises, answered, out.height, params) > params.hard_spike.corroborate_chance
-    ):
-        out = out.with_columns(pl.lit(False).alias("moved"))
-    return out
-
-
-def _chance_of_answers(run: RunData, rows: pl.DataFrame, rises: pl.Expr, answered: int, blips: int, params) -> float:
-    """The chance that the loss "moves" (as `_loss_answer` judges it) after `answered` or more of `blips`
-    records picked at random: the binomial tail at the share of all records after which it moves."""
-    bp = params.blips
-    key = ("sf-loss-move-share", id(rows))  # once per run: the judged rows are the run's loss
-    if key not in run._cache:
-        moved = (
-            rows.sort("t")
-            .select(rises.cast(pl.Int32).alias("m"))
-            .select(pl.col("m").reverse().rolling_sum(bp.reach + 1, min_samples=1).reverse() >= bp.loss_effect_records)
-            .to_series()
-        )
-        run._cache[key] = float(moved.mean()) if moved.len() else 0.0
-    p = run._cache[key]
-    return sum(math.comb(blips, k) * p**k * (1 - p) ** (blips - k) for k in range(answered, blips + 1))
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:
