@@ -130,3 +130,21 @@ def test_mmengine_scalars_json_validation_rows_are_not_training_records(store):
     assert steps == sorted(steps) and train(metrics).get_column("attempt").unique().to_list() == [0]
     evals = metrics.filter(pl.col("record").is_null() & pl.col("name").str.contains("accuracy"))
     assert evals.height == 59
+
+
+def test_train_dev_epoch_summaries_of_funcwj_trainers(store, tmp_path):
+    # uPIT (sample_logs/real/fresh4): the one epoch summary, NaN for train and dev
+    folder = FRESH5.parent / "fresh4" / "upit-5-epoch1-train-dev-loss-nan-disturb-std-default"
+    facts = tomllib.loads((folder / "FACTS.toml").read_text())
+    metrics, _, f = ingest(store, folder / facts["files"][0])
+    assert f.format == "train_dev_epochs" and train_steps(metrics) == [2500]
+    assert len(train_steps(metrics)) == facts["step_records"] and math.isnan(value(metrics, 2500, "loss"))
+    # conv-tasnet's newer wording, with the LR and negative SI-SNR losses
+    text = "".join(
+        f"2019-10-10 10:0{e}:00 [trainer.py:300 - INFO ] Loss(time/N, lr={1e-3:.3e}) - Epoch {e:2d}: "
+        f"train = {-10 - e:.4f}({10.5:.2f}m/2500) | dev = {-11 - e:.4f}({1.2:.2f}m/625)\n"
+        for e in (1, 2, 3)
+    )
+    metrics, _, f = ingest(store, write(tmp_path, "train.log", text), run="c")
+    assert train_steps(metrics) == [2500, 5000, 7500] and value(metrics, 5000, "loss") == -12.0
+    assert value(metrics, 5000, "eval_loss") == -13.0 and value(metrics, 5000, "lr") == pytest.approx(1e-3)
