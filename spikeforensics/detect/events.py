@@ -158,8 +158,8 @@ def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
     stuck = _longest_same_scale_run(placed)
     # a scale already below 1 has halved far past any calibration (scalers start at 2^15-2^32): however
     # few records the log shows, the skips are not a scaler finding its level
-    lowest = _text().str.json_path_match("$.new_scale").cast(pl.Float64, strict=False)
-    below_one = bool((ov.select(lowest.min()).item() or ep.floor_scale) < ep.floor_scale)
+    lowest = ov.select(_text().str.json_path_match("$.new_scale").cast(pl.Float64, strict=False).min()).item()
+    below_one = lowest is not None and lowest < ep.floor_scale
     calibrating = skipped < ep.all_overflow_min_steps and stuck < ep.all_overflow_stuck_skips and not below_one
     if calibrating or skipped < ep.all_overflow_frac * denom:
         return []

@@ -227,15 +227,18 @@ def detect(run: RunData, params) -> list[Finding]:
     return recurrence.promote(run, findings, params)
 
 
-def _long_run(run: RunData, params) -> bool:
+def _grad_records(run: RunData) -> int:
     grad, _ = signals.raw(run, "grad_norm")
-    return grad.height >= params.blips.long_run_records
+    return grad.height
+
+
+def _long_run(run: RunData, params) -> bool:
+    return _grad_records(run) >= params.blips.long_run_records
 
 
 def _tail_known(run: RunData, params) -> bool:
     """Enough grad-norm records (`blips.tail_known_records`) that a few quiet spikes are its tail."""
-    grad, _ = signals.raw(run, "grad_norm")
-    return grad.height >= params.blips.tail_known_records
+    return _grad_records(run) >= params.blips.tail_known_records
 
 
 def _quiet_blip(f: Finding, run: RunData, params) -> Finding:

@@ -49,3 +49,14 @@ def scale_metric(values: pl.DataFrame, name: str, new_name: str, factor: float) 
 
 def empty_values() -> pl.DataFrame:
     return pl.DataFrame(schema=VALUE_SCHEMA)
+
+
+def block_owners(lines: pl.DataFrame, is_head: pl.Expr, is_break: pl.Expr) -> pl.DataFrame:
+    """`lines` (sorted by line) with `_blk`: for a line under a block header (Coqui's `--> STEP`, RSL-RL's
+    `Learning iteration`), the header's line number, up to the next header or a line where `is_break`
+    holds; -1 or null elsewhere (break lines, lines before the first header). Headers own themselves."""
+    return (
+        lines.sort("line")
+        .with_columns(pl.when(is_head).then(pl.col("line")).when(is_break).then(pl.lit(-1)).alias("_blk"))
+        .with_columns(pl.col("_blk").forward_fill())
+    )

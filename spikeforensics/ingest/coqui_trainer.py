@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.ingest._grammar_helpers import block_owners
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
     ParseResult,
@@ -61,9 +62,7 @@ def parse(src: SourceFile) -> ParseResult:
     is_head = text.str.contains(HEADER) | text.str.contains(EVAL_HEADER)
     is_field = text.str.contains(FIELD)
     # each field line belongs to the header above it when only field lines stand between them
-    marked = lines.with_columns(
-        pl.when(is_head).then(pl.col("line")).when(is_field).then(None).otherwise(pl.lit(-1)).alias("_blk")
-    ).with_columns(pl.col("_blk").forward_fill())
+    marked = block_owners(lines, is_head, ~is_field)
     heads = marked.filter(is_head).with_columns(
         step_int(text.str.extract(HEADER, 1)).alias("step"),
         pl.when(text.str.contains(EVAL_HEADER)).then(pl.lit("eval")).otherwise(pl.lit("train")).alias("record_kind"),

@@ -209,6 +209,12 @@ def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
     return pl.col("line").replace_strict(mapping, default=None, return_dtype=pl.String).alias("_raw_bracket")
 
 
+def _epoch_composed(epoch: pl.Expr, n: pl.Expr, i: pl.Expr, e0: float) -> pl.Expr:
+    """(E - e0) * n + i of an in-epoch counter i of n, rounded; a value past MAX_STEP is out of range."""
+    value = (epoch - e0) * n + i
+    return pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
+
+
 def _batch_step(frame: pl.DataFrame) -> pl.Expr:
     """The step of a `Batch i/n` counter, or of the `(i/n)` after an epoch (`Epoch:[0/2](1000/293491)`):
     (E - e0) * n + i with an epoch E on the line (e0 = 0 when the file prints an epoch 0 there, else 1),
@@ -219,7 +225,7 @@ def _batch_step(frame: pl.DataFrame) -> pl.Expr:
     epoch = text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False)
     composed = n.is_not_null() & epoch.is_not_null()
     e0 = 0.0 if frame.select((composed & (epoch == 0)).any()).item() else 1.0
-    value = pl.when(composed).then((epoch - e0) * n + i).otherwise(i)
+    value = pl.when(composed).then(_epoch_composed(epoch, n, i, e0)).otherwise(i)
     value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
     return step_int(pl.when(text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)).then(value))
 
@@ -243,8 +249,7 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     if not restarts or not inside or seq.filter(pl.col("step").diff() < 0).height != restarts:
         return frame
     e0 = 0.0 if seq.select((pl.col("_e") == 0).any()).item() else 1.0
-    value = (pl.col("_e") - e0) * pl.col("_n") + pl.col("step").cast(pl.Float64)
-    value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
+    value = _epoch_composed(pl.col("_e"), pl.col("_n"), pl.col("step").cast(pl.Float64), e0)
     composed = pl.col("_n").is_not_null() & pl.col("_e").is_not_null() & pl.col("step").is_not_null()
     return g.with_columns(pl.when(composed).then(step_int(value)).otherwise(pl.col("step")).alias("step")).drop(
         "_n", "_e"

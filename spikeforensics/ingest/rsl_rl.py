@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.ingest._grammar_helpers import block_owners
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
     ParseResult,
@@ -55,9 +56,7 @@ def parse(src: SourceFile) -> ParseResult:
     text = pl.col("text")
     is_head = text.str.contains(HEADER)
     # each line belongs to the header above it, up to the next header or `#` rule
-    marked = lines.with_columns(
-        pl.when(is_head).then(pl.col("line")).when(text.str.contains(RULE)).then(pl.lit(-1)).alias("_blk")
-    ).with_columns(pl.col("_blk").forward_fill())
+    marked = block_owners(lines, is_head, text.str.contains(RULE))
     heads = marked.filter(is_head).with_columns(
         step_int(text.str.extract(HEADER, 1)).alias("step"), pl.lit("train").alias("record_kind")
     )

@@ -54,13 +54,10 @@ MIN_LINES = 2
 
 
 def sniff(sample: SniffSample) -> float:
-    n = sniff_share(sample, rf"{TENSOR}.*{LOSS_NODE}") + sniff_share(sample, OPEN_TENSOR)
-    # a wrapped repr counts only where its `grad_fn` line follows, which a sample line cannot show:
-    # the whole-line form alone decides, the wrapped one only adds to it
+    # a wrapped repr counts only beside whole ones (its `grad_fn` line, which decides, is the next line)
     whole = sniff_share(sample, rf"{TENSOR}.*{LOSS_NODE}")
-    if whole >= MIN_LINES or (whole and n >= MIN_LINES + 1):
-        return 0.6
-    return 0.0
+    wrapped = sniff_share(sample, OPEN_TENSOR)
+    return 0.6 if whole >= MIN_LINES or (whole and whole + wrapped >= MIN_LINES + 1) else 0.0
 
 
 def parse(src: SourceFile) -> ParseResult:
