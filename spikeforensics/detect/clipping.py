@@ -76,7 +76,7 @@ def detect(run: RunData, params) -> list[Finding]:
     pre, derived = signals.raw(run, "grad_norm")
     pre = pre.filter(pl.col("finite"))
     if pre.height < cp.min_steps:
-        return []
+        return _excerpt_norms(run, pre, thr, params)
     if thr is None:
         return _scaled_norms(run, pre, basis, params)
     settled = robust.settled_step(pre, cp.settle_smooth, cp.settle_factor)
@@ -237,6 +237,57 @@ def _scaled_norms(run: RunData, pre: pl.DataFrame, basis: str, params) -> list[F
             summary=summary,
             evidence=ev,
             facts=facts,
+        )
+    ]
+
+
+def _excerpt_norms(run: RunData, pre: pl.DataFrame, thr: float | None, params) -> list[Finding]:
+    """A log too short for a clip rate (fewer than `min_steps` grad norms, a pasted excerpt) still shows norms
+    no clipped run prints: astronomically large (>= `unscaled_norm_median`) in their median, and >= 1/10 of
+    that on `unscale_rate` of the records, with no loss scale in the log (a printed scale may be what makes
+    them large: `_scaled_norms` judges that on a full run). Clipping was not in effect, or the norms were
+    measured on scaled or sum-reduced gradients: a warning that says what it measured."""
+    cp = params.clipping
+    if pre.height < params.soft_drift.excerpt_climb_records + 1 or run.series("loss_scale").height:
+        return []
+    values = pre.get_column("value")
+    med_norm = float(values.median())
+    big = float((values >= cp.unscaled_norm_median / 10).mean())
+    if med_norm < cp.unscaled_norm_median or big < cp.unscale_rate:
+        return []
+    lo, hi = int(pre.get_column("step").min()), int(pre.get_column("step").max())
+    peak = pre.sort("value", descending=True).row(0, named=True)
+    configured = f" although the log configures a threshold of {thr:g}" if thr is not None else ""
+    return [
+        Finding(
+            kind="clip_rate_anomaly",
+            step_start=lo,
+            step_end=hi,
+            peak_step=int(peak["step"]),
+            severity="warning",
+            score=10.0,
+            summary=(
+                f"grad norms astronomically large on {big:.0%} of the excerpt's {pre.height} records (median "
+                f"{med_norm:.3g}, peak {peak['value']:.3g}){configured}: clipping not in effect, or norms measured "
+                "on scaled or sum-reduced gradients"
+            ),
+            evidence=[
+                Evidence(
+                    signal="grad_norm",
+                    step=int(peak["step"]),
+                    value=med_norm,
+                    baseline=cp.unscaled_norm_median,
+                    ratio=med_norm / cp.unscaled_norm_median,
+                    note=f"median logged grad norm, {big:.0%} of records >= {cp.unscaled_norm_median / 10:g}, "
+                    "no loss scale in the log",
+                )
+            ],
+            facts={
+                "cause": "astronomical_norms",
+                "scope": "run",
+                "median_grad_norm": med_norm,
+                "threshold_basis": "configured in the log" if thr is not None else "no threshold in the log",
+            },
         )
     ]
 

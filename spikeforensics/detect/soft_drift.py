@@ -206,6 +206,8 @@ def detect(run: RunData, params) -> list[Finding]:
     loss, _ = signals.raw(run, "loss")
     if loss.height > dp.early_min:
         parts.append(_loss_flags(loss, dp))
+    else:
+        return _excerpt_climb(loss, dp, params)
     grad, derived = signals.raw(run, "grad_norm")
     if grad.height > dp.early_min + 2 * dp.level_window:
         parts.append(_grad_flags(grad, dp))
@@ -228,6 +230,54 @@ def detect(run: RunData, params) -> list[Finding]:
             continue  # a loss bump of a couple of records is a spike's echo, not a drift
         findings.append(_finding(g, derived))
     return findings
+
+
+def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
+    """A log too short for the drift test (a pasted excerpt) still shows a climb in progress: its last
+    `excerpt_climb_records` intervals each rise (one track, finite records, in log order) and the loss ends
+    `excerpt_rise` or more above where that climb began. Critical at `hard_spike.loss_ratio_critical`."""
+    one = loss.filter(pl.col("finite") & (pl.col("attempt") == pl.col("attempt").max())).sort("t")
+    if one.height and one.get_column("rank").null_count() == 0:
+        one = one.filter(pl.col("rank") == one.get_column("rank").min())
+    else:
+        one = one.filter(pl.col("rank").is_null())
+    values = one.get_column("value").to_list()
+    k = 0
+    while k + 1 < len(values) and values[-1 - k] > values[-2 - k]:
+        k += 1
+    if k < dp.excerpt_climb_records or values[-1 - k] <= 0:
+        return []
+    start, end = one.row(one.height - 1 - k, named=True), one.row(one.height - 1, named=True)
+    ratio = end["value"] / start["value"]
+    if ratio < 1 + dp.excerpt_rise:
+        return []
+    lo, hi = int(start["step"]), int(end["step"])  # (`robust.prepare` numbers a step-less log by record)
+    return [
+        Finding(
+            kind="soft_drift",
+            step_start=lo,
+            step_end=hi,
+            peak_step=hi,
+            severity="critical" if ratio >= params.hard_spike.loss_ratio_critical else "warning",
+            score=round(ratio, 3),
+            attempt=int(end["attempt"] or 0),
+            evidence=[
+                Evidence(
+                    signal="loss",
+                    step=hi,
+                    value=end["value"],
+                    baseline=start["value"],
+                    ratio=ratio,
+                    note=f"the loss rose on each of the excerpt's last {k} intervals",
+                )
+            ],
+            summary=(
+                f"loss climbing {ratio - 1:.0%} over its last {k + 1} records (steps {lo}-{hi}), still rising when the log ends "
+                f"({one.height} records: too few for a drift test, the climb judged as a whole)"
+            ),
+            facts={"onset_step": lo, "excerpt_climb": True, "recovery": "never"},
+        )
+    ]
 
 
 def _finding(g: pl.DataFrame, derived: bool) -> Finding:
