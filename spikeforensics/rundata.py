@@ -7,11 +7,19 @@ tests, see `RunData.from_frames`) and return findings.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from spikeforensics import schema
+
+# The two sides of a GAN's losses, as normalised metric names hold them (`g_loss` / `d_loss`,
+# `loss_g` / `loss_d`, StyleGAN's `loss_g_loss` / `loss_d_loss`, `gen_loss` / `disc_loss`, WGAN's critic)
+ADVERSARIAL_SIDES = (
+    r"(?:^|_)(?:g|gen|generator|netg)(?:_|$)",
+    r"(?:^|_)(?:d|disc|discriminator|netd|critic)(?:_|$)",
+)
 
 
 @dataclass
@@ -104,6 +112,36 @@ class RunData:
             .collect()
         )
         return counts.get_column("source")[0] if counts.height else None
+
+    def loss_without_ratio(self) -> str | None:
+        """Why the loss has no ratio scale for the spike and drift tests, else None:
+        - "signed": it takes negative values (a PPO policy loss, a flow's NLL bound);
+        - "adversarial": it is one side of a GAN's pair, a generator's loss printed beside a
+          discriminator's (or the reverse): a game's scores rise as either side gains, so a rise is
+          no drift and a doubling no spike (StyleGAN's `Loss/G/loss` beside `Loss/D/loss`)."""
+        key = ("ratio-free", "loss")
+        if key not in self._cache:
+            loss = self.series("loss")
+            why = None
+            if loss.filter(pl.col("value") < 0).height:
+                why = "signed"
+            elif loss.height:
+                name = self.resolve("loss")
+                names = (
+                    self.metrics.lazy()
+                    .filter(pl.col("record").is_not_null())
+                    .select(pl.col("name").unique())
+                    .collect()
+                    .get_column("name")
+                    .to_list()
+                )
+                lossy = [n for n in names if re.search(schema.LOSS_TERM, n) or n.endswith("loss")]
+                for mine, other in (ADVERSARIAL_SIDES, ADVERSARIAL_SIDES[::-1]):
+                    if re.search(mine, name) and any(re.search(other, n) and not re.search(mine, n) for n in lossy):
+                        why = "adversarial"
+                        break
+            self._cache[key] = why
+        return self._cache[key]
 
     def series(self, name: str, per_rank: bool = False) -> pl.DataFrame:
         """One metric as a training timeline from its primary source.

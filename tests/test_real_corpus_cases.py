@@ -28,11 +28,14 @@ FRESH3 = DEV.parent / "fresh3"
 FRESH4 = DEV.parent / "fresh4"
 # the fresh5 set after its one scoring (benchmarks/real_logs_fresh5_first_look.md), a development set since
 FRESH5 = DEV.parent / "fresh5"
+# the fresh6 set after its one scoring (benchmarks/real_logs_fresh6_first_look.md), a development set since
+FRESH6 = DEV.parent / "fresh6"
 
 
 def case(name: str) -> tuple[Path, dict]:
     folder = next(
-        (d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5) if (d / name).is_dir()), DEV / name
+        (d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6) if (d / name).is_dir()),
+        DEV / name,
     )
     if not folder.is_dir():
         pytest.skip(f"corpus case {name} absent")

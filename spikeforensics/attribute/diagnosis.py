@@ -244,6 +244,8 @@ def verdict(incidents: list[dict], steps: dict, coverage: dict | None = None) ->
             "root_cause": None,
             "summary": f"No incident at warning or above in {steps['count']} logged steps.",
         }
+        if cov.get("limited"):
+            out["summary"] += " Judged with limits: " + "; ".join(f"{k}: {v}" for k, v in cov["limited"].items()) + "."
     if failed:
         out = {
             "status": "incomplete",
@@ -266,7 +268,8 @@ def coverage(
     stages_failed: list[str] | None = None,
 ) -> dict:
     """What was read (CONTRACT.md `verdict.coverage`): signals with a series, records per source,
-    unparsed lines, detectors run and failed; extras: `series_records`, `events`, `stages_failed`."""
+    unparsed lines, detectors run and failed; extras: `series_records`, `events`, `stages_failed`,
+    `unjudged` (series read that cannot be judged) and `limited` (series judged only in part)."""
 
     loss_name = run.resolve("loss")  # a training loss logged under its own name counts as the loss
     name = pl.col("name").replace(loss_name, "loss") if loss_name != "loss" else pl.col("name")
@@ -306,13 +309,21 @@ def coverage(
             r["kind"]: int(r["len"]) for r in run.events.group_by("kind").len().sort("kind").iter_rows(named=True)
         }
     unjudged = {}
-    if "loss" in signals and run.series("loss").filter(pl.col("value") < 0).height:
+    why = run.loss_without_ratio() if "loss" in signals else None
+    if why == "signed":
         unjudged["loss"] = (
             f"{loss_name} takes negative values, a signed objective with no ratio scale (spike tests skipped)"
+        )
+    limited = {}
+    if why == "adversarial":
+        limited["loss"] = (
+            f"{loss_name} is one side of a GAN's generator/discriminator pair, a game's score with no ratio "
+            "scale: judged for non-finite values and jumps far past its whole range, not for spikes or drifts"
         )
     return {
         "signals": signals,
         "unjudged": unjudged,
+        **({"limited": limited} if limited else {}),  # only when a series is judged in part
         "records": records,
         "unparsed_lines": unparsed,
         "detectors_run": list(detectors_run),

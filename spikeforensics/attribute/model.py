@@ -174,6 +174,7 @@ class Coverage(_Record):
 
     signals: list[str] = field(default_factory=list)
     unjudged: dict[str, str] | Any = ABSENT  # signal -> why its series cannot be judged
+    limited: dict[str, str] | Any = ABSENT  # signal -> what of its series is judged and what not
     records: dict[str, int] = field(default_factory=dict)  # step records per source
     unparsed_lines: int = 0
     detectors_run: list[str] = field(default_factory=list)

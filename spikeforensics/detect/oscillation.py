@@ -4,7 +4,10 @@ Detrended log loss (residual from a centred rolling median over ~200 records); i
 volatility is the robust scale of the residual over `window` records. A stretch fires
 when that volatility is >= 3x the run's typical volatility (or above an absolute level,
 for a run that oscillates from the start: its typical volatility is at that level too) for >= `min_records` records and the loss trend
-over the stretch is not falling (LR too high: DOMAIN "oscillating loss").
+over the stretch is not falling (LR too high: DOMAIN "oscillating loss"). A stretch whose loss relapses above
+the run's initial loss on >= `relapse_records` records fires even while its trend falls: a noisy phase
+of training never does worse than the untrained model again and again (CS336 at LR 1: spikes of 10-60x
+every few records, 50x the initial loss, while its calm level improves).
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ def detect(run: RunData, params) -> list[Finding]:
     data = data.with_columns(typical.alias("typical"))
     hot = robust.flag_groups(data.filter(high.fill_null(False)), op.group_gap, by=["_k"])
     runs = hot.filter(pl.len().over("group") >= op.min_records)
+    # the loss the run started from, when the log starts at the start of training (a relapse above it is
+    # the model doing worse than untrained)
+    first = loss.sort("t").row(0, named=True)
+    start_y = first["y"] if first["step"] <= params.hard_spike.start_max_step else None
+    settled_t = first["t"] + int(loss.height * params.hard_spike.early_frac)  # (the first records may hover at it)
     findings = []
     for _, g in runs.group_by("group", maintain_order=True):
         lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
@@ -59,9 +67,12 @@ def detect(run: RunData, params) -> list[Finding]:
         third = max(inside.height // 3, 1)
         y = inside.get_column("y")
         per_1000 = (y.tail(third).mean() - y.head(third).mean()) / max(inside.height - third, 1) * 1000
-        if per_1000 < -op.stall_tol:
-            continue  # still improving: a noisy phase, not an oscillation
         peak = g.sort("vol", descending=True).row(0, named=True)
+        relapses = (
+            inside.filter((pl.col("t") >= settled_t) & (pl.col("y") > start_y)).height if start_y is not None else 0
+        )
+        if per_1000 < -op.stall_tol and relapses < op.relapse_records:
+            continue  # still improving: a noisy phase, not an oscillation (unless it keeps relapsing)
         ratio = peak["vol"] / peak["typical"] if peak["typical"] else None
         ev = [
             Evidence(

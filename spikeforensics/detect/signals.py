@@ -39,9 +39,9 @@ def raw(run: RunData, name: str, per_rank: bool = False) -> tuple[pl.DataFrame, 
         if name == "grad_norm" and per_rank and series.height == 0 and run.layers.height:
             series = _derived_per_rank(run)  # per-rank norms from a per-rank layer dump
             derived = series.height > 0
-    if name == "loss" and series.filter(pl.col("value") < 0).height:
-        # a signed objective (a policy-gradient / PPO actor loss, a negative log-likelihood bound) has
-        # no ratio scale: the log-ratio tests of the detectors do not apply to it
+    if name == "loss" and run.loss_without_ratio():
+        # a signed objective (a policy-gradient / PPO actor loss, a negative log-likelihood bound) or one
+        # side of a GAN's pair has no ratio scale: the log-ratio tests of the detectors do not apply to it
         series = series.head(0)
     out = robust.prepare(series), derived
     run._cache[key] = out

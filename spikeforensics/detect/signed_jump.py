@@ -11,7 +11,8 @@ x the MAD of the `signed_jump.window` records before it, at least
 `signed_jump.min_records` of them) beyond the range those records span. Only that: the
 ordinary spikes of a signed curve stay unjudged (the coverage says so). Consecutive jumps are
 one finding; the recovery is whether the values come back inside the range before the jump.
-Runs whose loss is never negative are left to the other detectors.
+Runs whose loss is never negative are left to the other detectors, but for one side of a GAN's pair
+(`RunData.loss_without_ratio`): a game's score has no ratio scale either.
 
 Pure: `detect(run, params)` reads `run.series("loss")` only.
 """
@@ -52,7 +53,7 @@ def detect(run: RunData, params) -> list[Finding]:
     hp = params.signed_jump
     loss = run.series("loss")
     finite = loss.filter(pl.col("value").is_finite()).sort("t")
-    if finite.height == 0 or finite.get_column("value").min() >= 0:
+    if finite.height == 0 or not run.loss_without_ratio():
         return []
     out: list[Finding] = []
     for (attempt,), part in finite.group_by("attempt", maintain_order=True):

@@ -235,7 +235,8 @@ def detect(run: RunData, params) -> list[Finding]:
 def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
     """A log too short for the drift test (a pasted excerpt) still shows a climb in progress: its last
     `excerpt_climb_records` intervals each rise (one track, finite records, in log order) and the loss ends
-    `excerpt_rise` or more above where that climb began. Critical at `hard_spike.loss_ratio_critical`."""
+    `excerpt_rise` or more above where that climb began (`loss_rise` when the climb is the whole log from the
+    start of training: a loss that never fell). Critical at `hard_spike.loss_ratio_critical`."""
     one = loss.filter(pl.col("finite") & (pl.col("attempt") == pl.col("attempt").max())).sort("t")
     if one.height and one.get_column("rank").null_count() == 0:
         one = one.filter(pl.col("rank") == one.get_column("rank").min())
@@ -249,7 +250,11 @@ def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
         return []
     start, end = one.row(one.height - 1 - k, named=True), one.row(one.height - 1, named=True)
     ratio = end["value"] / start["value"]
-    if ratio < 1 + dp.excerpt_rise:
+    # a loss that rises on every record from the first update of the run on never trained at all: there a
+    # rise of DOMAIN's 5% suffices (a loss falls from its initial value; LightGBM #742's logloss climbs 8%
+    # over its first 4 iterations)
+    from_start = k == one.height - 1 and start["step"] <= params.hard_spike.start_max_step
+    if ratio < 1 + (dp.loss_rise if from_start else dp.excerpt_rise):
         return []
     lo, hi = int(start["step"]), int(end["step"])  # (`robust.prepare` numbers a step-less log by record)
     return [

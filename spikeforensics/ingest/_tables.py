@@ -236,6 +236,42 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     return out.drop(_NF, _JSON), bad
 
 
+# The field of a nested statistic summary that stands for its value: StyleGAN2-ADA/StyleGAN3's
+# `training_stats` write every metric of a tick as {"num": n, "mean": m, "std": s}
+SUMMARY_FIELDS = ("mean", "value", "avg")
+# Nested objects flattened at most this deep (`key/field/field`): metric logs nest 1-2 levels
+FLATTEN_DEPTH = 3
+
+
+def flatten_structs(objects: pl.DataFrame, depth: int = FLATTEN_DEPTH) -> pl.DataFrame:
+    """Struct columns (nested JSON objects) as plain columns: a statistic summary (a struct with a
+    `SUMMARY_FIELDS` field beside counts and spreads) becomes that field under the key's own name; any
+    other object becomes one column per field, named `key/field` (W&B-style nesting), `depth` levels
+    down. Non-struct columns are untouched; the column order follows the keys'."""
+    for _ in range(depth):
+        structs = [c for c, t in objects.schema.items() if isinstance(t, pl.Struct)]
+        if not structs:
+            return objects
+        exprs = []
+        for col in objects.columns:
+            dtype = objects.schema[col]
+            if col not in structs:
+                exprs.append(pl.col(col))
+                continue
+            names = [f.name for f in dtype.fields]
+            summary = next((f for f in SUMMARY_FIELDS if f in names), None)
+            if summary is not None:
+                exprs.append(pl.col(col).struct.field(summary).alias(col))
+            else:
+                exprs.extend(
+                    pl.col(col).struct.field(n).alias(f"{col}/{n}")
+                    for n in names
+                    if f"{col}/{n}" not in objects.columns
+                )
+        objects = objects.select(exprs)
+    return objects
+
+
 def _to_sentinels(expr: pl.Expr) -> pl.Expr:
     for pattern, value in _NONFINITE_TOKENS:
         expr = expr.str.replace_all(pattern, "${1}" + repr(value))
@@ -403,7 +439,7 @@ def sample_columns(sample: SniffSample) -> list[str] | None:
         lines = [ln for ln in lines if ln.lstrip().startswith("{")] or lines
         frame = pl.DataFrame({"line": range(1, min(len(lines), 50) + 1), "text": lines[:50]})
         objects, _ = json_objects(frame.with_columns(pl.col("line").cast(pl.Int64)))
-        return [c for c in objects.columns if c != "line"] or None
+        return [c for c in flatten_structs(objects).columns if c != "line"] or None
     header = lines[0]
     if "," not in header:
         return None

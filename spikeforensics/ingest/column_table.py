@@ -3,6 +3,9 @@
     Ultralytics YOLO (the header is printed again before every epoch; the row is a tqdm bar):
           Epoch    GPU_mem   box_loss   seg_loss   cls_loss   dfl_loss  Instances       Size
           1/100      2.37G      1.234      2.345      3.456      1.111         16        640: 100%|###| 1/1 [...]
+    YOLOv5 (2020-21) and YOLOv7, whose loss columns are bare names (`total` is their sum, the loss):
+         Epoch   gpu_mem       box       obj       cls     total    labels  img_size
+         0/299     18.7G       nan     2.028       nan       nan       521       768:   6%|###8   | 15/234 [...]
     fastai (`fit`, console or a notebook table copied as text):
         epoch     train_loss  valid_loss  accuracy  time
         0         2.331       2.125       0.312     00:10
@@ -14,7 +17,8 @@ value of the i-th name (extra tokens, such as a trailing progress bar, are ignor
 has more names than its rows have values and the extra names are the `loss` of `train loss` /
 `valid loss` (an HTML table flattened by a copy), those pairs are joined (`train_loss`).
 The step is the first column when it is a counter (`epoch`, `step`, `iter`, ...: `1/100` -> 1),
-else the row's position. Names go through the alias table (`train_loss` -> `loss`,
+else the row's position; a row drawn as a tqdm bar of batch i/n inside epoch E is step (E - e0) * n + i
+(YOLO redraws the bar with the epoch's running-mean losses every batch). Names go through the alias table (`train_loss` -> `loss`,
 `valid_loss` -> `eval_loss`); a table whose only losses are parts (`box_loss`, `cls_loss`) keeps
 them under their own names (`RunData.resolve` reads one of them as the loss).
 """
@@ -40,6 +44,13 @@ NAME_TOKEN = r"[A-Za-z_][\w./()-]*"
 HEADER = rf"^\s*{NAME_TOKEN}(?:\s+{NAME_TOKEN}){{2,}}\s*$"
 ROW = r"^\s*\d+(?:/\d+)?\s+\S+\s+\S"
 COUNTERS = ("epoch", "step", "iter", "iteration", "it", "global_step", "steps", "epochs")
+# a header that holds a loss (`box_loss`, `train_loss`), or YOLOv5/YOLOv7's, whose loss columns have bare
+# names: `Epoch gpu_mem box obj cls total labels img_size` (`total` is the sum of the three: the loss)
+LOSSY_HEADER = r"(?i)loss|\bgpu_mem\s+box\s"
+YOLO_LOSS_NAMES = {"box": "box_loss", "obj": "obj_loss", "cls": "cls_loss", "total": "loss"}
+# the tqdm bar a row is drawn with (`... 768:   6%|###8    | 15/234 [00:23<04:56, 1.36s/it]`): the batch i of n
+# within the row's epoch
+TQDM_COUNT = r"\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\["
 MAX_GAP = 200  # lines between a header and its rows (tqdm redraws, validation lines in between)
 CONFIDENCE = 0.5
 
@@ -49,7 +60,7 @@ def sniff(sample: SniffSample) -> float:
     if not headers:
         return 0.0
     lines = pl.Series(sample.lines, dtype=pl.String)
-    is_header = lines.str.contains(HEADER) & lines.str.contains(r"(?i)loss")
+    is_header = lines.str.contains(HEADER) & lines.str.contains(LOSSY_HEADER)
     is_row = lines.str.contains(ROW)
     if not is_header.any() or not is_row.any():
         return 0.0
@@ -65,11 +76,26 @@ def _header_names(tokens: pl.Expr, values: pl.Expr) -> pl.Expr:
     return pl.when(tokens.list.len() > values.list.len()).then(joined.str.extract_all(r"\S+")).otherwise(tokens)
 
 
+def _counter(rows: pl.DataFrame) -> pl.Expr:
+    """The row's step: its first value (`3`, `3/100` -> 3). A row drawn as a tqdm bar within an epoch
+    (`0/299 ... 15/234 [...]`: YOLO prints one redraw per batch) is batch i of n in epoch E: (E - e0) * n + i,
+    e0 = 0 when the file prints an epoch 0, else 1 (as `generic_steps` composes `Batch i/n`)."""
+    first = pl.col("_vals").list.first().str.extract(r"^(\d+)", 1).cast(pl.Float64, strict=False)
+    i = pl.col("text").str.extract(TQDM_COUNT, 1).cast(pl.Float64, strict=False)
+    n = pl.col("text").str.extract(TQDM_COUNT, 2).cast(pl.Float64, strict=False)
+    e0 = 0.0 if rows.select(((first == 0) & i.is_not_null()).any()).item() else 1.0
+    return step_int(pl.when(i.is_not_null() & n.is_not_null()).then((first - e0) * n + i).otherwise(first))
+
+
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    headers = lines.filter(text.str.contains(HEADER) & text.str.contains(r"(?i)loss")).select(
-        pl.col("line").alias("_hline"), text.str.extract_all(r"\S+").alias("_names")
+    headers = lines.filter(text.str.contains(HEADER) & text.str.contains(LOSSY_HEADER)).select(
+        pl.col("line").alias("_hline"),
+        pl.when(text.str.contains(r"(?i)loss"))
+        .then(text.str.extract_all(r"\S+"))
+        .otherwise(text.str.extract_all(r"\S+").list.eval(pl.element().replace(YOLO_LOSS_NAMES)))
+        .alias("_names"),
     )
     if headers.height == 0:
         return ParseResult()
@@ -88,7 +114,7 @@ def parse(src: SourceFile) -> ParseResult:
         return ParseResult()
     rows = rows.with_columns(pl.col("_vals").list.head(pl.col("_names").list.len()))
     first_name = pl.col("_names").list.first().str.to_lowercase()
-    counter = step_int(pl.col("_vals").list.first().str.extract(r"^(\d+)", 1))
+    counter = _counter(rows)
     records = rows.select(
         "line",
         "prefix_rank",

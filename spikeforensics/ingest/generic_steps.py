@@ -14,8 +14,11 @@ whatever the separators:
     [10] epoch 0, 10/186, g_loss nan d_fake_loss nan flat nan   # a bracketed counter at the line start
     000 epoch, 02000 iter, average time 0.6359, loss -403.4386   # the count before its word
     [Epoch 0/30, Batch 323/1313] [Losses: x nan, y nan, conf 0.755, cls nan, total nan]   # `total` is the loss
+    Epoch 143/1000 | Loss 2214.4102 | Epsilon 0.00 | Win count 65   # once per epoch: the epoch is the step
 
-The last shape (convmesh `train.py`: `print(f'[{total_it}] epoch {epoch}, {i}/{n}, g_loss ...')`)
+An `Epoch N/M` is the counter only in a file whose loss lines have no other (qlearning4k's `train`
+prints one line per epoch); beside a step, iteration or batch counter such a line is an epoch summary.
+The convmesh shape (`train.py`: `print(f'[{total_it}] epoch {epoch}, {i}/{n}, g_loss ...')`)
 has no counter word: a `[N]` that opens the line, followed by a word, is the step. The launcher
 prefix stripper (`base.PREFIX_RE`) takes a `[NN] ` of two or more digits for a log viewer's line
 number and removes it, so for such lines the counter is read back from the raw file (only when
@@ -131,6 +134,10 @@ EPOCH = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)"
 EPOCH_PAREN = r"(?i)\bepoch\b\s*[:=]?\s*\[?\s*(\d+)\s*(?:/\s*\d+)?\s*\]?\s*\(\s*(\d+)\s*/\s*(\d+)\s*\)"
 # `Epoch 0/1` -> `Epoch 0` in the body, so the epoch pairs up as a metric
 EPOCH_OF = r"(?i)\b(epoch\b\]?\s*[:=#]?\s*\[?\s*\d+)\s*/\s*\d+"
+# the last counter: an epoch printed with its total (`Epoch 143/1000 | Loss 2214.41 | Epsilon 0.00`, a
+# loop that logs once per epoch: qlearning4k's `train`), only in a file with no step, iteration or batch
+# counter on any loss line
+EPOCH_FRAC = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*\d+"
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
 # a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
 GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
@@ -157,7 +164,7 @@ CATCH_ALL = True
 
 def sniff(sample: SniffSample) -> float:
     n = (
-        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}){LOSS_TAIL}")
+        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}){LOSS_TAIL}")
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
         # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
@@ -304,6 +311,10 @@ def parse(src: SourceFile) -> ParseResult:
     token = pl.coalesce(token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2))
     lossy_lines = lossy_lines.with_columns(*_step(token)).drop("_raw_bracket")
     lossy_lines = lossy_lines.with_columns(pl.coalesce(pl.col("step"), _batch_step(lossy_lines)).alias("step"))
+    if lossy_lines.get_column("step").null_count() == lossy_lines.height:
+        # no other counter anywhere: a loop that logs once per epoch. (In a file with a step, iteration or
+        # batch counter, an `Epoch 1/400 ... loss` line is an epoch's summary: PaddleClas's `[Avg]` lines)
+        lossy_lines = lossy_lines.with_columns(_step(text.str.extract(EPOCH_FRAC, 1))[0].alias("step"))
     lossy_lines = _per_epoch_counter(lossy_lines)
     # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
     # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record; so is

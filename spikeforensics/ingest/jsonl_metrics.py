@@ -60,7 +60,11 @@ STEP_KEYS = (
     "_step",
     # ms-swift's stdout dicts: `"global_step/max_steps": "8270/11043"` (a progress string, read as N)
     "global_step_max_steps",
+    # StyleGAN2-ADA / StyleGAN3 `stats.jsonl`: one record per tick (`Progress/tick`, a {num, mean, std} summary)
+    "progress_tick",
 )
+# Records after a step back within which a lagging writer's steps pass the ones before it (not a resume)
+RESUME_LOOKAHEAD = 4
 # Bookkeeping keys that are not metrics (progress, wall-clock strings).
 IGNORE_KEYS = {
     "total_steps",
@@ -115,6 +119,7 @@ class _Writers:
     """Per stream (prefix rank, -1 for none), what `dedupe_writers` carries to the next chunk."""
 
     last: dict[int, int] = field(default_factory=dict)  # last train step (after collapsing repeats)
+    recent: dict[int, list[int]] = field(default_factory=dict)  # the last RESUME_LOOKAHEAD of them, oldest first
     before: dict[int, int] = field(default_factory=dict)  # the one before it
     attempt: dict[int, int] = field(default_factory=dict)
     # steps of the current attempt a later record may still repeat: the lower of the last two
@@ -129,6 +134,8 @@ class _FileState:
     keys: dict[str, None] = field(default_factory=dict)  # every key seen so far, in first-seen order
     records: RecordState = field(default_factory=RecordState)
     writers: _Writers = field(default_factory=_Writers)
+    hold: bool = False  # more chunks follow: leave the lines whose attempt they decide to the next one
+    held_from: int | None = None  # the first line left (set by `metrics_from_objects`)
 
 
 def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[ParseResult]:
@@ -137,12 +144,47 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
     defaults to `CHUNK_BYTES`."""
     state = _FileState()
     chunks = [src.lines()] if src.only_lines is not None else src.iter_line_chunks(chunk_bytes or CHUNK_BYTES)
-    for lines in chunks:
-        result = ParseResult()
+    held = None  # the trailing lines of the chunk before, whose records' attempts the next lines decide
+    for lines, last in _with_last(chunks):
+        lines = lines if held is None else pl.concat([held, lines])
         objects, bad = T.json_objects(lines)
-        T.unparsed(result, bad)
+        objects = T.flatten_structs(objects)
+        result = ParseResult()
+        state.hold = not last
         result.add("metrics", metrics_from_objects(objects, src.name, result, state))
+        cut, state.held_from = state.held_from, None
+        held = lines.filter(pl.col("line") >= cut) if cut is not None else None
+        T.unparsed(result, bad if cut is None else bad.filter(pl.col("line") < cut))
         yield result
+
+
+def _with_last(items):
+    """(item, is_last) of an iterator."""
+    it = iter(items)
+    prev = next(it, _NONE)
+    for item in it:
+        yield prev, False
+        prev = item
+    if prev is not _NONE:
+        yield prev, True
+
+
+_NONE = object()
+
+
+def _undecided_from(wide: pl.DataFrame) -> int | None:
+    """The first line of the chunk whose record's attempt depends on lines of the next chunk: per stream,
+    the oldest of its last `RESUME_LOOKAHEAD` train records (consecutive repeats collapsed, as
+    `dedupe_writers` counts them) looks ahead past the chunk. Those lines are read with the next chunk,
+    so a chunked read equals a whole-file one."""
+    rows = wide.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null()).select(
+        "line", "step", pl.col("prefix_rank").fill_null(-1).alias("_stream")
+    )
+    if rows.height == 0:
+        return None
+    new = (pl.col("step") != pl.col("step").shift(1).over("_stream")).fill_null(True)
+    tails = rows.filter(new).group_by("_stream").agg(pl.col("line").tail(RESUME_LOOKAHEAD).min())
+    return int(tails.get_column("line").min())
 
 
 def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
@@ -176,16 +218,14 @@ def metrics_from_objects(
     if step_col and objects.get_column(step_col).dtype == pl.String:  # a progress string `N/M`: the step is N
         progress = pl.col(step_col).str.extract(r"^\s*(\d+)\s*/\s*\d+\s*$", 1)
         objects = objects.with_columns(pl.coalesce(progress, pl.col(step_col)).alias(step_col))
+    out_of_range = None
     if step_col:  # a step no run reaches: that record is an unparsed line, the rest of the file stays
         oob = T.out_of_range(objects, step_col)
         bad = objects.filter(oob)
         if bad.height:
-            T.unparsed(
-                result,
-                bad.select(
-                    "line",
-                    pl.concat_str(pl.lit(f"{step_col} out of range: "), pl.col(step_col).cast(pl.String)).alias("text"),
-                ),
+            out_of_range = bad.select(
+                "line",
+                pl.concat_str(pl.lit(f"{step_col} out of range: "), pl.col(step_col).cast(pl.String)).alias("text"),
             )
             objects = objects.filter(~oob)
     wide = objects.select(
@@ -205,9 +245,13 @@ def metrics_from_objects(
     wide = wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")).filter(
         pl.col("record_kind").is_not_null()
     )
-    if wide.height == 0:
+    cut = _undecided_from(wide) if state.hold else None
+    state.held_from = cut  # the lines from `cut` on go with the next chunk (see `parse_chunks`)
+    if out_of_range is not None:
+        T.unparsed(result, out_of_range if cut is None else out_of_range.filter(pl.col("line") < cut))
+    if wide.filter(pl.col("line") < cut).height == 0 if cut is not None else wide.height == 0:
         return None
-    wide, attempts = dedupe_writers(wide, state.writers)
+    wide, attempts = dedupe_writers(wide, state.writers, upto=cut)
     meta = ["line", "step", "prefix_rank", "time"]
     wide, names = T.canonical_wide(wide, metric_cols, meta)
     names = [c for c in names if c in wide.columns]
@@ -220,23 +264,40 @@ def metrics_from_objects(
     return fix_attempts(metrics, attempts)
 
 
-def dedupe_writers(wide: pl.DataFrame, carry: _Writers | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def dedupe_writers(
+    wide: pl.DataFrame, carry: _Writers | None = None, upto: int | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Attempt numbers robust to interleaved writers, and repeated steps dropped.
 
     Returns the wide frame without the second writer's repeats, and (line, attempt)
     for every kept row (eval/summary rows take the attempt of the record before them).
-    `carry` (updated in place) holds what the next chunk of the file needs.
+    `carry` (updated in place) holds what the next chunk of the file needs. With `upto`, only
+    the rows before that line are returned and carried: the later ones only serve as the
+    look-ahead of those rows (they are read again with the next chunk).
     """
     carry = carry if carry is not None else _Writers()
     streams = list(carry.last)
+    k = RESUME_LOOKAHEAD
+    # `_c{j}`: the highest of the last j carried steps (the part of a record's look-back window that lies in
+    # the chunk before: j = k - its position)
+    carried = {
+        f"_c{j}": [max(carry.recent.get(s, [])[-j:], default=None) for s in streams] for j in range(1, k + 1)
+    } | {f"_m{j}": [min(carry.recent.get(s, [])[-j:], default=None) for s in streams] for j in range(1, k + 1)}
     seed = pl.DataFrame(
         {
             "_stream": streams,
-            "_s1": [carry.last[k] for k in streams],
-            "_s2": [carry.before.get(k) for k in streams],
-            "_sa": [carry.attempt.get(k, 0) for k in streams],
+            "_s1": [carry.last[s] for s in streams],
+            "_s2": [carry.before.get(s) for s in streams],
+            "_sa": [carry.attempt.get(s, 0) for s in streams],
+            **carried,
         },
-        schema={"_stream": pl.Int32, "_s1": pl.Int64, "_s2": pl.Int64, "_sa": pl.Int32},
+        schema={
+            "_stream": pl.Int32,
+            "_s1": pl.Int64,
+            "_s2": pl.Int64,
+            "_sa": pl.Int32,
+            **{c: pl.Int64 for c in carried},
+        },
     )
     train = (
         wide.filter((pl.col("record_kind") == "train") & pl.col("step").is_not_null())
@@ -256,6 +317,23 @@ def dedupe_writers(wide: pl.DataFrame, carry: _Writers | None = None) -> tuple[p
         .otherwise(pl.col("step").shift(2).over("_stream"))
     )
     back = (pl.col("step") < pl.min_horizontal(p1, p2.fill_null(p1))).fill_null(False)
+    # a lagging writer catches up: within the next RESUME_LOOKAHEAD records the steps pass the highest of the
+    # ones before the step back (a writer 2-3 intervals behind: 3810, 3820, 3800, 3810, 3830). A resume stays
+    # below it for as long as it re-trains the steps it went back over (5240 -> 5010, 5020, 5030, ...)
+    # (the look-back window: the k records before, those of the chunk before carried as `_c{j}` / `_m{j}`)
+    before_max = pl.max_horizontal(
+        pl.col("step").shift(1).rolling_max(k, min_samples=1).over("_stream"),
+        *[pl.when(pos == i).then(pl.col(f"_c{k - i}")) for i in range(k)],
+    )
+    before_min = pl.min_horizontal(
+        pl.col("step").shift(1).rolling_min(k, min_samples=1).over("_stream"),
+        *[pl.when(pos == i).then(pl.col(f"_m{k - i}")) for i in range(k)],
+    )
+    ahead_max = pl.col("step").reverse().rolling_max(k, min_samples=1).reverse().shift(-1).over("_stream")
+    # a lagging writer never falls below the lowest step of the window (its own last print is in it): a step
+    # below that is a resume, whatever follows; within the window, one the next steps pass is the lagging writer
+    catches_up = (pl.col("step") >= before_min).fill_null(False) & (ahead_max > before_max).fill_null(False)
+    back = back & ~catches_up
     train = train.with_columns(
         (back.cum_sum().over("_stream") + pl.col("_sa").fill_null(0)).cast(pl.Int32).alias("attempt")
     )
@@ -279,6 +357,8 @@ def dedupe_writers(wide: pl.DataFrame, carry: _Writers | None = None) -> tuple[p
         train = train.join(old, on=["_stream", "step"], how="left", maintain_order="left")
         repeat = repeat | (pl.col("_old").fill_null(False) & (pl.col("attempt") == pl.col("_sa").fill_null(0)))
     train = train.with_columns(repeat.alias("_repeat"))
+    if upto is not None:
+        train, wide = train.filter(pl.col("line") < upto), wide.filter(pl.col("line") < upto)
     _carry_writers(carry, train)
     dropped = train.filter(pl.col("_repeat")).get_column("line")
     attempts = train.filter(~pl.col("_repeat")).select("line", "attempt")
@@ -299,19 +379,23 @@ def _carry_writers(carry: _Writers, train: pl.DataFrame) -> None:
         return
     tails = train.group_by("_stream", maintain_order=True).agg(
         pl.col("step").tail(2).alias("steps"),
+        pl.col("step").tail(RESUME_LOOKAHEAD).alias("steps_all"),
         pl.col("attempt").last().alias("attempt"),
         pl.col("_sa").first().fill_null(0).alias("was"),
     )
-    for stream, steps, attempt, was in tails.iter_rows():
+    for stream, steps, steps_all, attempt, was in tails.iter_rows():
         last = steps[-1]
         before = steps[-2] if len(steps) > 1 else carry.last.get(stream)
-        floor = last if before is None else min(last, before)
+        recent = (carry.recent.get(stream, []) if attempt == was else []) + steps_all
+        recent = recent[-RESUME_LOOKAHEAD:]
+        floor = min(recent)  # a later step of this attempt is never below its last k steps (else a resume)
         now = train.filter((pl.col("_stream") == stream) & (pl.col("attempt") == attempt)).get_column("step")
         old = carry.seen.get(stream)
         if old is not None and attempt == was:
             now = pl.concat([old, now])
         carry.seen[stream] = now.filter(now >= floor).unique()
         carry.last[stream], carry.attempt[stream] = last, attempt
+        carry.recent[stream] = (carry.recent.get(stream, []) + steps_all)[-RESUME_LOOKAHEAD:]  # any attempt
         if before is not None:
             carry.before[stream] = before
 
