@@ -324,6 +324,7 @@ class NonfiniteParams:
     group_gap: int = 10  # why: NaN steps closer than this are one outbreak
     ignore_handled_overflow: bool = True  # why: an fp16 overflow step the scaler skipped is loss_scale's business
     masked_zero_from: float = 0.1  # why: a loss printed as exactly 0 right after a loss >= 0.1 is a masked NaN (HF Trainer prints NaN losses as 0.0): no model falls from 0.1 to below the printed precision (1e-4) in one logging interval
+    real_zero_returns: int = 5  # why: a loss that comes back from exact zeros to finite values 5+ times takes 0 as a value (hinge, margin and pairwise ranking losses); a masked NaN outbreak sticks, or comes once or twice
 
 
 @dataclass
@@ -433,7 +434,7 @@ class OscillationParams:
     abs_vol: float = 0.15  # why: or a detrended MAD above 15% of the loss (log units) ...
     min_vol: float = 0.01  # why: ... and never under 1% of the loss: a smoothed or running-average loss barely moves, so 3x its typical swing can still be a fraction of a percent (Sockeye's window ppl: 0.2%, one reload step)
     stall_tol: float = 0.10  # why: ... while the loss falls less than 10% per 1000 records over the stretch (early training falls far faster)
-    relapse_records: int = 10  # why: ... unless the loss relapses above the run's initial loss (a log that starts at the start of training) on >= 10 records of the stretch: a model that again and again does worse than untrained is oscillating, whatever the trend of its calm level (CS336 at LR 1: spikes to 50x the initial loss); a healthy loss never returns above its start after its first records
+    relapse_records: int = 10  # why: ... unless the loss relapses to hard_spike.loss_ratio_critical (2x) the run's initial loss (a log that starts at the start of training) on >= 10 records of the stretch: a model that again and again does worse than untrained is oscillating, whatever the trend of its calm level (CS336 at LR 1: spikes to 50x the initial loss); a healthy loss, even a per-sample one, does not return to twice its start after its first records
     group_gap: int = 50  # why: high-volatility stretches closer than this are one episode
 
 

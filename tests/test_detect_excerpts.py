@@ -118,3 +118,42 @@ def test_a_gan_pair_by_name_and_a_plain_loss_beside_a_discriminator_metric():
     g_nan[150:] = np.nan
     d = api.diagnose(run_from({"step": steps, "g_loss": g_nan, "d_loss": 1 / g}))
     assert d["verdict"]["status"] == "unstable"
+
+
+def test_an_oscillation_that_relapses_above_the_initial_loss_counts_while_its_trend_falls():
+    # CS336 at LR 1 (fresh6): the calm level improves, yet spikes of 10-60x come every few records and
+    # return above the initial loss again and again
+    rng = np.random.default_rng(7)
+    n = 500
+    calm = 13.0 * np.exp(-np.arange(n) / 30) + 7.0 - 2.0 * np.arange(n) / n
+    spikes = np.where(rng.random(n) < 0.35, rng.uniform(3, 60, n), 1.0)
+    loss = calm * spikes * np.exp(rng.normal(0, 0.1, n))
+    loss[0] = 14.0
+    from spikeforensics.detect import oscillation
+
+    found = oscillation.detect(excerpt(loss, start=10, every=10), Params())
+    assert found and found[0].kind == "loss_oscillation"
+    # the same swings without relapses (every spike stays under the initial loss): a falling noisy phase
+    capped = np.minimum(loss, 13.0)
+    capped[0] = 14.0
+    assert oscillation.detect(excerpt(capped, start=10, every=10), Params()) == []
+
+
+def test_cs336_lr1_is_an_lr_instability(tmp_path):
+    run, d, facts = diagnose_case(tmp_path, "cs336-xiamishaonian-lr1-tinystories-loss-spikes-lr-too-high")
+    assert d["verdict"]["status"] == "unstable" and d["verdict"]["root_cause"] == facts["stated_label"] == "lr_too_high"
+
+
+def test_zeros_a_loss_keeps_returning_from_are_values_not_masked_nans():
+    from spikeforensics.detect import nonfinite
+
+    rng = np.random.default_rng(3)
+    n = 400
+    pairwise = rng.uniform(0.05, 1.2, n)
+    pairwise[rng.random(n) < 0.08] = 0.0  # a margin loss is exactly 0 on well-ranked pairs, now and then
+    findings = nonfinite.detect(excerpt(pairwise, start=1, every=1), Params())
+    assert not [f for f in findings if f.severity != "info"]
+    # a trainer that masks a NaN as 0.0: the zeros start after a normal loss and stick
+    masked = np.r_[np.linspace(2.0, 1.5, 300), np.zeros(100)]
+    findings = nonfinite.detect(excerpt(masked, start=1, every=1), Params())
+    assert any(f.severity == "critical" for f in findings)

@@ -98,3 +98,32 @@ def test_nested_objects_flatten_to_key_paths_and_summaries_to_their_mean():
     assert bad.height == 0
     assert set(flat.columns) == {"line", "step", "train/loss", "train/acc/top1", "Loss/D"}
     assert flat.get_column("train/loss").to_list() == [2.5, 2.4] and flat.get_column("Loss/D").to_list() == [1.1, 1.0]
+
+
+def test_llamafactory_writer_lagging_three_intervals_is_not_a_resume(store):
+    # fresh5: two writers append to trainer_log.jsonl; from line 203 the second lags 1-3 logging intervals
+    # (3810, 3820, 3800, 3810, 3830); the one real resume is at line 1047 (5240 -> 5010)
+    metrics, _, f, facts = real(store, "fresh5", "llamafactory-qwen25-3b-sft-acereason-trainer-log-healthy-6566-steps")
+    loss = metrics.filter((pl.col("name") == "loss") & pl.col("record").is_not_null())
+    per = loss.group_by("attempt").agg(pl.len(), pl.col("step").min().alias("lo"), pl.col("line").min().alias("l0"))
+    assert per.sort("attempt").rows() == [(0, 524, 10, 1), (1, 156, 5010, 1047)]
+    # every step once per attempt, the first writer's value
+    assert loss.filter(pl.col("attempt") == 0).get_column("step").is_unique().all()
+
+
+def test_step_less_loss_lines_beside_deepspeed_progress_lines_are_records(store):
+    # fresh4 RWKV-7 reward model: the script's `Epoch 0, Loss: 1.01, Positive Score: ...` has no counter and
+    # stands beside DeepSpeed's `step=10, skipped=0, lr=[...]` and `global_step=10` timer lines; a traceback
+    # quoting `loss.backward()` ends the file
+    metrics, _, f, facts = real(store, "fresh4", "rwkv7-reward-model-deepspeed-wandb-output-healthy-11380-steps")
+    loss = metrics.filter((pl.col("name") == "loss") & pl.col("record").is_not_null())
+    assert loss.height == 11381 and loss.get_column("step").null_count() == loss.height
+    records = metrics.filter(pl.col("record").is_not_null()).select("source", "record").unique().height
+    assert records == facts["step_records"] == 12519  # 11,381 script lines + 1,138 DeepSpeed lines
+
+
+def test_a_few_loss_prints_among_counted_loss_lines_are_not_step_less_records(tmp_path, store):
+    # a file whose loss lines have a counter: a stray `loss: 0.5` print without one is no record
+    lines = [f"step {i} | loss: {2.0 - i / 100:.3f}" for i in range(1, 30)] + ["final loss: 0.5"] * 3
+    metrics, _, f = ingest(store, write(tmp_path, "train.log", "\n".join(lines) + "\n"))
+    assert train_steps(metrics) == list(range(1, 30))

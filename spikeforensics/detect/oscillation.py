@@ -4,10 +4,12 @@ Detrended log loss (residual from a centred rolling median over ~200 records); i
 volatility is the robust scale of the residual over `window` records. A stretch fires
 when that volatility is >= 3x the run's typical volatility (or above an absolute level,
 for a run that oscillates from the start: its typical volatility is at that level too) for >= `min_records` records and the loss trend
-over the stretch is not falling (LR too high: DOMAIN "oscillating loss"). A stretch whose loss relapses above
-the run's initial loss on >= `relapse_records` records fires even while its trend falls: a noisy phase
-of training never does worse than the untrained model again and again (CS336 at LR 1: spikes of 10-60x
-every few records, 50x the initial loss, while its calm level improves).
+over the stretch is not falling (LR too high: DOMAIN "oscillating loss"). A stretch whose loss relapses to
+`hard_spike.loss_ratio_critical` x the run's initial loss on >= `relapse_records` records fires even while
+its trend falls: a noisy phase of training never does twice as badly as the untrained model again and
+again (CS336 at LR 1: spikes of 10-60x every few records, 50x the initial loss, while its calm level
+improves). A run noisy from the start (only the absolute level flags it) must relapse that way too: a
+per-sample loss (micro batch 1: RWKV's reward model, 0 to 1.3 from record to record) swings as much.
 """
 
 from __future__ import annotations
@@ -57,7 +59,12 @@ def detect(run: RunData, params) -> list[Finding]:
     # the loss the run started from, when the log starts at the start of training (a relapse above it is
     # the model doing worse than untrained)
     first = loss.sort("t").row(0, named=True)
-    start_y = first["y"] if first["step"] <= params.hard_spike.start_max_step else None
+    # (a relapse: `hard_spike.loss_ratio_critical` x that loss; a per-sample loss wanders above its first value)
+    start_y = (
+        first["y"] + math.log(params.hard_spike.loss_ratio_critical)
+        if first["step"] <= params.hard_spike.start_max_step
+        else None
+    )
     settled_t = first["t"] + int(loss.height * params.hard_spike.early_frac)  # (the first records may hover at it)
     findings = []
     for _, g in runs.group_by("group", maintain_order=True):
@@ -73,6 +80,8 @@ def detect(run: RunData, params) -> list[Finding]:
         )
         if per_1000 < -op.stall_tol and relapses < op.relapse_records:
             continue  # still improving: a noisy phase, not an oscillation (unless it keeps relapsing)
+        if (g.get_column("vol") < op.vol_ratio * g.get_column("typical")).all() and relapses < op.relapse_records:
+            continue  # noisy from the start and never 3x that: a per-sample loss (batch 1) swings like this too
         ratio = peak["vol"] / peak["typical"] if peak["typical"] else None
         ev = [
             Evidence(

@@ -156,6 +156,12 @@ QUOTED_NUMBER = r"""['"]([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[Nn]a[Nn]|-?[Ii]
 WRAPPED = r"(?:np\.|numpy\.)?(?:(?:float|int|uint|bfloat|half)\d*|tensor)\(\s*([-+]?[\w.+-]+)\s*(?:,[^()]*)?\)"
 MAX_CONFIDENCE = 0.35
 MIN_UNCOUNTED = 3  # loss lines of a file without any counter that make it a log of step-less records
+# a loss line with a counter on it (a counter elsewhere, DeepSpeed's `global_step=10` timer lines beside
+# RWKV's step-less `Epoch 0, Loss: 1.01` prints, does not make the loss lines counted)
+COUNTED_LOSS = rf"(?i:loss).*{STEP}|{STEP}.*(?i:loss)"
+UNCOUNTED_SHARE = (
+    0.9  # ... when they are >= 90% of its loss lines (source or traceback lines quoting `loss` are the rest)
+)
 # (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log)
 UNCOUNTED_LOSS = r"(?i)loss\w*\s*:\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
@@ -176,8 +182,8 @@ def sniff(sample: SniffSample) -> float:
     # one record line is enough in a paste of a few lines (`... iter: 5100  loss: nan (nan) ...`)
     if n >= 2 or (n == 1 and len(sample.lines) <= 5):
         return MAX_CONFIDENCE
-    if n == 0 and sniff_share(sample, UNCOUNTED_LOSS) >= MIN_UNCOUNTED and not sniff_share(sample, STEP):
-        return MAX_CONFIDENCE  # loss lines and no counter anywhere: step-less records (see `parse`)
+    if n == 0 and sniff_share(sample, UNCOUNTED_LOSS) >= MIN_UNCOUNTED and not sniff_share(sample, COUNTED_LOSS):
+        return MAX_CONFIDENCE  # loss lines and no counter on any: step-less records (see `parse`)
     return 0.2 if n else 0.0
 
 
@@ -323,17 +329,18 @@ def parse(src: SourceFile) -> ParseResult:
     no_counter = pl.col("step").is_null() & before_loss.str.contains(EVAL_NAMED)
     # a whole file of loss lines and no counter anywhere (a loop that prints only its losses: BMN's
     # `BMN training loss(epoch 0): tem_loss: 1.184, ..., total_loss: 1.883`): each line is a training
-    # record with no step (CONTRACT: step null where the log prints none), in file order. Only for a file
-    # that is this grammar's alone: in a mixed log the lines other grammars leave are not records by default
+    # record with no step (CONTRACT: step null where the log prints none), in file order. Also in a mixed log
+    # (RWKV's `Epoch 0, Loss: 1.01, Positive Score: ...` beside DeepSpeed's `step=N` lines), when such lines
+    # are nearly all of the loss lines left (a traceback's `loss.backward()` lines are the rest)
+    shaped = lossy_lines.get_column("text").str.contains(UNCOUNTED_LOSS)
     uncounted = (
-        src.only_lines is None
-        and lossy_lines.height >= MIN_UNCOUNTED
+        int(shaped.sum()) >= MIN_UNCOUNTED
+        and float(shaped.mean()) >= UNCOUNTED_SHARE
         and lossy_lines.get_column("step").null_count() == lossy_lines.height
-        and lossy_lines.get_column("text").str.contains(UNCOUNTED_LOSS).all()
     )
-    cand = lossy_lines.filter(pl.col("step").is_not_null() | no_counter | pl.lit(uncounted)).with_columns(
-        no_counter.alias("_no_counter"), (before_loss.str.contains(EVAL_WORDS) | no_counter).alias("_eval")
-    )
+    cand = lossy_lines.filter(
+        pl.col("step").is_not_null() | no_counter | (pl.lit(uncounted) & text.str.contains(UNCOUNTED_LOSS))
+    ).with_columns(no_counter.alias("_no_counter"), (before_loss.str.contains(EVAL_WORDS) | no_counter).alias("_eval"))
     values = _values(cand, pl.col("_eval"))
     # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
     lossy = (
