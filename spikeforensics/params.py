@@ -324,7 +324,7 @@ class NonfiniteParams:
     group_gap: int = 10  # why: NaN steps closer than this are one outbreak
     ignore_handled_overflow: bool = True  # why: an fp16 overflow step the scaler skipped is loss_scale's business
     masked_zero_from: float = 0.1  # why: a loss printed as exactly 0 right after a loss >= 0.1 is a masked NaN (HF Trainer prints NaN losses as 0.0): no model falls from 0.1 to below the printed precision (1e-4) in one logging interval
-    real_zero_returns: int = 5  # why: a loss that comes back from exact zeros to finite values 5+ times takes 0 as a value (hinge, margin and pairwise ranking losses); a masked NaN outbreak sticks, or comes once or twice
+    real_zero_returns: int = 5  # why: a loss that comes back from exact zeros to finite values 5+ times, and prints 5+ small positive values (under masked_zero_from), takes 0 as a value (hinge, margin and pairwise ranking losses); a masked NaN outbreak sticks, or comes once or twice, in a loss far from 0
 
 
 @dataclass

@@ -157,3 +157,12 @@ def test_zeros_a_loss_keeps_returning_from_are_values_not_masked_nans():
     masked = np.r_[np.linspace(2.0, 1.5, 300), np.zeros(100)]
     findings = nonfinite.detect(excerpt(masked, start=1, every=1), Params())
     assert any(f.severity == "critical" for f in findings)
+
+
+def test_zeros_of_a_loss_that_never_goes_near_zero_stay_masked_nans_however_often():
+    from spikeforensics.detect import nonfinite
+
+    lm = np.linspace(3.0, 2.0, 400)
+    lm[50::60] = 0.0  # a trainer printing NaN intervals as 0.0, six times, the loss recovering in between
+    findings = nonfinite.detect(excerpt(lm, start=1, every=1), Params())
+    assert any(f.severity == "critical" for f in findings)

@@ -127,10 +127,13 @@ def _masked_zero_rows(run: RunData, params) -> pl.DataFrame:
     zero = pl.col("value") == 0
     prev = pl.col("value").shift(1)
     after = (zero.shift(1) & ~zero & pl.col("value").is_finite()).fill_null(False)
-    if frame.select(after.sum()).item() >= params.nonfinite.real_zero_returns:
-        # zeros the loss keeps coming back from are values it takes (a margin or pairwise ranking loss: RWKV's
-        # reward model prints 878 of them among 11,381 records), not a masked NaN: only a non-finite grad norm
-        # beside one still marks it
+    near = (pl.col("value") > 0) & (pl.col("value") < params.nonfinite.masked_zero_from)
+    returns, small = frame.select(after.sum().alias("returns"), near.sum().alias("small")).row(0)
+    if returns >= params.nonfinite.real_zero_returns and small >= params.nonfinite.real_zero_returns:
+        # zeros the loss keeps coming back from, in a loss that also takes small positive values, are values it
+        # takes (a margin or pairwise ranking loss: RWKV's reward model prints 878 of them among 11,381 records),
+        # not a masked NaN: only a non-finite grad norm beside one still marks it. (An LM loss that never goes
+        # under `masked_zero_from` cannot reach 0: its zeros stay masked NaNs however often they come and go)
         prev = pl.lit(None, dtype=pl.Float64)
     seed = zero & (pl.col("_gbad").fill_null(False) | (prev >= params.nonfinite.masked_zero_from).fill_null(False))
     # a run of zeros continues the outbreak its first zero started
