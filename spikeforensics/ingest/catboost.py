@@ -17,55 +17,43 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.ingest._grammar_helpers import grammar_records
 from spikeforensics.ingest.base import (
     ParseResult,
     SniffSample,
     SourceFile,
-    extract_time,
     prepared_lines,
     sniff_share,
-    step_int,
     text_result,
-    to_float,
 )
 
 NAME = "catboost"
 # a value with no word boundary after it (`0.1211191019passed:`, `nanpassed:` in a paste without tabs)
 VALUE = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[Nn]a[Nn]|[Ii]nf)"
-# (the iteration is optional: a paste whose tabs became spaces has `61: ` opening the line, which the
-# launcher-prefix stripper reads as an `srun --label` rank; the parser takes it back from there)
-LINE = (
-    rf"^\s*(?:(?P<step>\d+):)?\s+learn:?\s*(?P<learn>{VALUE})"
+BODY = (
+    rf"\s+learn:?\s*(?P<learn>{VALUE})"
     rf"(?:\s*test:?\s*(?P<test>{VALUE}))?(?:\s*best(?:Test)?:?\s*{VALUE}(?:\s*\(\d+\))?)?\s*(?:passed|total):"
 )
+LINE = rf"^\s*(?P<step>\d+):{BODY}"
 
 
 def sniff(sample: SniffSample) -> float:
-    return 0.9 if sniff_share(sample, LINE) >= min(2, max(1, len(sample.lines))) else 0.0
+    # (sample lines are prefix-stripped: the `61: ` of a paste without tabs is gone from them)
+    hits = sniff_share(sample, rf"^\s*(?:\d+:)?{BODY}")
+    return 0.9 if hits >= min(2, max(1, len(sample.lines))) else 0.0
 
 
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
-    text = pl.col("text")
-    rec = (
-        lines.filter(text.str.contains(LINE))
-        .with_columns(text.str.extract_groups(LINE).alias("_g"))
-        .unnest("_g")
-        .with_columns(
-            step_int(pl.coalesce(pl.col("step").cast(pl.Float64, strict=False), pl.col("prefix_rank"))).alias("step"),
-            pl.when(pl.col("step").is_null()).then(None).otherwise(pl.col("prefix_rank")).alias("prefix_rank"),
-            extract_time(text).alias("time"),
-        )
-        .filter(pl.col("step").is_not_null())
+    # a paste whose tabs became spaces opens its lines with `61: `, which the launcher-prefix stripper reads
+    # as an `srun --label` rank: that number is the iteration, put back in front of the line
+    taken = pl.col("prefix_rank").is_not_null() & pl.col("text").str.contains(r"^\s+learn\b")
+    cand = lines.filter(pl.col("text").str.contains(r"\blearn\b")).with_columns(
+        pl.when(taken)
+        .then(pl.concat_str(pl.col("prefix_rank").cast(pl.String), pl.lit(":"), pl.col("text")))
+        .otherwise(pl.col("text"))
+        .alias("text"),
+        pl.when(taken).then(None).otherwise(pl.col("prefix_rank")).alias("prefix_rank"),
     )
-    train = rec.select("line", "step", "prefix_rank", "time", pl.lit("train").alias("record_kind"))
-    values = pl.concat(
-        [
-            rec.select("line", pl.lit("loss").alias("name"), to_float(pl.col("learn")).alias("value")),
-            rec.filter(pl.col("test").is_not_null()).select(
-                "line", pl.lit("eval_loss").alias("name"), to_float(pl.col("test")).alias("value")
-            ),
-        ],
-        how="vertical_relaxed",
-    )
-    return text_result(src.name, lines, train, values, mode="done")
+    records, values, _ = grammar_records(cand, LINE, {"learn": "loss", "test": "eval_loss"})
+    return text_result(src.name, lines, records, values, mode="done")
