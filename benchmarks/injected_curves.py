@@ -98,7 +98,12 @@ def _ingested(folder: Path, scratch: Path) -> Curve | None:
         return None
     run = RunData.load(store, run_id)
     frames = []
+    # a loss the product judges without a ratio scale (a signed objective, one side of a GAN's pair) is no
+    # curve to inject ratio faults into: its spikes and drifts are not judged (docs/diagnosis.md `limited`)
+    ratio_free = run.loss_without_ratio() is not None
     for s in SIGNALS:
+        if s == "loss" and ratio_free:
+            continue
         series = run.grad_norm_series()[0] if s == "grad_norm" else run.series(s)
         series = series.filter((pl.col("attempt") == 0) & pl.col("rank").is_null() & pl.col("step").is_not_null())
         if series.height:
