@@ -122,8 +122,8 @@ class _Writers:
     recent: dict[int, list[int]] = field(default_factory=dict)  # the last RESUME_LOOKAHEAD of them, oldest first
     before: dict[int, int] = field(default_factory=dict)  # the one before it
     attempt: dict[int, int] = field(default_factory=dict)
-    # steps of the current attempt a later record may still repeat: the lower of the last two
-    # steps never falls within an attempt (a step below it starts a new attempt), so only steps
+    # steps of the current attempt a later record may still repeat: no step of an attempt falls below
+    # the lowest of its last RESUME_LOOKAHEAD steps (a step below it starts a new attempt), so only steps
     # at or above it are kept; a few, however long the file
     seen: dict[int, pl.Series] = field(default_factory=dict)
     last_attempt: int = 0  # attempt of the last kept train record, any stream (eval rows take it)
