@@ -614,6 +614,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-collected", action="store_true", help="only the curves of sample_logs/real")
     ap.add_argument("--curves", help="folder of collected curves instead of benchmarks/real_curves (a frozen copy)")
     ap.add_argument(
+        "--freeze-curves",
+        metavar="DIR",
+        help="write the curves this tree reads to DIR (one parquet each) and stop: run two trees with "
+        "`--curves DIR --real-sets none` for a before/after on the same cases",
+    )
+    ap.add_argument(
         "--real-sets",
         help="comma-separated sets of sample_logs/real whose healthy logs give curves (default: all scored ones); "
         "a before/after comparison of two trees needs the same curves, so the sets both trees read",
@@ -628,6 +634,10 @@ def main(argv: list[str] | None = None) -> int:
         ic.REAL_SPLITS = tuple(args.real_sets.split(","))
     curves = ic.load_curves(include_collected=not args.no_collected, collected=args.curves)
     print(f"{len(curves)} healthy real curves", file=sys.stderr)
+    if args.freeze_curves:
+        ic.freeze(curves, Path(args.freeze_curves))
+        print(f"wrote {len(curves)} curves to {args.freeze_curves}", file=sys.stderr)
+        return 0
     cases = []
     for case, arrays in build_cases(curves, count, args.seed, args.quick):
         cases.append(score_case(case, arrays, params))

@@ -150,6 +150,21 @@ def load_curves(include_collected: bool = True, collected: Path | None = None) -
     return out
 
 
+def freeze(curves: list[Curve], folder: Path) -> list[Path]:
+    """Write `curves` as one parquet each (`NNN_<name>.parquet`: `step` = record index, one column per signal), in
+    their order, so that `load_curves(collected=folder)` with no real sets (`--curves FOLDER --real-sets none`)
+    returns the same curves to any version of the code: a strict before/after of two trees on the same cases
+    (the cases are drawn from the curves, so a curve read differently shifts every later draw)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, c in enumerate(curves):
+        path = folder / f"{i:03d}_{re.sub(r'[^A-Za-z0-9._-]+', '-', c.name)[:60]}.parquet"
+        pl.DataFrame({"step": np.arange(c.n), **c.values}).write_parquet(path)
+        out.append(path)
+    return out
+
+
 # -- noise and extension ---------------------------------------------------------------------
 
 

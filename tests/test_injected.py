@@ -83,3 +83,13 @@ def test_nan_burst_is_a_nonfinite_incident_and_a_missed_spot_is_not_found(curve)
 def test_effect_buckets():
     assert inj.bucket(1.2) is None and inj.bucket(None) is None
     assert inj.bucket(4.0) == "4-6" and inj.bucket(5.99) == "4-6" and inj.bucket(25) == "20+"
+
+
+def test_frozen_curves_load_back_the_same_and_alone(curve, tmp_path, monkeypatch):
+    # a strict before/after of two trees: the curves one tree read, frozen, are what the other loads
+    ic.freeze([curve], tmp_path / "frozen")
+    monkeypatch.setattr(ic, "REAL_SPLITS", ("none",))
+    (back,) = ic.load_curves(collected=tmp_path / "frozen")
+    assert back.n == curve.n and set(back.values) == set(curve.values)
+    for signal, values in curve.values.items():
+        np.testing.assert_allclose(back.values[signal], values)
