@@ -166,3 +166,13 @@ def test_zeros_of_a_loss_that_never_goes_near_zero_stay_masked_nans_however_ofte
     lm[50::60] = 0.0  # a trainer printing NaN intervals as 0.0, six times, the loss recovering in between
     findings = nonfinite.detect(excerpt(lm, start=1, every=1), Params())
     assert any(f.severity == "critical" for f in findings)
+
+
+def test_a_grad_norm_drift_is_judged_when_the_loss_is_too_short_for_the_drift_test():
+    # the excerpt rule for a short loss must not switch off the grad-norm drift test (a grad-norm-only log)
+    rng = np.random.default_rng(5)
+    n = 1200
+    grad = np.r_[np.full(600, 0.5), np.full(600, 2.0)] * np.exp(rng.normal(0, 0.05, n))
+    run = run_from({"step": np.arange(1, n + 1), "grad_norm": grad})
+    found = soft_drift.detect(run, Params())
+    assert any(e.signal == "grad_norm" for f in found for e in f.evidence)

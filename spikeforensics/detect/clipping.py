@@ -206,20 +206,10 @@ def _scaled_norms(run: RunData, pre: pl.DataFrame, basis: str, params) -> list[F
             f"a normal norm: gradients are measured and clipped before unscaling"
         )
     else:
-        big = float((pre.get_column("value") >= cp.unscaled_norm_median / 10).mean())
-        if med_norm < cp.unscaled_norm_median or big < cp.unscale_rate:
+        big = _astronomical(pre, cp)
+        if big is None:
             return []
-        ev = [
-            Evidence(
-                signal="grad_norm",
-                step=None,
-                value=med_norm,
-                baseline=cp.unscaled_norm_median,
-                ratio=med_norm / cp.unscaled_norm_median,
-                note=f"median logged grad norm, {big:.0%} of steps >= {cp.unscaled_norm_median / 10:g}, "
-                "the loss falling normally, no loss scale in the log",
-            )
-        ]
+        ev = [_astronomical_evidence(med_norm, big, None, "steps", "the loss falling normally, ", cp)]
         summary = (
             f"logged grad norms are astronomically large on every step (median {med_norm:.3g}) while the loss "
             "trains normally: norms measured on loss-scaled gradients; any sane threshold clips ~100% of steps "
@@ -241,6 +231,26 @@ def _scaled_norms(run: RunData, pre: pl.DataFrame, basis: str, params) -> list[F
     ]
 
 
+def _astronomical(pre: pl.DataFrame, cp) -> float | None:
+    """The share of grad norms >= 1/10 of `unscaled_norm_median` when the norms are astronomically large (median
+    >= `unscaled_norm_median`, that share >= `unscale_rate`), else None."""
+    values = pre.get_column("value")
+    big = float((values >= cp.unscaled_norm_median / 10).mean())
+    return big if float(values.median()) >= cp.unscaled_norm_median and big >= cp.unscale_rate else None
+
+
+def _astronomical_evidence(med_norm: float, big: float, step: int | None, unit: str, also: str, cp) -> Evidence:
+    return Evidence(
+        signal="grad_norm",
+        step=step,
+        value=med_norm,
+        baseline=cp.unscaled_norm_median,
+        ratio=med_norm / cp.unscaled_norm_median,
+        note=f"median logged grad norm, {big:.0%} of {unit} >= {cp.unscaled_norm_median / 10:g}, "
+        f"{also}no loss scale in the log",
+    )
+
+
 def _excerpt_norms(run: RunData, pre: pl.DataFrame, thr: float | None, params) -> list[Finding]:
     """A log too short for a clip rate (fewer than `min_steps` grad norms, a pasted excerpt) still shows norms
     no clipped run prints: astronomically large (>= `unscaled_norm_median`) in their median, and >= 1/10 of
@@ -250,11 +260,10 @@ def _excerpt_norms(run: RunData, pre: pl.DataFrame, thr: float | None, params) -
     cp = params.clipping
     if pre.height < params.soft_drift.excerpt_climb_records + 1 or run.series("loss_scale").height:
         return []
-    values = pre.get_column("value")
-    med_norm = float(values.median())
-    big = float((values >= cp.unscaled_norm_median / 10).mean())
-    if med_norm < cp.unscaled_norm_median or big < cp.unscale_rate:
+    big = _astronomical(pre, cp)
+    if big is None:
         return []
+    med_norm = float(pre.get_column("value").median())
     lo, hi = int(pre.get_column("step").min()), int(pre.get_column("step").max())
     peak = pre.sort("value", descending=True).row(0, named=True)
     configured = f" although the log configures a threshold of {thr:g}" if thr is not None else ""
@@ -271,17 +280,7 @@ def _excerpt_norms(run: RunData, pre: pl.DataFrame, thr: float | None, params) -
                 f"{med_norm:.3g}, peak {peak['value']:.3g}){configured}: clipping not in effect, or norms measured "
                 "on scaled or sum-reduced gradients"
             ),
-            evidence=[
-                Evidence(
-                    signal="grad_norm",
-                    step=int(peak["step"]),
-                    value=med_norm,
-                    baseline=cp.unscaled_norm_median,
-                    ratio=med_norm / cp.unscaled_norm_median,
-                    note=f"median logged grad norm, {big:.0%} of records >= {cp.unscaled_norm_median / 10:g}, "
-                    "no loss scale in the log",
-                )
-            ],
+            evidence=[_astronomical_evidence(med_norm, big, int(peak["step"]), "records", "", cp)],
             facts={
                 "cause": "astronomical_norms",
                 "scope": "run",

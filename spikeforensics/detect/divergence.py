@@ -30,12 +30,6 @@ from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
 
-def _one_track(frame: pl.DataFrame) -> pl.DataFrame:
-    if frame.height and frame.get_column("rank").null_count() == 0:
-        return frame.filter(pl.col("rank") == frame.get_column("rank").min())
-    return frame.filter(pl.col("rank").is_null())
-
-
 def _nonfinite_after(run: RunData, raw: pl.DataFrame, attempt: int, pos: int) -> int | None:
     """The first step at or after `pos` (same attempt) with a non-finite loss or a nan event, else None."""
     bad = raw.filter((pl.col("attempt") == attempt) & (pl.col("pos") >= pos) & ~pl.col("finite"))
@@ -48,11 +42,11 @@ def _nonfinite_after(run: RunData, raw: pl.DataFrame, attempt: int, pos: int) ->
 def detect(run: RunData, params) -> list[Finding]:
     dp = params.divergence
     frame, _ = signals.with_baseline(run, "loss", params)
-    frame = _one_track(frame).filter(pl.col("left").is_not_null() & pl.col("sigma").is_not_null())
+    frame = signals.one_track(frame).filter(pl.col("left").is_not_null() & pl.col("sigma").is_not_null())
     if frame.height == 0:
         return []
     raw, _ = signals.raw(run, "loss")
-    raw = _one_track(raw)
+    raw = signals.one_track(raw)
     # the noise before each record: robust scale of the trailing residuals (the shared `sigma` is two-sided and a
     # divergence inflates it around its own onset)
     window = signals.short_series_windows(frame, params)[0]

@@ -671,11 +671,7 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == 0))
     if loss.height < 2:
         return []
-    loss = (
-        loss.filter(pl.col("rank") == loss.get_column("rank").first())
-        if loss.get_column("rank").null_count() == 0
-        else loss.filter(pl.col("rank").is_null())
-    )
+    loss = signals.one_track(loss)
     first = loss.row(0, named=True)
     if run.series("loss").get_column("step").null_count() or first["step"] > hp.start_max_step:
         return []  # an excerpt from mid-training (or without step numbers) has no "start" to judge

@@ -18,6 +18,14 @@ from spikeforensics.rundata import RunData
 DERIVED_NOTE = "derived from the per-layer dump (L2 over layers)"
 
 
+def one_track(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of one track of a timeline: the global rows (rank null), or when the log has only rank-level
+    rows, those of the lowest rank."""
+    if frame.height and frame.get_column("rank").null_count() == 0:
+        return frame.filter(pl.col("rank") == frame.get_column("rank").min())
+    return frame.filter(pl.col("rank").is_null())
+
+
 def _floor(name: str, params) -> float:
     return params.series.sigma_floor_loss if name == "loss" else params.series.sigma_floor_grad
 

@@ -204,10 +204,10 @@ def detect(run: RunData, params) -> list[Finding]:
     dp = params.soft_drift
     parts = []
     loss, _ = signals.raw(run, "loss")
+    # a loss too short for the drift test (a pasted excerpt) is judged as a whole; the grad norm still is below
+    findings = _excerpt_climb(loss, dp, params) if loss.height <= dp.early_min else []
     if loss.height > dp.early_min:
         parts.append(_loss_flags(loss, dp))
-    else:
-        return _excerpt_climb(loss, dp, params)
     grad, derived = signals.raw(run, "grad_norm")
     if grad.height > dp.early_min + 2 * dp.level_window:
         parts.append(_grad_flags(grad, dp))
@@ -219,9 +219,8 @@ def detect(run: RunData, params) -> list[Finding]:
         if p.height
     ]
     if not parts:
-        return []
+        return findings
     flags = robust.flag_groups(pl.concat(parts), gap=max(dp.loss_span, dp.level_window))
-    findings = []
     for _, g in flags.group_by("group", maintain_order=True):
         if (
             g.filter(pl.col("signal") == "loss").height < dp.smooth // 5
@@ -237,16 +236,13 @@ def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
     `excerpt_climb_records` intervals each rise (one track, finite records, in log order) and the loss ends
     `excerpt_rise` or more above where that climb began (`loss_rise` when the climb is the whole log from the
     start of training: a loss that never fell). Critical at `hard_spike.loss_ratio_critical`."""
-    one = loss.filter(pl.col("finite") & (pl.col("attempt") == pl.col("attempt").max())).sort("t")
-    if one.height and one.get_column("rank").null_count() == 0:
-        one = one.filter(pl.col("rank") == one.get_column("rank").min())
-    else:
-        one = one.filter(pl.col("rank").is_null())
-    values = one.get_column("value").to_list()
-    k = 0
-    while k + 1 < len(values) and values[-1 - k] > values[-2 - k]:
-        k += 1
-    if k < dp.excerpt_climb_records or values[-1 - k] <= 0:
+    one = signals.one_track(loss.filter(pl.col("finite") & (pl.col("attempt") == pl.col("attempt").max())).sort("t"))
+    if one.height < 2:
+        return []
+    # k: the rises that end the log (the leading run of True in the reversed rise flags)
+    up = (pl.col("value").diff() > 0).fill_null(False)
+    k = int(one.select(up.reverse().cast(pl.Int64).cum_prod().sum()).item())
+    if k < dp.excerpt_climb_records or one.item(one.height - 1 - k, "value") <= 0:
         return []
     start, end = one.row(one.height - 1 - k, named=True), one.row(one.height - 1, named=True)
     ratio = end["value"] / start["value"]

@@ -191,6 +191,18 @@ def _num(expr: pl.Expr) -> pl.Expr:
     return expr.str.to_lowercase().cast(pl.Float64, strict=False)
 
 
+def _scale_overflow(rows: pl.DataFrame, old: str, new: str, source: str) -> pl.DataFrame:
+    """`overflow` events of lines that print the scale before and after (columns `old`, `new`)."""
+    return _ret(
+        rows,
+        "overflow",
+        detail_expr(
+            floats={"old_scale": _num(pl.col(old)), "new_scale": _num(pl.col(new))},
+            strings={"source_format": pl.lit(source)},
+        ),
+    )
+
+
 def _not_word(path: pl.Expr) -> pl.Expr:
     """`Continuing training from checkpoint, ...` names no path."""
     return pl.when(~path.is_in(["checkpoint", "checkpoint,"])).then(path)
@@ -234,16 +246,7 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         )
     )
     o = c.filter(pl.col("_o_old").is_not_null() & pl.col("_h_scale").is_null())
-    out.append(
-        _ret(
-            o,
-            "overflow",
-            detail_expr(
-                floats={"old_scale": _num(pl.col("_o_old")), "new_scale": _num(pl.col("_o_new"))},
-                strings={"source_format": pl.lit("deepspeed")},
-            ),
-        )
-    )
+    out.append(_scale_overflow(o, "_o_old", "_o_new", "deepspeed"))
     b = c.filter(pl.col("_bare") & pl.col("_o_old").is_null() & pl.col("_h_scale").is_null())
     out.append(_ret(b, "overflow", detail_expr(strings={"source_format": pl.lit("deepspeed")})))
     # fairseq halves the scale (scale_factor 2) on overflow: old_scale is inferred.
@@ -260,16 +263,7 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         )
     )
     p = c.filter(pl.col("_p_new").is_not_null())
-    out.append(
-        _ret(
-            p,
-            "overflow",
-            detail_expr(
-                floats={"old_scale": _num(pl.col("_p_old")), "new_scale": _num(pl.col("_p_new"))},
-                strings={"source_format": pl.lit("paddle")},
-            ),
-        )
-    )
+    out.append(_scale_overflow(p, "_p_old", "_p_new", "paddle"))
     g = c.filter(pl.col("_g_iter").is_not_null())
     out.append(
         _ret(
