@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "sample_logs" / "real"
 # the real-log sets whose healthy logs give curves: those already scored once (a first-look set being
 # collected must stay unseen until its one scoring, benchmarks/real_logs.py), in real_logs.ALL's order
-REAL_SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
+REAL_SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7")
 CURVES_DIR = Path(__file__).resolve().parent / "real_curves"
 MIN_RECORDS = 50  # fewer records give no usable noise sample (one baseline window)
 SIGNALS = ("loss", "grad_norm", "lr")
@@ -83,6 +83,7 @@ def _from_columns(name: str, origin: str, frame: pl.DataFrame) -> Curve | None:
 
 
 def _ingested(folder: Path, scratch: Path) -> Curve | None:
+    from spikeforensics import schema
     from spikeforensics.ingest import ingest_paths
     from spikeforensics.rundata import RunData
     from spikeforensics.store import Store
@@ -100,7 +101,8 @@ def _ingested(folder: Path, scratch: Path) -> Curve | None:
     frames = []
     # a loss the product judges without a ratio scale (a signed objective, one side of a GAN's pair) is no
     # curve to inject ratio faults into: its spikes and drifts are not judged (docs/diagnosis.md `limited`)
-    ratio_free = run.loss_without_ratio() is not None
+    # neither is an RL critic's loss, whose rise from its bootstrapped start is not judged either (`schema.VALUE_LOSS`)
+    ratio_free = run.loss_without_ratio() is not None or bool(re.search(schema.VALUE_LOSS, run.resolve("loss")))
     for s in SIGNALS:
         if s == "loss" and ratio_free:
             continue

@@ -443,6 +443,7 @@ class SoftDriftParams:
     loss_rise: float = 0.05  # why: DOMAIN: loss rising > 5% ...
     loss_span: int = 50  # why: ... over 50 consecutive steps
     smooth: int = 25  # why: judged on a rolling median, not single steps
+    min_records: int = 12  # why: a loss drift is a level that stays: at least half the smoothing window of flagged records; a shorter stretch is a few batches moving a 25-record median (a small-batch loss's epoch-to-epoch wander: Flair's per-epoch running mean, MACE's batch of 10 configurations, flag 4-9 records), not the level
     long_rise: float = 0.05  # why: a slow climb: loss >= 5% above its lowest level ...
     long_span: int = 500  # why: ... of the previous 500 records (catches drifts slower than 5% per 50 steps)
     low_share: float = 0.5  # why: a loss drift lifts the lower quartile of the smoothing window by at least half of the median's rise; a bimodal per-batch loss (diffusion: batches that drew low noise levels sit 5x under the others) moves its median between the modes when the mix shifts and leaves the lower quartile in the lower mode (while under 3/4 of a window is the upper mode)

@@ -50,6 +50,73 @@ class RunData:
             tables[table] = schema.empty(table) if frame is None else schema.conform(table, frame)
         return cls(run_id=run_id, **tables)
 
+    # -- runs appended to one log ---------------------------------------------------
+    def fresh_starts(self) -> list[int]:
+        """The attempts that begin a new run from scratch (always 0 first). A second run of the same script
+        appended to the same log (a loguru file, MACE's results file) starts again from the beginning: its
+        first step is no later than attempt 0's and its epoch goes back to attempt 0's first (in a log that
+        prints one); without an epoch, its loss starts again at the untrained level, at least half of attempt
+        0's first loss and twice the previous attempt's median. A resume goes back only to its checkpoint, and a
+        per-epoch counter restarts while the epoch moves on and the loss stays where training had brought it."""
+        key = ("fresh_starts",)
+        if key not in self._cache:
+            starts = [0]
+            source, name = self.primary_source("loss"), self.resolve("loss")
+            if source is not None:
+                rows = (
+                    self.metrics.lazy()
+                    .filter(pl.col("source") == source, pl.col("record").is_not_null())
+                    .filter((pl.col("name") == name) | (pl.col("name") == "epoch"))
+                    .sort("record")
+                    .group_by("attempt")
+                    .agg(
+                        pl.col("step").filter(pl.col("name") == name).drop_nulls().first(),
+                        pl.col("value").filter(pl.col("name") == "epoch").first().alias("epoch"),
+                        pl.col("value").filter(pl.col("name") == name).first().alias("first"),
+                        pl.col("value")
+                        .filter((pl.col("name") == name) & pl.col("value").is_finite())
+                        .median()
+                        .alias("median"),
+                    )
+                    .sort("attempt")
+                    .collect()
+                )
+                if rows.height > 1:
+                    a0 = rows.row(0, named=True)
+                    prev_median = a0["median"]
+                    for r in rows.slice(1).iter_rows(named=True):
+                        back = (r["step"] is not None and a0["step"] is not None and r["step"] <= a0["step"]) or (
+                            a0["step"] is None and r["epoch"] is not None and a0["epoch"] is not None
+                        )
+                        if r["epoch"] is not None and a0["epoch"] is not None:
+                            fresh = back and r["epoch"] <= a0["epoch"]
+                        else:
+                            fresh = (
+                                back
+                                and None not in (r["first"], a0["first"], prev_median)
+                                and r["first"] >= 0.5 * a0["first"]
+                                and r["first"] >= 2 * prev_median
+                            )
+                        if fresh:
+                            starts.append(int(r["attempt"]))
+                        prev_median = r["median"]
+            self._cache[key] = starts
+        return self._cache[key]
+
+    def attempts_between(self, lo: int, hi: int | None) -> RunData:
+        """The run restricted to metrics and events of attempts lo <= a < hi (hi None: to the end); the
+        other tables as they are."""
+        keep = pl.col("attempt") >= lo if hi is None else pl.col("attempt").is_between(lo, hi - 1)
+        return RunData(
+            run_id=self.run_id,
+            metrics=self.metrics.filter(keep),
+            events=self.events.filter(keep | pl.col("attempt").is_null()),
+            layers=self.layers,
+            batches=self.batches,
+            telemetry=self.telemetry,
+            sources=self.sources,
+        )
+
     # -- metric series -----------------------------------------------------------
     def metric_names(self) -> list[str]:
         return sorted(self.metrics.get_column("name").unique().to_list())

@@ -3,6 +3,9 @@ driver into the test store, and read back records and values."""
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import polars as pl
 
 from spikeforensics.ingest import ingest_paths
@@ -40,3 +43,14 @@ def series(metrics, name, train=True):
     rows = metrics.filter(pl.col("name") == name)
     rows = rows.filter(pl.col("record").is_not_null() if train else pl.col("record").is_null())
     return list(zip(*rows.sort("line").select("step", "value").to_dict(as_series=False).values()))
+
+
+REAL = Path(__file__).resolve().parents[1] / "sample_logs" / "real"
+
+
+def real_case(store, split, name):
+    """(metrics, events, file outcome, facts) of the first file of a real-corpus case, ingested as run `r`."""
+    folder = REAL / split / name
+    facts = tomllib.loads((folder / "FACTS.toml").read_text())
+    metrics, events, f = ingest(store, folder / facts["files"][0])
+    return metrics, events, f, facts

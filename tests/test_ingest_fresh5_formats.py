@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from _ingest_helpers import ingest, train_steps, value, write
+from _ingest_helpers import ingest, real_case, train_steps, value, write
 
 from spikeforensics.ingest import IngestError, ingest_paths
 
@@ -24,10 +24,7 @@ def train(metrics):
 
 
 def real(store, name):
-    folder = FRESH5 / name
-    facts = tomllib.loads((folder / "FACTS.toml").read_text())
-    metrics, events, f = ingest(store, folder / facts["files"][0])
-    return metrics, events, f, facts
+    return real_case(store, "fresh5", name)
 
 
 def test_region_loss_prints_take_the_images_seen_counter_not_a_rank(store):

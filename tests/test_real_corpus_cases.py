@@ -30,11 +30,13 @@ FRESH4 = DEV.parent / "fresh4"
 FRESH5 = DEV.parent / "fresh5"
 # the fresh6 set after its one scoring (benchmarks/real_logs_fresh6_first_look.md), a development set since
 FRESH6 = DEV.parent / "fresh6"
+# the fresh7 set after its one scoring (benchmarks/real_logs_fresh7_first_look.md), a development set since
+FRESH7 = DEV.parent / "fresh7"
 
 
 def case(name: str) -> tuple[Path, dict]:
     folder = next(
-        (d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6) if (d / name).is_dir()),
+        (d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7) if (d / name).is_dir()),
         DEV / name,
     )
     if not folder.is_dir():
@@ -552,3 +554,31 @@ def test_a_log_nan_from_its_first_record_names_the_setup_and_a_confined_nan_its_
     inc = d["incidents"][0]
     assert inc["features"]["nonfinite_confined"] is True
     assert [inc["root_cause"], inc["alternatives"][0]["root_cause"]] == ["data_outlier", facts["stated_label"]]
+
+
+def test_two_launches_appended_to_one_log_are_judged_run_by_run(tmp_path):
+    # gpt-from-zero's loguru file holds the same script run twice: the second launch's loss starts again at 6.3
+    run, d, facts = run_case(tmp_path, "custom-gpt-from-zero-loguru-epoch-running-mean-healthy-7600-steps")
+    assert train_records(run) == facts["step_records"] == 152 and run.fresh_starts() == [0, 1]
+    assert facts["healthy"] and d["verdict"]["status"] == "healthy"
+
+
+def test_an_rl_critic_loss_rising_with_the_returns_is_healthy(tmp_path):
+    run, d, facts = run_case(tmp_path, "spinningup-td3-hopper-progress-txt-healthy-139-epochs")
+    assert run.resolve("loss") == "loss_q" and d["verdict"]["status"] == "healthy" and facts["healthy"]
+
+
+def test_a_short_log_from_the_start_ending_above_its_first_loss_is_a_drift(tmp_path):
+    # DINO #246: 10.38 at epoch 0, a dip, then eight rises to 11.0 (its collapse at ln 65536 = 11.09)
+    run, d, facts = run_case(tmp_path, "dino-facebookresearch-246-loss-rises-to-ln-outdim-collapse-epoch0-11")
+    assert not facts["healthy"] and d["verdict"]["status"] in ("degraded", "unstable")
+    inc = d["incidents"][0]
+    assert inc["kind"] == "soft_drift" and inc["step_start"] == 0 and inc["step_end"] == 11
+
+
+def test_an_epoch_line_with_train_and_valid_loss_is_no_unstable_start(tmp_path):
+    # SpeechBrain `epoch: 1, lr: 8.00e-04, steps: 2197, ... - train loss: 1.71e+02 - valid loss: 1.06`
+    run, d, facts = run_case(tmp_path, "speechbrain-2713-transducer-librispeech-train-log-healthy-2197-8301-steps")
+    steps = sorted(run.series("loss").get_column("step").to_list())
+    assert (steps[0], steps[-1]) == (facts["first_step"], facts["last_step"]) == (2197, 8301)
+    assert d["verdict"]["status"] == "healthy"

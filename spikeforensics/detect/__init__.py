@@ -81,14 +81,26 @@ def run_detectors(run: RunData, params) -> list[Finding]:
     """Every detector's findings, in step order; a detector error is kept as an info note that marks
     the detector as failed (`facts["detector_failed"]`)."""
     findings: list[Finding] = []
-    for name, detect in DETECTORS:
-        try:
-            findings.extend(detect(run, params))
-        except Exception as exc:  # noqa: BLE001 - one broken detector must not hide the others
-            findings.append(failure_finding(name, exc, run))
+    for part in _runs_in_log(run):
+        for name, detect in DETECTORS:
+            try:
+                findings.extend(detect(part, params))
+            except Exception as exc:  # noqa: BLE001 - one broken detector must not hide the others
+                findings.append(failure_finding(name, exc, part))
     findings = vanishing.absorb_spikes(findings, params)
     findings.sort(key=lambda f: (f.attempt, f.step_start, -severity_rank(f.severity)))
     return findings
+
+
+def _runs_in_log(run: RunData) -> list[RunData]:
+    """The runs a log holds, each judged on its own: a run started again from scratch and appended to the same
+    log (`RunData.fresh_starts`) is no spike or drift of the run before it (its loss starts again at the
+    untrained level). Only for metrics and events: a run with layer dumps, batch manifests or telemetry (keyed
+    by step, not attempt) is judged whole."""
+    starts = run.fresh_starts()
+    if len(starts) < 2 or run.layers.height or run.batches.height or run.telemetry.height:
+        return [run]
+    return [run.attempts_between(lo, hi) for lo, hi in zip(starts, [*starts[1:], None])]
 
 
 def failed_detectors(findings: list[Finding]) -> list[str]:

@@ -25,10 +25,12 @@ Small bumps below every bar that one recurring sample explains are promoted to w
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import polars as pl
 
+from spikeforensics import schema
 from spikeforensics.detect import loss_answer, recurrence, robust, settling, shape, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
@@ -667,6 +669,8 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     there is one (the model as it started: HF `eval_on_start`, mlx-lm `Iter 1: Val loss`, nanoGPT and
     llm.c step-0 evals), so a fine-tune whose very first training records are already far above it counts."""
     hp = params.hard_spike
+    if re.search(schema.VALUE_LOSS, run.resolve("loss")):
+        return []  # an RL critic's loss starts from bootstrapped targets near 0 (schema.VALUE_LOSS)
     loss, _ = signals.raw(run, "loss")
     loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == 0))
     if loss.height < 2:
@@ -683,7 +687,12 @@ def _early_rise(run: RunData, params) -> list[Finding]:
             & (pl.col("attempt") == 0)
             & pl.col("value").is_finite()
             & (pl.col("value") > 0)
-            & (pl.col("step") <= first["step"])
+            # before the first training record: an earlier step, or the same step on an earlier line (an
+            # epoch line that prints its train and valid loss together is no eval before training)
+            & (
+                (pl.col("step") < first["step"])
+                | ((pl.col("step") == first["step"]) & (pl.col("line") < first["line"]))
+            )
         )
         .select("step", "line", "value")
         .sort("step", "line")

@@ -223,10 +223,10 @@ def detect(run: RunData, params) -> list[Finding]:
     flags = robust.flag_groups(pl.concat(parts), gap=max(dp.loss_span, dp.level_window))
     for _, g in flags.group_by("group", maintain_order=True):
         if (
-            g.filter(pl.col("signal") == "loss").height < dp.smooth // 5
+            g.filter(pl.col("signal") == "loss").height < dp.min_records
             and g.filter(pl.col("signal") == "grad_norm").height == 0
         ):
-            continue  # a loss bump of a couple of records is a spike's echo, not a drift
+            continue  # a loss bump of a few records is a spike's echo or a small batch's wander, not a drift
         findings.append(_finding(g, derived))
     return findings
 
@@ -235,7 +235,8 @@ def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
     """A log too short for the drift test (a pasted excerpt) still shows a climb in progress: its last
     `excerpt_climb_records` intervals each rise (one track, finite records, in log order) and the loss ends
     `excerpt_rise` or more above where that climb began (`loss_rise` when the climb is the whole log from the
-    start of training: a loss that never fell). Critical at `hard_spike.loss_ratio_critical`."""
+    start of training: a loss that never fell; or when a log from the start of training ends `loss_rise` above
+    its first record, judged from there). Critical at `hard_spike.loss_ratio_critical`."""
     one = signals.one_track(loss.filter(pl.col("finite") & (pl.col("attempt") == pl.col("attempt").max())).sort("t"))
     if one.height < 2:
         return []
@@ -250,6 +251,18 @@ def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
     # rise of DOMAIN's 5% suffices (a loss falls from its initial value; LightGBM #742's logloss climbs 8%
     # over its first 4 iterations)
     from_start = k == one.height - 1 and start["step"] <= params.hard_spike.start_max_step
+    first = one.row(0, named=True)
+    if (
+        not from_start
+        and ratio < 1 + dp.excerpt_rise
+        and first["step"] <= params.hard_spike.start_max_step
+        and first["value"] > 0
+        and end["value"] / first["value"] >= 1 + dp.loss_rise
+    ):
+        # a log from the start of training that ends, still climbing, above its first record: the model is worse
+        # than untrained (DINO #246: 10.38 at epoch 0, a dip, then 8 rises to 11.0, its collapse at ln 65536);
+        # judged from that first record, with DOMAIN's 5%
+        start, ratio, from_start = first, end["value"] / first["value"], True
     if ratio < 1 + (dp.loss_rise if from_start else dp.excerpt_rise):
         return []
     lo, hi = int(start["step"]), int(end["step"])  # (`robust.prepare` numbers a step-less log by record)
@@ -269,11 +282,16 @@ def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
                     value=end["value"],
                     baseline=start["value"],
                     ratio=ratio,
-                    note=f"the loss rose on each of the excerpt's last {k} intervals",
+                    note=f"the loss rose on each of the excerpt's last {k} intervals"
+                    + (
+                        f", ending above its first record (step {lo})"
+                        if start["t"] != one.item(one.height - 1 - k, "t")
+                        else ""
+                    ),
                 )
             ],
             summary=(
-                f"loss climbing {ratio - 1:.0%} over its last {k + 1} records (steps {lo}-{hi}), still rising when the log ends "
+                f"loss climbing {ratio - 1:.0%} over steps {lo}-{hi}, rising on its last {k} intervals when the log ends "
                 f"({one.height} records: too few for a drift test, the climb judged as a whole)"
             ),
             facts={"onset_step": lo, "excerpt_climb": True, "recovery": "never"},

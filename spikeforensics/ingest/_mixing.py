@@ -247,18 +247,48 @@ def _merge(primary: ParseResult, parts: list[tuple[str, ParseResult]]) -> ParseR
 def _drop_repeats(metrics: pl.DataFrame) -> pl.DataFrame:
     """The contract's rule across grammars: consecutive train records of one stream with the same
     step are one record. A line the primary merged into its previous record (the same step printed
-    by several ranks without a prefix) must not come back as another grammar's record."""
+    by several ranks without a prefix) must not come back as another grammar's record; the names such
+    a line prints that its record's first line does not are kept, on that record (DeepSpeed's
+    `step=17, skipped=0, lr=[1e-06]` then the trainer's own `steps: 17 loss: 0.5994`: one record with both)."""
+    stream = pl.col("rank").fill_null(-1)
     train = (
         metrics.filter(pl.col("record").is_not_null())
         .group_by("line")
         .agg(pl.col("step").first(), pl.col("rank").first(), pl.col("_part").first())
         .sort("line")
+        .with_columns(
+            pl.col("step").shift(1).over(stream).alias("_prev"), pl.col("line").shift(1).over(stream).alias("_into")
+        )
     )
-    prev = pl.col("step").shift(1).over(pl.col("rank").fill_null(-1))
-    repeats = train.filter((pl.col("_part") > 0) & pl.col("step").is_not_null() & (pl.col("step") == prev))
+    repeats = train.filter((pl.col("_part") > 0) & pl.col("step").is_not_null() & (pl.col("step") == pl.col("_prev")))
     if repeats.height == 0:
         return metrics
-    return metrics.join(repeats.select("line"), on="line", how="anti")
+    # a run of repeats belongs to the record that opened it (its first line, not the repeat before)
+    opened = train.filter(~pl.col("line").is_in(repeats.get_column("line").implode())).select(
+        "line", stream.alias("_s")
+    )
+    repeats = repeats.select("line", stream.alias("_s")).join_asof(
+        opened.with_columns(pl.col("line").alias("_into")),
+        on="line",
+        by="_s",
+        strategy="backward",
+        allow_exact_matches=False,
+        check_sortedness=False,  # sorted by line: `train` is
+    )
+    rest = metrics.join(repeats.select("line"), on="line", how="anti")
+    targets = rest.join(repeats.select(pl.col("_into").alias("line")).unique(), on="line", how="semi")
+    record_of = targets.group_by("line").agg(pl.col("step", "record", "attempt", "time").first())
+    moved = (
+        metrics.join(repeats.select("line", "_into"), on="line", how="inner")
+        .drop("line", "step", "record", "attempt", "time")
+        .rename({"_into": "line"})
+        .join(record_of, on="line", how="inner")
+        .join(targets.select("line", "name"), on=["line", "name"], how="anti")
+        .unique(["line", "name"], keep="first", maintain_order=True)
+    )
+    if moved.height == 0:
+        return rest
+    return pl.concat([rest, moved.select(rest.columns)], how="vertical_relaxed").sort("line", maintain_order=True)
 
 
 def _renumber(metrics: pl.DataFrame) -> pl.DataFrame:

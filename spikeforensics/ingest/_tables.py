@@ -107,7 +107,12 @@ def file_kind(path: Path) -> str:
     # a pasted JSONL whose first line carries an artefact (`_**{"current_steps": ...`): most lines are objects
     lines = [ln.strip() for ln in head.splitlines() if ln.strip()][:20]
     objects = sum(1 for ln in lines if ln.startswith(b"{") and ln.endswith(b"}"))
-    return "jsonl" if len(lines) >= 3 and objects * 2 >= len(lines) else "csv"
+    if len(lines) >= 3 and objects * 2 >= len(lines):
+        return "jsonl"
+    # a paste of one or two records in markdown emphasis or code marks (`**{"mode": "train", ...}**`)
+    wrapped = [ln.strip(b"*_`> ") for ln in lines]
+    whole = bool(wrapped) and all(ln.startswith(b"{") and ln.endswith(b"}") for ln in wrapped)
+    return "jsonl" if whole and len(lines) < 3 else "csv"
 
 
 def check_expansion(path: Path, expanded: int, what: str) -> None:
@@ -162,7 +167,8 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     Returns (objects, bad): `objects` has `line`, the `keep` columns and one column per
     top-level key (String or numeric; lists/structs kept as such); `bad` has the
     (line, text) of lines that hold a `{` but no valid JSON object (truncated,
-    garbled). Text before the first `{` (a logger prefix) is ignored. Bare non-finite
+    garbled). Text before the first `{` (a logger prefix) is ignored, and so are markdown marks after the
+    last `}` of a line with such a prefix (a paste's `**{...}**`). Bare non-finite
     tokens (`NaN`, `Infinity`, `-Infinity`, `nan`, `inf`, `NAN`, `INF`) read as the float
     values: they are decoded on the typed fast path (see `NONFINITE_SENTINELS`).
     """
@@ -175,7 +181,9 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     bare = pl.col("text").str.strip_chars_end()
     plain = cand.filter(pl.col(_JSON)).with_columns(pl.when(bare.str.ends_with("}")).then(bare).alias(_JSON))
     if plain.height < cand.height:
-        prefixed = cand.filter(~pl.col(_JSON)).with_columns(pl.col("text").str.extract(r"(\{.*\})\s*$", 1).alias(_JSON))
+        prefixed = cand.filter(~pl.col(_JSON)).with_columns(
+            pl.col("text").str.extract(r"(\{.*\})[\s*_`]*$", 1).alias(_JSON)
+        )
         cand = pl.concat([plain, prefixed]).sort("line", maintain_order=True)
     else:
         cand = plain

@@ -39,6 +39,15 @@ METRIC_ALIASES: dict[str, str] = {
     "loss_total": "loss",
     "loss_tot": "loss",
     "tot_loss": "loss",
+    # DeePMD-kit `lcurve.out` (`#  step  rmse_val  rmse_trn  rmse_e_val ... lr`): its docs call the second and
+    # third columns the loss function on the validation and the training data
+    "rmse_trn": "loss",
+    "rmse_val": "eval_loss",
+    # OpenAI Spinning Up `progress.txt` (EpochLogger): `LossPi`, `LossQ`, `LossV` are the actor's and the
+    # critics' losses (a `loss_*` term each; `RunData.resolve` reads the non-negative critic as the loss)
+    "losspi": "loss_pi",
+    "lossq": "loss_q",
+    "lossv": "loss_v",
     "losses": "loss",  # the summed loss dict of detection loops (maskrcnn-benchmark / detectron-style `losses = sum(loss_dict.values())`)
     # grad norm
     "grad_norm": "grad_norm",

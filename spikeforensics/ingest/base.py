@@ -297,12 +297,16 @@ def _with_meta(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def number_records(frame: pl.DataFrame, state: RecordState | None = None) -> pl.DataFrame:
+def number_records(
+    frame: pl.DataFrame, state: RecordState | None = None, merged: list[pl.DataFrame] | None = None
+) -> pl.DataFrame:
     """Apply the contract's record rules to one row per record (`line`, `step`,
     `prefix_rank`, `record_kind`, ...); returns the kept rows with `record`, `attempt`.
 
     - consecutive train rows of one stream (same prefix rank) with the same step are one
-      record, the first line's values (unless `step_approx` says the counter is rounded);
+      record, the first line's values (unless `step_approx` says the counter is rounded); with
+      `merged` (a list), the frame (`line`, `_into`) of those later lines and the line of the record
+      they belong to is appended to it, so a caller can keep the names the first line does not print;
     - `record` numbers train records 0.. in file order; eval/summary rows get null;
     - `attempt` goes up each time the step counter goes back within a stream; eval and
       summary rows take the attempt of the train record before them.
@@ -326,7 +330,17 @@ def number_records(frame: pl.DataFrame, state: RecordState | None = None) -> pl.
     same = pl.col("step") == pl.col("_prev")
     if "step_approx" in train.columns:  # a rounded counter (`1K`) repeats without the record repeating
         same = same & ~pl.col("step_approx").fill_null(False)
-    train = train.filter(pl.col("step").is_null() | pl.col("_prev").is_null() | ~same)
+    keep = pl.col("step").is_null() | pl.col("_prev").is_null() | ~same
+    if merged is not None:
+        into = train.select(
+            "line",
+            keep.alias("_keep"),
+            pl.when(keep).then(pl.col("line")).forward_fill().over("_stream").alias("_into"),
+        )
+        into = into.filter(~pl.col("_keep") & pl.col("_into").is_not_null()).select("line", "_into")
+        if into.height:
+            merged.append(into)
+    train = train.filter(keep)
     went_back = (pl.col("step") < pl.col("_prev")).fill_null(False).cast(pl.Int32)
     train = train.with_columns(
         (pl.int_range(pl.len(), dtype=pl.Int64) + state.records).alias("record"),
@@ -375,7 +389,8 @@ def metrics_from_long(
         records = records.unique("line", keep="first", maintain_order=True)
         if wide is not None and wide.height:
             wide = wide.unique("line", keep="first", maintain_order=True)
-    kept = number_records(records, state)
+    merges: list[pl.DataFrame] = []
+    kept = number_records(records, state, merges)
     if multi_rank is None:
         multi_rank = kept.filter(pl.col("record_kind") == "train").get_column("prefix_rank").drop_nulls().n_unique() > 1
     rank = pl.col("prefix_rank") if multi_rank else pl.lit(None, dtype=pl.Int32)
@@ -383,6 +398,17 @@ def metrics_from_long(
     vals = values.select("line", pl.col("name").cast(pl.String), pl.col("value").cast(pl.Float64, strict=False)).filter(
         pl.col("value").is_not_null()
     )
+    if merges:
+        # a later line of a record (the same step printed again) adds the names its first line does not print
+        # (a DeepSpeed step line with the LR, then the trainer's own line with that step's loss); a name both
+        # print keeps the first line's value (below)
+        vals = (
+            vals.with_row_index("_order")
+            .join(pl.concat(merges), on="line", how="left")
+            .with_columns(pl.coalesce("_into", "line").alias("line"))
+            .sort("line", "_order")
+            .drop("_into", "_order")
+        )
     # a name twice in one record keeps the first: dedupe on an integer key (names are few)
     codes = {n: i for i, n in enumerate(vals.get_column("name").unique().to_list())}
     key = pl.col("line") * max(len(codes), 1) + pl.col("name").replace_strict(codes, return_dtype=pl.Int64)

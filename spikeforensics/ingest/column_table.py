@@ -6,6 +6,11 @@
     YOLOv5 (2020-21) and YOLOv7, whose loss columns are bare names (`total` is their sum, the loss):
          Epoch   gpu_mem       box       obj       cls     total    labels  img_size
          0/299     18.7G       nan     2.028       nan       nan       521       768:   6%|###8   | 15/234 [...]
+    DeePMD-kit `lcurve.out` (a `#` header; `rmse_trn` / `rmse_val` are its loss on training / validation data):
+        #  step      rmse_val    rmse_trn    rmse_e_val  rmse_e_trn    rmse_f_val  rmse_f_trn         lr
+             100      2.10e+00    2.44e+00      2.73e-02    2.44e-02      6.64e-02    7.71e-02    1.0e-03
+    OpenAI Spinning Up `progress.txt` (tab-separated; `LossQ` -> `loss_q`, `LossPi` -> `loss_pi`):
+        Epoch	AverageEpRet	StdEpRet	...	LossPi	LossQ	Time
     fastai (`fit`, console or a notebook table copied as text):
         epoch     train_loss  valid_loss  accuracy  time
         0         2.331       2.125       0.312     00:10
@@ -41,17 +46,18 @@ from spikeforensics.ingest.base import (
 
 NAME = "column_table"
 NAME_TOKEN = r"[A-Za-z_][\w./()-]*"
-HEADER = rf"^\s*{NAME_TOKEN}(?:\s+{NAME_TOKEN}){{2,}}\s*$"
+# (a header commented out with `#`, as `numpy.savetxt` and DeePMD-kit's `lcurve.out` write it, is a header)
+HEADER = rf"^\s*(?:#\s*)?{NAME_TOKEN}(?:\s+{NAME_TOKEN}){{2,}}\s*$"
 ROW = r"^\s*\d+(?:/\d+)?\s+\S+\s+\S"
 COUNTERS = ("epoch", "step", "iter", "iteration", "it", "global_step", "steps", "epochs")
 # a header that holds a loss (`box_loss`, `train_loss`), or YOLOv5/YOLOv7's, whose loss columns have bare
 # names: `Epoch gpu_mem box obj cls total labels img_size` (`total` is the sum of the three: the loss)
-LOSSY_HEADER = r"(?i)loss|\bgpu_mem\s+box\s"
+LOSSY_HEADER = r"(?i)loss|\bgpu_mem\s+box\s|\brmse_trn\b"
 YOLO_LOSS_NAMES = {"box": "box_loss", "obj": "obj_loss", "cls": "cls_loss", "total": "loss"}
 # the tqdm bar a row is drawn with (`... 768:   6%|###8    | 15/234 [00:23<04:56, 1.36s/it]`): the batch i of n
 # within the row's epoch
 TQDM_COUNT = r"\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\["
-MAX_GAP = 200  # lines between a header and its rows (tqdm redraws, validation lines in between)
+MAX_GAP = 200  # lines between a header and its first row, or two rows (tqdm redraws, validation lines in between)
 CONFIDENCE = 0.5
 
 
@@ -93,8 +99,10 @@ def parse(src: SourceFile) -> ParseResult:
     headers = lines.filter(text.str.contains(HEADER) & text.str.contains(LOSSY_HEADER)).select(
         pl.col("line").alias("_hline"),
         pl.when(text.str.contains(r"(?i)loss"))
-        .then(text.str.extract_all(r"\S+"))
-        .otherwise(text.str.extract_all(r"\S+").list.eval(pl.element().replace(YOLO_LOSS_NAMES)))
+        .then(text.str.replace(r"^\s*#", "").str.extract_all(r"\S+"))
+        .otherwise(
+            text.str.replace(r"^\s*#", "").str.extract_all(r"\S+").list.eval(pl.element().replace(YOLO_LOSS_NAMES))
+        )
         .alias("_names"),
     )
     if headers.height == 0:
@@ -104,7 +112,10 @@ def parse(src: SourceFile) -> ParseResult:
         .sort("line")
         .join_asof(headers.sort("_hline"), left_on="line", right_on="_hline", strategy="backward")
     )
-    rows = rows.filter(pl.col("_hline").is_not_null() & (pl.col("line") - pl.col("_hline") <= MAX_GAP))
+    # a row belongs to the header above it while the rows keep coming: at most MAX_GAP lines after the header
+    # or the row before (a 1,000-row `lcurve.out` under one header; tqdm redraws between YOLO's rows)
+    gap = (pl.col("line") - pl.col("line").shift(1).over("_hline")).fill_null(pl.col("line") - pl.col("_hline"))
+    rows = rows.filter(pl.col("_hline").is_not_null()).filter(((gap > MAX_GAP).cum_sum().over("_hline")) == 0)
     tokens = text.str.extract_all(r"\S+")
     rows = rows.with_columns(tokens.alias("_vals")).with_columns(
         _header_names(pl.col("_names"), pl.col("_vals")).alias("_names")

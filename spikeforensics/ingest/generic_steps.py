@@ -95,24 +95,27 @@ from spikeforensics.ingest.base import (
 NAME = "generic_steps"
 # the counter may be rounded with a K/M suffix (LeRobot `step:1K`, `step:12K`): see `_step`
 COUNT = r"(\d+(?:\.\d+)?[KM]?|\d+)"
-STEP = rf"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
+STEP = rf"(?i)\b(?:global[_ ]step|steps?|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 # the same counter with its total captured (`iter 12/47`: group 1 the counter, group 2 the total)
 STEP_TOTAL = r"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*(\d+)"
 # a `step` counter wins over an `iter` one printed before it (`E5 iter[ 14/ 15] | ... | [step]    89`)
-STEP_FIRST = rf"(?i)\b(?:global[_ ]step|step)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
+STEP_FIRST = rf"(?i)\b(?:global[_ ]step|steps?)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
 PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|\.?$)"  # (`= nan.` ends a sentence)
 # the count before its word (`000 epoch, 00000 iter, average time 7.09, loss 37.2`, `0 completed epochs,
 # 100 batches Average training batch loss: nan`): the lowest-priority counter
 NUM_COUNTER = r"(?i)(?:^|[\s,;|\[(])(\d+)\s+(?:iters?|iterations?|steps?|batches)\b"
 TQDM_BAR = r"^.*?\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
+# the bar alone, when the text before it is the bar's description holding the loss (`Train Epoch: 1 Loss: 5.872
+# Acc@1 3.611: 100%|###| 10010/10010 [3:06:24<00:00, 1.12s/it]`)
+BAR_ONLY = r"\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
 LOCATION = r"\((?:[\w.-]+\.py|[A-Za-z_][\w.]*):\d+\)"
 LOSSES_TOTAL = r"(?i)(\blosses:[^\]]*?)\btotal\b"
 # `Training   1/500  Loss  6.347` (Turi Create's `object_detector.create` progress): a `Training N/M`
 # fraction is a counter too (only with its total: `Training loss 2.3` is a name)
 TRAIN_FRAC = r"(?i)\btraining\s+(\d+)\s*/\s*\d+"
-LOSSY = r"(?i)loss"
-COUNTER_KEYS = r"(?i)^(?:global[_ ]step|step|iteration|iter|it)$"
+LOSSY = r"(?i)loss|\b(?:r?mse)\b"
+COUNTER_KEYS = r"(?i)^(?:global[_ ]step|steps?|iteration|iter|it)$"
 # a bracketed counter opening the line (`[10] epoch 0, 10/186, g_loss nan ...`); RAW_BRACKET on the
 # raw line, where a paste's `> ` may still stand before it
 BRACKET = r"^\s*\[(\d+)\]\s+[A-Za-z]"
@@ -138,6 +141,14 @@ EPOCH_OF = r"(?i)\b(epoch\b\]?\s*[:=#]?\s*\[?\s*\d+)\s*/\s*\d+"
 # loop that logs once per epoch: qlearning4k's `train`), only in a file with no step, iteration or batch
 # counter on any loss line
 EPOCH_FRAC = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*\d+"
+# `[1,  2000] loss: 2.194` (the PyTorch CIFAR-10 tutorial's `print(f'[{epoch + 1}, {i + 1:5d}] loss: ...')`, copied
+# into countless loops; DeepRecommender's `[0,  1000] RMSE: nan`): the epoch, then the batch counter
+EPOCH_BATCH = r"^\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]"
+# `loss_train, 0.833` (a loop that prints `f"{name}, {value}"`): a loss name, a comma, its number
+KEY_COMMA = r"\b((?:[A-Za-z_]\w*)?(?i:loss)\w*),\s+([-+]?(?:\d|(?i:nan|inf)))"
+# a loop whose objective is printed as RMSE / MSE with no `loss` on the line (DeepRecommender's
+# `[0,  1000] RMSE: nan`): that is the loss it trains on
+RMSE_NAMES = ("rmse", "mse")
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
 # a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
 GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
@@ -147,7 +158,7 @@ IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
 # a loss value, then a counter word with its number, later on the line (one count per line with
 # the shapes above: a line that has both is counted twice, which only ever confirms a record)
 LOSS_THEN_STEP = rf"(?i:\bloss)\w*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
-LOSS_TAIL = r".*?(?i:loss)\w*['\"]?\]?(?:\s*[:=]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
+LOSS_TAIL = r".*?(?i:loss|\br?mse\b)\w*['\"]?\]?(?:\s*[:=,]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 # a quoted key (`'loss': nan`, a dict's repr inside a PaddleOCR line) is its bare name
 QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
 # a number printed as a string (PaddleDetection 2.x `'loss': '24.061707'`, a dict of formatted stats) is that number
@@ -170,7 +181,10 @@ CATCH_ALL = True
 
 def sniff(sample: SniffSample) -> float:
     n = (
-        sniff_share(sample, rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}){LOSS_TAIL}")
+        sniff_share(
+            sample,
+            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}){LOSS_TAIL}",
+        )
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
         # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
@@ -243,6 +257,20 @@ def _batch_step(frame: pl.DataFrame) -> pl.Expr:
     return step_int(pl.when(text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)).then(value))
 
 
+def _epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
+    """The last counter, in a file whose loss lines have no other and no `Epoch N/M`: an `Epoch N` without
+    its total (a tqdm bar's description left at the end of each epoch, `Train Epoch: 1 Loss: 5.872 Acc@1 3.6:
+    100%|###| 10010/10010 [...]`), only when each such line has its own epoch, rising through the file (a
+    loop printing one line per epoch). Many loss lines under one epoch (RWKV's `Epoch 0, Loss: 1.01` per
+    batch) are step-less records instead, as before."""
+    if frame.get_column("step").null_count() != frame.height:
+        return frame
+    epoch = frame.get_column("text").str.extract(EPOCH, 1).cast(pl.Int64, strict=False).drop_nulls()
+    if epoch.len() < 2 or epoch.n_unique() != epoch.len() or not (epoch.diff().drop_nulls() > 0).all():
+        return frame
+    return frame.with_columns(_step(pl.col("text").str.extract(EPOCH, 1))[0].alias("step"))
+
+
 def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     """A `step`/`iter` counter printed with its total beside an epoch that restarts every epoch (Flair's
     `epoch 3 - iter 12/47 - loss 2.1`): step = (E - e0) * n + i, as for a `Batch i/n` counter (e0 = 0 when an
@@ -272,11 +300,14 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
 def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     """(line, name, value) of the candidate lines: `key is value` phrases, then key/value pairs."""
     text = pl.col("text")
+    described = text.str.extract(r"^(.*?)\d+%\|", 1).str.contains(LOSSY).fill_null(False)
     body = (
-        text.str.replace(GLOG_LINE_PREFIX, "")
+        pl.when(described)
+        .then(text.str.replace(BAR_ONLY, " "))
         # a tqdm bar the record line was printed after (`[train]:  48%|####  | 95400/200000 [02:45<7:39:06, 3.80it/s]`)
+        .otherwise(text.str.replace(TQDM_BAR, " "))
+        .str.replace(GLOG_LINE_PREFIX, "")
         # and a logger's `(module:lineno)` location are no key/value pairs
-        .str.replace(TQDM_BAR, " ")
         .str.replace_all(LOCATION, " ")
         # numpy / torch scalars as Python prints them (verl's `actor/grad_norm:np.float64(0.40)`)
         .str.replace_all(WRAPPED, "$1")
@@ -290,6 +321,8 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         .str.replace(LOSS_INDEX, "${1}:")
         .str.replace(EPOCH_PAREN, "epoch ${1} ")
         .str.replace(EPOCH_OF, "${1}")
+        .str.replace(EPOCH_BATCH, "epoch ${1} ")
+        .str.replace_all(KEY_COMMA, "${1}: ${2}")
     )
     framed = cand.select("line", "_eval", body.alias("text"))
     said = find_pairs(framed, IS_PAIR).with_columns(pl.col("k").str.replace_all(IS_FILLER, ""))
@@ -297,7 +330,11 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     rest = framed.with_columns(text.str.replace_all(IS_PAIR, ", ").str.replace_all(r"[\[\]]", " "))
     pairs = pl.concat([find_pairs(rest, PAIR), said], how="diagonal_relaxed")
     pairs = pairs.filter(~pl.col("k").str.contains(COUNTER_KEYS))
-    return named_values(pairs, eval_rows=eval_rows).select("line", "name", "value")
+    values = named_values(pairs, eval_rows=eval_rows).select("line", "name", "value")
+    # RMSE / MSE printed as the objective of a line that names no loss is its loss
+    lossless = values.group_by("line").agg(pl.col("name").str.contains("loss").any().alias("_l")).filter(~pl.col("_l"))
+    is_rmse = pl.col("name").is_in(RMSE_NAMES) & pl.col("line").is_in(lossless.get_column("line").implode())
+    return values.with_columns(pl.when(is_rmse).then(pl.lit("loss")).otherwise(pl.col("name")).alias("name"))
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -308,6 +345,7 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(STEP, 1),
         text.str.extract(TRAIN_FRAC, 1),
         text.str.extract(BRACKET, 1),
+        text.str.extract(EPOCH_BATCH, 2),
         text.str.extract(NUM_COUNTER, 1),
     )
     lossy_lines = lines.filter(text.str.contains(LOSSY))
@@ -321,6 +359,7 @@ def parse(src: SourceFile) -> ParseResult:
         # no other counter anywhere: a loop that logs once per epoch. (In a file with a step, iteration or
         # batch counter, an `Epoch 1/400 ... loss` line is an epoch's summary: PaddleClas's `[Avg]` lines)
         lossy_lines = lossy_lines.with_columns(_step(text.str.extract(EPOCH_FRAC, 1))[0].alias("step"))
+        lossy_lines = _epoch_counter(lossy_lines)
     lossy_lines = _per_epoch_counter(lossy_lines)
     # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
     # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record; so is

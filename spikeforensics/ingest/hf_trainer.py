@@ -109,8 +109,11 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
     cand = lines.filter(text.str.contains("{'", literal=True)).select(
         "seg", "text", text.str.extract(f"({DICT_RE})", 1).alias("_found")
     )
+    # a dict that is the value of another dict's key (`{'train': {'log_interval': 200, 'learning_rate': 0.0001, ...}`,
+    # a config dump) is no Trainer record: the Trainer prints flat dicts
+    nested = pl.col("text").str.extract(rf"(\S?)\s*{DICT_RE}", 1).is_in([":", "{"])
     cand = cand.with_columns(
-        (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE)).alias("_is_dict")
+        (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE) & ~nested).alias("_is_dict")
     )
     is_dict = pl.col("_is_dict")
     cand = cand.select(

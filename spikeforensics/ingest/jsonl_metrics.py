@@ -82,6 +82,10 @@ IGNORE_KEYS = {
 }
 TIME_KEYS = ("_timestamp", "timestamp")
 RANK_KEYS = ("rank", "global_rank")
+# a string key naming the record's phase (MACE's MetricsLogger `"mode": "opt"` / `"mode": "eval"`): an
+# evaluation word there makes the record an eval record, whatever its metric names
+MODE_KEYS = ("mode", "split", "phase", "stage")
+EVAL_MODES = r"(?i)^(?:eval|evaluation|val|valid|validation|test|testing)$"
 
 
 def _norm(col: str) -> str:
@@ -135,6 +139,8 @@ class _FileState:
     records: RecordState = field(default_factory=RecordState)
     writers: _Writers = field(default_factory=_Writers)
     hold: bool = False  # more chunks follow: leave the lines whose attempt they decide to the next one
+    last_epoch: float | None = None  # a file without a step key: the last train record's epoch ...
+    epoch_attempt: int = 0  # ... and the attempt it was in (see `_epoch_attempts`)
     held_from: int | None = None  # the first line left (set by `metrics_from_objects`)
 
 
@@ -210,7 +216,8 @@ def metrics_from_objects(
     step_col = step_column(seen)
     time_col = next((c for c in seen if c in TIME_KEYS), None)
     rank_col = next((c for c in seen if _norm(c) in RANK_KEYS), None)
-    skip = {step_col, time_col, rank_col}
+    mode_col = next((c for c in cols if _norm(c) in MODE_KEYS and objects.get_column(c).dtype == pl.String), None)
+    skip = {step_col, time_col, rank_col, mode_col}
     metric_cols = [
         c for c in cols if c not in skip and _norm(c).lstrip("_") not in IGNORE_KEYS and not c.startswith("_")
     ]
@@ -240,11 +247,12 @@ def metrics_from_objects(
             else pl.lit(None, dtype=schema.TIME)
         ).alias("time"),
         *[T.numeric(objects, c).alias(c) for c in metric_cols],
+        (pl.col(mode_col) if mode_col else pl.lit(None, dtype=pl.String)).alias("_mode"),
     )
     metric_cols = T.drop_empty_columns(wide, metric_cols)
-    wide = wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")).filter(
-        pl.col("record_kind").is_not_null()
-    )
+    kind = T.classify_rows(wide, metric_cols)
+    kind = pl.when(pl.col("_mode").str.contains(EVAL_MODES) & kind.is_not_null()).then(pl.lit("eval")).otherwise(kind)
+    wide = wide.with_columns(kind.alias("record_kind")).filter(pl.col("record_kind").is_not_null()).drop("_mode")
     cut = _undecided_from(wide) if state.hold else None
     state.held_from = cut  # the lines from `cut` on go with the next chunk (see `parse_chunks`)
     if out_of_range is not None:
@@ -252,6 +260,8 @@ def metrics_from_objects(
     if wide.filter(pl.col("line") < cut).height == 0 if cut is not None else wide.height == 0:
         return None
     wide, attempts = dedupe_writers(wide, state.writers, upto=cut)
+    if step_col is None:
+        attempts = _epoch_attempts(wide, metric_cols, attempts, state)
     meta = ["line", "step", "prefix_rank", "time"]
     wide, names = T.canonical_wide(wide, metric_cols, meta)
     names = [c for c in names if c in wide.columns]
@@ -398,6 +408,31 @@ def _carry_writers(carry: _Writers, train: pl.DataFrame) -> None:
         carry.recent[stream] = (carry.recent.get(stream, []) + steps_all)[-RESUME_LOOKAHEAD:]  # any attempt
         if before is not None:
             carry.before[stream] = before
+
+
+def _epoch_attempts(
+    wide: pl.DataFrame, metric_cols: list[str], attempts: pl.DataFrame, state: _FileState
+) -> pl.DataFrame:
+    """A file with no step key whose train records carry an epoch (MACE's results file, appended to by every
+    run of the same name): the epoch going back (49 -> 0) starts a new attempt, as a step counter going
+    back does. `state` carries the last epoch and attempt across chunks."""
+    epoch_col = next((c for c in metric_cols if _norm(c) == "epoch"), None)
+    if epoch_col is None or attempts.height == 0:
+        return attempts
+    train = wide.filter((pl.col("record_kind") == "train") & pl.col(epoch_col).is_not_null()).select(
+        "line", pl.col(epoch_col).cast(pl.Float64).alias("_e")
+    )
+    if train.height == 0:
+        return attempts
+    prev = pl.col("_e").shift(1).fill_null(state.last_epoch if state.last_epoch is not None else float("-inf"))
+    train = train.with_columns(((pl.col("_e") < prev).cum_sum() + state.epoch_attempt).cast(pl.Int32).alias("attempt"))
+    state.last_epoch = float(train.get_column("_e")[-1])
+    state.epoch_attempt = int(train.get_column("attempt")[-1])
+    return (
+        attempts.select("line")
+        .join(train.select("line", "attempt"), on="line", how="left", maintain_order="left")
+        .with_columns(pl.col("attempt").forward_fill().fill_null(pl.lit(int(train.get_column("attempt")[0]))))
+    )
 
 
 def fix_attempts(metrics: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:

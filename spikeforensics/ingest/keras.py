@@ -136,6 +136,10 @@ def parse(src: SourceFile) -> ParseResult:
     )
     recs = prog.with_columns(kind.alias("record_kind")).filter(pl.col("record_kind").is_not_null())
     recs = recs.unique("line", keep="first", maintain_order=True)  # one record per physical line
+    # a bar that prints no loss is progress, not a training record (`Model.fit` always prints its loss; keras-rl's
+    # `TrainIntervalLogger` bar `10000/10000 [====] - 66s - reward: -7.3978` is the interval's progress, its
+    # `50 episodes - ... - loss: 5.522 - mean_q: -31.851` line after it the record)
+    recs = recs.filter(text.str.contains(r"(?i)loss"))
     records = recs.select("line", pl.col("_epoch").alias("step"), "prefix_rank", "record_kind")
     pairs = find_pairs(recs.select("line", "record_kind", "text"), PAIR)
     values = named_values(pairs, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")

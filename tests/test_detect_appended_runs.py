@@ -1,0 +1,95 @@
+"""Runs appended to one log are judged run by run (`RunData.fresh_starts`, `detect._runs_in_log`), and an RL
+critic's loss has no unstable start (`schema.VALUE_LOSS`). Shapes from sample_logs/real/fresh7: a loguru log
+holding two launches of the same script (gpt-from-zero), MACE's results file with three, Spinning Up's TD3."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from spikeforensics.detect import detect_incidents
+from spikeforensics.params import Params
+from spikeforensics.rundata import RunData
+
+
+def _metrics(parts: list[tuple[int, list[int], list[float], list[float] | None]], name: str = "loss") -> pl.DataFrame:
+    """(attempt, steps, losses, epochs) per attempt -> a metrics table of one source, in file order."""
+    rows, record = [], 0
+    for attempt, steps, losses, epochs in parts:
+        for i, (step, loss) in enumerate(zip(steps, losses)):
+            rows.append(dict(line=record + 1, step=step, record=record, attempt=attempt, name=name, value=loss))
+            if epochs is not None:
+                rows.append(
+                    dict(line=record + 1, step=step, record=record, attempt=attempt, name="epoch", value=epochs[i])
+                )
+            record += 1
+    return pl.DataFrame(rows).with_columns(pl.lit("train.log").alias("source"))
+
+
+def _curve(n: int, seed: int) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(6.0 * np.exp(-np.arange(n) / 15) + 0.5 + rng.normal(0, 0.01, n))
+
+
+def _warnings(run: RunData) -> list:
+    incidents, _ = detect_incidents(run, Params())
+    return [i for i in incidents if i.severity in ("warning", "critical")]
+
+
+def test_a_second_launch_from_scratch_is_its_own_run_not_a_drift_of_the_first():
+    steps = list(range(100, 7700, 100))
+    run = RunData.from_frames(metrics=_metrics([(0, steps, _curve(76, 1), None), (1, steps, _curve(76, 2), None)]))
+    assert run.fresh_starts() == [0, 1]
+    assert _warnings(run) == []
+    # the same records read as one timeline (the second launch glued to the first) make the restart an incident
+    glued = RunData.from_frames(
+        metrics=_metrics([(0, steps + [s + 7600 for s in steps], _curve(76, 1) + _curve(76, 2), None)])
+    )
+    assert glued.fresh_starts() == [0] and _warnings(glued)
+
+
+def test_a_resume_and_a_per_epoch_counter_stay_one_run():
+    resume = RunData.from_frames(
+        metrics=_metrics(
+            [
+                (0, list(range(0, 6000, 100)), _curve(60, 3), None),
+                (1, list(range(5000, 8000, 100)), _curve(90, 4)[60:], None),
+            ]
+        )
+    )
+    assert resume.fresh_starts() == [0]
+    per_epoch = RunData.from_frames(
+        metrics=_metrics(
+            [(e, list(range(100, 1100, 100)), _curve(50, 5)[10 * e : 10 * e + 10], [float(e)] * 10) for e in range(5)]
+        )
+    )
+    assert per_epoch.fresh_starts() == [0]
+    # an epoch that goes back to the first one (MACE: 49 -> 0, no step counter) is a new launch
+    relaunched = RunData.from_frames(
+        metrics=_metrics([(a, [None] * 40, _curve(40, 6 + a), [float(i // 8) for i in range(40)]) for a in range(3)])
+    )
+    assert relaunched.fresh_starts() == [0, 1, 2]
+
+
+def test_a_critic_loss_rising_from_bootstrapped_zero_targets_is_no_unstable_start():
+    values = [0.34, 5.0, 35.4, 82.8, 69.9, 61.1, 46.1, 51.3] + [50.0 + (i % 5) for i in range(60)]
+    steps = list(range(1, len(values) + 1))
+    critic = RunData.from_frames(metrics=_metrics([(0, steps, values, None)], name="loss_q"))
+    assert critic.resolve("loss") == "loss_q" and _warnings(critic) == []
+    # the same curve as a supervised loss: a loss 244x over its first value and never back is an unstable start
+    assert _warnings(RunData.from_frames(metrics=_metrics([(0, steps, values, None)])))
+
+
+def test_an_epoch_line_with_its_valid_loss_has_no_eval_before_training():
+    # SpeechBrain `epoch: 1, ..., steps: 2197 - train loss: 1.71e+02 - valid loss: 1.06`: the valid loss is the
+    # epoch's end, printed on the training record's line, not the model before training
+    train = _metrics([(0, [1, 2, 3, 4, 5], [171.0, 95.0, 62.7, 45.6, 35.7], None)])  # (steps as epochs)
+    evals = train.filter(pl.col("name") == "loss").with_columns(
+        pl.lit("eval_loss").alias("name"),
+        pl.lit(None, dtype=pl.Int64).alias("record"),
+        pl.Series("value", [1.06, 0.52, 0.22, 0.12, 0.08]),
+    )
+    assert _warnings(RunData.from_frames(metrics=pl.concat([train, evals]))) == []
+    # an eval on an earlier line at the first step (HF `eval_on_start`) is the model before training
+    before = evals.head(1).with_columns(pl.lit(0, dtype=pl.Int64).alias("line"), pl.lit(1.06).alias("value"))
+    assert _warnings(RunData.from_frames(metrics=pl.concat([train, before])))
