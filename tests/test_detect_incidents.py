@@ -89,3 +89,20 @@ def test_hundred_thousand_steps_in_seconds():
     incidents, _ = det.detect_incidents(run, Params())
     assert time.perf_counter() - t0 < 20
     assert [i.peak_step for i in incidents] == [60_001]
+
+
+def test_an_incident_recovers_as_its_worst_known_finding():
+    # a spike the log ends on (recovery unknown) merged with a climb still rising at the end: it never recovered
+    found = [
+        f("hard_spike", 220, 385, "critical", score=5.0, facts={"recovery": "unknown"}),
+        f("soft_drift", 220, 385, facts={"recovery": "never", "excerpt_climb": True}),
+    ]
+    (inc,) = group_incidents(found, Params())
+    assert inc.kind == "hard_spike" and inc.facts["recovery"] == "never"
+    both_known = [
+        f("hard_spike", 10, 12, "critical", facts={"recovery": "fast"}),
+        f("soft_drift", 10, 40, facts={"recovery": "slow"}),
+    ]
+    assert group_incidents(both_known, Params())[0].facts["recovery"] == "slow"
+    unknown = [f("hard_spike", 10, 12, "critical", facts={"recovery": "unknown"})]
+    assert group_incidents(unknown, Params())[0].facts["recovery"] == "unknown"

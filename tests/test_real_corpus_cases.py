@@ -582,3 +582,11 @@ def test_an_epoch_line_with_train_and_valid_loss_is_no_unstable_start(tmp_path):
     steps = sorted(run.series("loss").get_column("step").to_list())
     assert (steps[0], steps[-1]) == (facts["first_step"], facts["last_step"]) == (2197, 8301)
     assert d["verdict"]["status"] == "healthy"
+
+
+def test_a_loss_climbing_to_the_end_with_its_grad_norm_is_the_step_size(tmp_path):
+    # entrenar #274: loss 1.43 -> 10.0 after warmup while the grad norm goes 7.7 -> 70.7; the maintainer: lr too high
+    run, d, facts = run_case(tmp_path, "entrenar-274-qwen3-4b-nf4-qlora-loss-divergence-after-step220-lr-too-high")
+    inc = d["incidents"][0]
+    assert facts["stated_label"] == "lr_too_high" and inc["root_cause"] == "lr_too_high"
+    assert "climb-with-the-grad-norm" in [r["rule"] for r in inc["matched_rules"]]

@@ -37,6 +37,9 @@ def _clusters(findings: list[Finding], gap: int) -> list[list[Finding]]:
     return out
 
 
+RECOVERY_ORDER = ("fast", "slow", "never")  # from the best outcome to the worst
+
+
 def _incident(group: list[Finding], priority: tuple) -> Incident:
     group = sorted(group, key=lambda f: strength(f, priority), reverse=True)
     top = group[0]
@@ -51,6 +54,11 @@ def _incident(group: list[Finding], priority: tuple) -> Incident:
                 layers.append(layer)
         for key, value in f.facts.items():
             facts.setdefault(key, value)
+    # the incident's recovery is its findings' worst known one: a spike whose log ends before it could recover
+    # ("unknown") merged with a climb still rising at the end ("never") did not recover
+    known = [f.facts["recovery"] for f in group if f.facts.get("recovery") in RECOVERY_ORDER]
+    if known:
+        facts["recovery"] = max(known, key=RECOVERY_ORDER.index)
     kind, peak = top.kind, top.peak_step
     nonfinite = [f.step_start for f in group if f.kind == "nonfinite"]
     first_nf = min(nonfinite) if nonfinite else None
