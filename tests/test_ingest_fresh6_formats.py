@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
-from pathlib import Path
 
 import polars as pl
 import pytest
-from _ingest_helpers import ingest, train_steps, value, write
+from _ingest_helpers import ingest, real_case, train_steps, value, write
 
 from spikeforensics.ingest import _tables as T
 
-REAL = Path(__file__).resolve().parents[1] / "sample_logs" / "real"
-
-
-def real(store, split, name):
-    folder = REAL / split / name
-    facts = tomllib.loads((folder / "FACTS.toml").read_text())
-    metrics, events, f = ingest(store, folder / facts["files"][0])
-    return metrics, events, f, facts
+real = real_case  # (store, split, name) -> metrics, events, file outcome, facts
 
 
 def test_catboost_paste_without_tabs_takes_its_iteration_back_from_the_rank_prefix(store):
