@@ -83,7 +83,6 @@ def _from_columns(name: str, origin: str, frame: pl.DataFrame) -> Curve | None:
 
 
 def _ingested(folder: Path, scratch: Path) -> Curve | None:
-    from spikeforensics import schema
     from spikeforensics.ingest import ingest_paths
     from spikeforensics.rundata import RunData
     from spikeforensics.store import Store
@@ -102,7 +101,7 @@ def _ingested(folder: Path, scratch: Path) -> Curve | None:
     # a loss the product judges without a ratio scale (a signed objective, one side of a GAN's pair) is no
     # curve to inject ratio faults into: its spikes and drifts are not judged (docs/diagnosis.md `limited`)
     # neither is an RL critic's loss, whose rise from its bootstrapped start is not judged either (`schema.VALUE_LOSS`)
-    ratio_free = run.loss_without_ratio() is not None or bool(re.search(schema.VALUE_LOSS, run.resolve("loss")))
+    ratio_free = run.loss_without_ratio() is not None or run.loss_is_critic()
     for s in SIGNALS:
         if s == "loss" and ratio_free:
             continue

@@ -180,6 +180,11 @@ class RunData:
         )
         return counts.get_column("source")[0] if counts.height else None
 
+    def loss_is_critic(self) -> bool:
+        """The run's loss is an RL critic's (`schema.VALUE_LOSS`): its bootstrapped targets start near 0 and grow
+        with the policy's returns, so its rise over the first records is no unstable start."""
+        return bool(re.search(schema.VALUE_LOSS, self.resolve("loss")))
+
     def loss_without_ratio(self) -> str | None:
         """Why the loss has no ratio scale for the spike and drift tests, else None:
         - "signed": it takes negative values (a PPO policy loss, a flow's NLL bound);

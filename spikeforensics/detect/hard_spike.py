@@ -25,12 +25,10 @@ Small bumps below every bar that one recurring sample explains are promoted to w
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import polars as pl
 
-from spikeforensics import schema
 from spikeforensics.detect import loss_answer, recurrence, robust, settling, shape, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
@@ -669,8 +667,8 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     there is one (the model as it started: HF `eval_on_start`, mlx-lm `Iter 1: Val loss`, nanoGPT and
     llm.c step-0 evals), so a fine-tune whose very first training records are already far above it counts."""
     hp = params.hard_spike
-    if re.search(schema.VALUE_LOSS, run.resolve("loss")):
-        return []  # an RL critic's loss starts from bootstrapped targets near 0 (schema.VALUE_LOSS)
+    if run.loss_is_critic():
+        return []  # an RL critic's loss starts from bootstrapped targets near 0
     loss, _ = signals.raw(run, "loss")
     loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == 0))
     if loss.height < 2:

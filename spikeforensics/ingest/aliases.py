@@ -67,6 +67,7 @@ METRIC_ALIASES: dict[str, str] = {
     # RL trainers (verl `step:N - actor/grad_norm:... - actor/lr:...`): the trained policy's norm and LR;
     # its `actor/pg_loss` (a policy-gradient surrogate near 0, of either sign) keeps its own name
     "actor_grad_norm": "grad_norm",
+    "grad_gnorm": "grad_norm",  # RLlib's learner stats (Ray Tune `Result for` blocks)
     "grad_norm_clipped": "grad_norm_clipped",
     "grad_norm_post_clip": "grad_norm_clipped",
     "grad_norm_postclip": "grad_norm_clipped",
@@ -77,6 +78,7 @@ METRIC_ALIASES: dict[str, str] = {
     "train_learning_rate": "lr",
     "optim_lr": "lr",
     "actor_lr": "lr",  # verl (see actor_grad_norm)
+    "cur_lr": "lr",  # RLlib's learner stats
     "learning_rate_learning_rate": "lr",
     "lr_abs": "lr",
     "learningrate": "lr",

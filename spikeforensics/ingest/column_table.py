@@ -96,13 +96,12 @@ def _counter(rows: pl.DataFrame) -> pl.Expr:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
+    names = text.str.replace(r"^\s*#", "").str.extract_all(r"\S+")  # (a `#`-commented header's names)
     headers = lines.filter(text.str.contains(HEADER) & text.str.contains(LOSSY_HEADER)).select(
         pl.col("line").alias("_hline"),
         pl.when(text.str.contains(r"(?i)loss"))
-        .then(text.str.replace(r"^\s*#", "").str.extract_all(r"\S+"))
-        .otherwise(
-            text.str.replace(r"^\s*#", "").str.extract_all(r"\S+").list.eval(pl.element().replace(YOLO_LOSS_NAMES))
-        )
+        .then(names)
+        .otherwise(names.list.eval(pl.element().replace(YOLO_LOSS_NAMES)))
         .alias("_names"),
     )
     if headers.height == 0:

@@ -106,8 +106,7 @@ def parse(src: SourceFile) -> ParseResult:
         .unique(subset=["_blk", "k"], keep="first", maintain_order=True)
         .select(pl.col("_blk").alias("line"), "k", "v")
     )
+    # names through the alias table (`grad_gnorm` -> `grad_norm`, `cur_lr` -> `lr`); a name twice in one record
+    # keeps its first value (`metrics_from_long`)
     values = named_values(pairs).select("line", "name", "value") if pairs.height else empty_values()
-    values = values.with_columns(pl.col("name").replace({"grad_gnorm": "grad_norm", "cur_lr": "lr"})).unique(
-        subset=["line", "name"], keep="first", maintain_order=True
-    )
     return text_result(src.name, lines, records, values, mode="done")
