@@ -49,10 +49,11 @@ EVENT_KINDS = (
 TIME = pl.Datetime("us")
 # a metric name that is a loss or one of its terms (`loss`, `train_mel_loss_after`, `loss_cls`, `decode_loss_seg`)
 LOSS_TERM = r"(?:^|_)loss(?:_|$)"
-# an RL critic's loss (Spinning Up `LossQ` -> `loss_q`, SB3 `value_loss`, `critic_loss`, `qf1_loss`): its TD targets
+# an RL critic's loss (Spinning Up `LossQ` -> `loss_q`, SB3 `value_loss`, `critic_loss`, `qf1_loss`, baselines
+# DDPG `train/loss_critic`): its TD targets
 # are bootstrapped from the critic itself, near 0 at the start, and grow as the policy's returns grow, so its
 # rise over the first records is no unstable start
-VALUE_LOSS = r"(?:^|_)(?:q\d?|qf\d?|v|vf|value|critic|td)_loss$|^loss_(?:q\d?|qf\d?|v|vf|value|critic|td)$"
+VALUE_LOSS = r"(?:^|_)(?:q\d?|qf\d?|v|vf|value|critic|td)_loss$|(?:^|_)loss_(?:q\d?|qf\d?|v|vf|value|critic|td)$"
 
 TABLES: dict[str, dict[str, pl.DataType]] = {
     # One row per (record, metric). `record` is the 0-based index of the training-step

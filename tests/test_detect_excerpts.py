@@ -176,3 +176,16 @@ def test_a_grad_norm_drift_is_judged_when_the_loss_is_too_short_for_the_drift_te
     run = run_from({"step": np.arange(1, n + 1), "grad_norm": grad})
     found = soft_drift.detect(run, Params())
     assert any(e.signal == "grad_norm" for f in found for e in f.evidence)
+
+
+def test_a_short_excerpt_joint_rise_needs_both_signals():
+    """Under `short_series_records` the robust sigma is no use, so a joint rise is judged on the ratios over the
+    past alone: the loss 1.15x and the grad norm 2x at the same or the next record. Either alone is no spike."""
+    from spikeforensics.detect import hard_spike
+
+    loss = [0.60, 0.58, 0.62, 0.59, 0.61, 0.60, 0.73, 0.63, 0.61, 0.60]  # 1.2x: over 1.15, under the 1.3 floor
+    grad = [0.30, 0.28, 0.31, 0.29, 0.30, 0.31, 4.10, 0.35, 0.30, 0.29]
+    both = hard_spike.detect(excerpt(loss, grad_norm=grad), Params())
+    assert [f.severity for f in both if f.severity != "info"] == ["critical"]
+    flat_grad = [0.30, 0.28, 0.31, 0.29, 0.30, 0.31, 0.33, 0.35, 0.30, 0.29]
+    assert all(f.severity == "info" for f in hard_spike.detect(excerpt(loss, grad_norm=flat_grad), Params()))

@@ -176,3 +176,19 @@ def test_a_real_drift_on_a_diffusion_loss_is_still_found():
     c["loss"][1200:] *= 3.0
     found = soft_drift.detect(run_from(c), Params())
     assert found and 1150 * 10 <= found[0].step_start <= 1400 * 10
+
+
+def test_a_grad_norm_rising_as_the_lr_decays_is_a_note_not_a_warning():
+    """The grad norm of a run whose LR decays to ~0 grows as the LR goes down (a fine-tune's cosine schedule:
+    2 -> 10 while the loss keeps falling): lr x norm, the update, does not drift, so the rise is an info note.
+    The same rise under a constant LR stays a warning."""
+    c = curves(3000, seed=3)
+    rise = np.clip((c["lr"][1000] / np.maximum(c["lr"], 1e-12)) ** 0.7, 1, 8)
+    rise[:1000] = 1
+    c["grad_norm"] = c["grad_norm"] * rise
+    decaying = [f for f in soft_drift.detect(run_from(c), Params()) if f.evidence[0].signal == "grad_norm"]
+    assert decaying and all(f.severity == "info" for f in decaying)
+    assert "LR decayed" in decaying[0].summary and decaying[0].facts["update_ratio"] <= 1
+    c["lr"] = np.full(3000, 3e-4)
+    constant = [f for f in soft_drift.detect(run_from(c), Params()) if f.evidence[0].signal == "grad_norm"]
+    assert constant and constant[0].severity == "warning"

@@ -32,11 +32,17 @@ FRESH5 = DEV.parent / "fresh5"
 FRESH6 = DEV.parent / "fresh6"
 # the fresh7 set after its one scoring (benchmarks/real_logs_fresh7_first_look.md), a development set since
 FRESH7 = DEV.parent / "fresh7"
+# the fresh8 set after its one scoring (benchmarks/real_logs_fresh8_first_look.md), a development set since
+FRESH8 = DEV.parent / "fresh8"
 
 
 def case(name: str) -> tuple[Path, dict]:
     folder = next(
-        (d / name for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7) if (d / name).is_dir()),
+        (
+            d / name
+            for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7, FRESH8)
+            if (d / name).is_dir()
+        ),
         DEV / name,
     )
     if not folder.is_dir():
@@ -590,3 +596,22 @@ def test_a_loss_climbing_to_the_end_with_its_grad_norm_is_the_step_size(tmp_path
     inc = d["incidents"][0]
     assert facts["stated_label"] == "lr_too_high" and inc["root_cause"] == "lr_too_high"
     assert "climb-with-the-grad-norm" in [r["rule"] for r in inc["matched_rules"]]
+
+
+def test_a_short_excerpt_whose_loss_and_grad_norm_rise_together_is_a_spike(tmp_path):
+    # crystal-text-llm #6: 10 records (pasted with elisions); the grad norm 0.25 -> 17-23 while the loss climbs
+    # from its 0.48 minimum to 1.04: too few records for a noise scale, so a joint rise is judged on the ratios
+    # over the past (1.15x loss, 2x grad norm at the same or the next record)
+    _, d, facts = run_case(tmp_path, "crystal-text-llm-6-13b-finetune-grad-norm-spikes-loss-rises")
+    assert not facts["healthy"] and d["verdict"]["status"] == "unstable"
+    spike = [i for i in d["incidents"] if i["kind"] == "hard_spike"]
+    assert spike and spike[0]["severity"] == "critical" and spike[0]["step_start"] <= 5 <= spike[0]["step_end"]
+
+
+def test_a_fine_tunes_grad_norm_rising_under_its_decaying_lr_is_a_note(tmp_path):
+    # a Qwen1.5-0.5B LoRA fine-tune (cosine LR to ~0 over 30 epochs): the grad norm climbs 2 -> 10 as the model
+    # memorises its 1,500 samples while the loss keeps falling; the update lr x norm does not grow
+    _, d, facts = run_case(tmp_path, "qwen15-05b-lora-muice-hf-trainer-healthy-2820-steps")
+    assert facts["healthy"] and d["verdict"]["status"] == "healthy"
+    notes = [n for n in d["notes"] if n["kind"] == "soft_drift"]
+    assert notes and "LR decayed" in notes[0]["summary"]

@@ -179,6 +179,14 @@ def sample_ranking_note(
     )
 
 
+def _extent(steps: dict, cov: dict) -> str:
+    """What a healthy verdict covered: the logged steps, or the records of a log that prints no step number."""
+    if steps["count"]:
+        return f"{steps['count']} logged steps"
+    records = sum((cov.get("records") or {}).values())
+    return f"{records} records (the log prints no step numbers)"
+
+
 def _files(coverage: dict) -> str:
     names = list((coverage.get("records") or {}).keys())
     if not names:
@@ -242,7 +250,7 @@ def verdict(incidents: list[dict], steps: dict, coverage: dict | None = None) ->
         out = {
             "status": "healthy",
             "root_cause": None,
-            "summary": f"No incident at warning or above in {steps['count']} logged steps.",
+            "summary": f"No incident at warning or above in {_extent(steps, cov)}.",
         }
         if cov.get("limited"):
             out["summary"] += " Judged with limits: " + "; ".join(f"{k}: {v}" for k, v in cov["limited"].items()) + "."

@@ -166,7 +166,7 @@ def file_unchanged(path: Path, sha: str | None, size: int | None) -> bool:
 def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
     """Physical lines of every (first, last) span (1-based, inclusive) in one pass over the file,
     split as ingest splits them: {line number: text}."""
-    from spikeforensics.ingest.base import lone_cr_endings, strip_controls
+    from spikeforensics.ingest.base import CR_DECISION_BYTES, lone_cr_endings, strip_controls, to_lf
 
     merged: list[list[int]] = []
     for first, last in sorted(spans):
@@ -176,10 +176,10 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
             merged.append([first, last])
     raw: dict[int, bytes] = {}
     with open(path, "rb") as fh:
-        head = fh.read(1 << 16)
+        head = fh.read(CR_DECISION_BYTES)
         fh.seek(0)
-        if lone_cr_endings(head):
-            parts = fh.read().split(b"\r")
+        if lone_cr_endings(head):  # split as ingest split it: at every line end
+            parts = to_lf(fh.read()).split(b"\n")
             for first, last in merged:
                 raw.update((first + i, b) for i, b in enumerate(parts[first - 1 : last]))
         else:

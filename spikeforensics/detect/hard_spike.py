@@ -58,6 +58,10 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
         # robust sigma. There the practitioners' ratio alone decides a jump over the past (2x loss, 10x grad)
         jump = rise_left >= math.log(crit)
     joint = (pl.col("z") >= hp.joint_z) & (rise_base >= math.log(joint_ratio))
+    if frame.height < hp.short_series_records:
+        # ... and a joint rise is judged on the ratios over the past alone (the other signal must agree at the
+        # same or the next record, as everywhere)
+        joint = rise_left >= math.log(joint_ratio)
     # a rise of one or two print quanta is no evidence, whatever its z: a loss printed to 4 decimals at 1e-4
     # (a converged fine-tune) steps 1e-4 -> 2e-4, "2x" and dozens of sigma of the floor
     beyond = (pl.col("value") - pl.min_horizontal("left", "base").exp()) > 2 * _quantum(frame, hp.short_series_records)

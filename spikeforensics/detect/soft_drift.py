@@ -227,8 +227,63 @@ def detect(run: RunData, params) -> list[Finding]:
             and g.filter(pl.col("signal") == "grad_norm").height == 0
         ):
             continue  # a loss bump of a few records is a spike's echo or a small batch's wander, not a drift
-        findings.append(_finding(g, derived))
+        finding = _finding(g, derived)
+        if g.filter(pl.col("signal") == "loss").height == 0:
+            finding = _under_lr_decay(run, finding, grad, dp)
+        findings.append(finding)
     return findings
+
+
+def _under_lr_decay(run: RunData, finding: Finding, grad: pl.DataFrame, dp) -> Finding:
+    """A grad-norm rise the LR schedule took back: between the two points the drift's evidence compares (the
+    norm's level at its peak, and the last record before it where the smoothed norm stood at the baseline
+    level), the LR fell by at least as much as the norm rose, so the update the optimizer applies (lr x the
+    gradient norm) did not grow, and the loss did not drift with it. The grad norm of a run whose LR decays
+    grows as the LR goes down (Defazio et al. 2025, "Why gradients rapidly increase near the end of training":
+    weight decay and normalised layers under a decaying LR) - a fine-tune's cosine schedule to ~0 lifts it 2-5x
+    while the loss keeps falling. Such a drift is an info note, not a warning; under a constant LR, or an LR
+    that took back only part of the rise (or no LR logged), it stays a warning."""
+    ev = next((e for e in finding.evidence if e.signal == "grad_norm"), None)
+    lr, _ = signals.raw(run, "lr")  # steps as the grad norm's (a log without step numbers: record index)
+    if ev is None or not ev.baseline or not ev.ratio or lr.height == 0:
+        return finding
+    track = (
+        grad.filter(
+            pl.col("y").is_not_null() & (pl.col("attempt") == finding.attempt) & pl.col("rank").eq_missing(ev.rank)
+        )
+        .sort("pos")
+        .with_columns(pl.col("y").rolling_median(dp.smooth, min_samples=1, center=True).alias("smooth"))
+    )
+    earlier = track.filter(pl.col("step") < ev.step)
+    at_base = earlier.filter(pl.col("smooth") <= math.log(ev.baseline) + 1e-9).tail(1)
+    if at_base.height == 0:
+        at_base = earlier.sort("smooth").head(1)
+    if at_base.height == 0:
+        return finding
+    lr = lr.filter(pl.col("y").is_not_null() & (pl.col("attempt") == finding.attempt)).sort("pos")
+
+    def lr_near(step: int) -> float | None:
+        """The LR's median over the smoothing window of records around `step`."""
+        half = dp.smooth // 2
+        rows = pl.concat(
+            [lr.filter(pl.col("step") < step).tail(half), lr.filter(pl.col("step") >= step).head(half + 1)]
+        )
+        return float(rows.get_column("y").median()) if rows.height else None
+
+    then, now = lr_near(int(at_base.item(0, "step"))), lr_near(ev.step)
+    if then is None or now is None:
+        return finding
+    lr_ratio = math.exp(now - then)
+    update_ratio = ev.ratio * lr_ratio
+    if update_ratio > 1.0:
+        return finding  # the LR took back only part of the rise (or none): the update grew
+    finding.severity = "info"
+    finding.summary += (
+        f" while the LR decayed to {lr_ratio:.2f}x: the update (lr x grad norm) did not grow ({update_ratio:.2f}x) "
+        "and the loss did not drift (a grad norm rising as the LR decays)"
+    )
+    finding.facts["update_ratio"] = round(update_ratio, 3)
+    return finding
 
 
 def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:

@@ -36,13 +36,14 @@ import polars as pl
 from spikeforensics import schema
 from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
 from spikeforensics.ingest.base import (
-    LONE_CR_MIN,
+    CR_DECISION_BYTES,
     MAX_STEP,
     SNIFF_LINES,
     ParseResult,
     SniffSample,
     SourceFile,
     lines_from_bytes,
+    lone_cr_endings,
     nan_events,
     split_segments,
     strip_prefixes,
@@ -268,7 +269,9 @@ class _ReadOnce:
         self.hash = hashlib.sha256()
         self.size = 0
         self.newlines = 0
-        self.crs = 0  # counted for lone-CR files (no LF at all): their CRs are the line ends
+        self.crs = 0
+        self.crlfs = 0
+        self.head = b""  # the file's first CR_DECISION_BYTES: whether its CRs end lines (`lone_cr_endings`)
         self.last = b"\n"
 
     def __call__(self, block: bytes) -> None:
@@ -277,15 +280,20 @@ class _ReadOnce:
         self.lines_in(block)
 
     def lines_in(self, block: bytes) -> None:
+        if not block:
+            return
+        if len(self.head) < CR_DECISION_BYTES:
+            self.head += block[: CR_DECISION_BYTES - len(self.head)]
         self.newlines += block.count(b"\n")
-        if not self.newlines:
-            self.crs += block.count(b"\r")
-        if block:
-            self.last = block[-1:]
+        self.crs += block.count(b"\r")
+        self.crlfs += block.count(b"\r\n") + (self.last == b"\r" and block[:1] == b"\n")
+        self.last = block[-1:]
 
     def lines(self) -> int:
-        if not self.newlines and self.crs >= LONE_CR_MIN:
-            return self.crs + (0 if self.last == b"\r" else 1)
+        """Lines as `lines_from_bytes` splits them: at LFs, or at every line end of a CR file."""
+        if lone_cr_endings(self.head):
+            ends = self.newlines + self.crs - self.crlfs
+            return ends + (0 if self.last in (b"\n", b"\r") else 1)
         return self.newlines + (0 if self.last == b"\n" else 1)
 
     def digest(self, path: Path, size: int) -> tuple[str, int]:

@@ -49,20 +49,38 @@ def strip_controls(text: str, keep_newlines: bool = False) -> str:
 # per line: in an LF file a CR is a tqdm redraw inside a line (`split_segments`). Two,
 # not one: a single-line file with one trailing CR is one line either way.
 LONE_CR_MIN = 2
+# ... and so does a file whose lone CRs outnumber its LFs this many times: a console saved with its
+# progress bars (`nohup python train.py > log`), where one physical line holds a whole bar's thousands of
+# redraws (3D Gaussian Splatting's `Training progress: ... 10/30000 [..., Loss=0.2493386]`, a diffusers
+# script's `Steps:` bar): each redraw is a record, so each is a line, as a terminal scrolled them. An LF log
+# with a per-epoch bar (a few redraws per line) stays an LF file.
+CR_DOMINANCE = 4
+# the head of a file on which it is decided (the same for a whole read, a chunked read and the report's re-read)
+CR_DECISION_BYTES = 1 << 16
 
 
 def lone_cr_endings(data: bytes) -> bool:
-    """Whether `data` (a whole file, or its first block) has lone CR line endings."""
-    return b"\n" not in data and data.count(b"\r") >= LONE_CR_MIN
+    """Whether the file whose head is `data` (its first CR_DECISION_BYTES) breaks its lines at every CR:
+    it has no LF (and at least LONE_CR_MIN CRs), or its lone CRs outnumber its LFs CR_DOMINANCE to 1."""
+    head = data[:CR_DECISION_BYTES]
+    lf = head.count(b"\n")
+    if lf == 0:
+        return head.count(b"\r") >= LONE_CR_MIN
+    return head.count(b"\r") - head.count(b"\r\n") >= CR_DOMINANCE * lf
+
+
+def to_lf(data: bytes) -> bytes:
+    """Every line end of a CR file (CRLF, lone CR, LF) as one LF."""
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
 
 def lines_from_bytes(data: bytes, first_line: int = 1, lone_cr: bool | None = None) -> pl.DataFrame:
-    """Split bytes into physical lines; LF, CRLF and lone-CR files (`lone_cr`: None decides
-    from `data`, which must then be the whole file), invalid UTF-8 and NUL bytes are tolerated."""
+    """Split bytes into physical lines; LF, CRLF and CR files (`lone_cr`: None decides from `data`, which
+    must then be the whole file: `lone_cr_endings`), invalid UTF-8 and NUL bytes are tolerated."""
     if not data:
         return pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
     if lone_cr or (lone_cr is None and lone_cr_endings(data)):
-        data = data.replace(b"\r", b"\n")
+        data = to_lf(data)
     if b"\x1f" in data:  # the column separator below must not occur in the text
         data = data.replace(b"\x1f", b" ")
     frame = pl.read_csv(

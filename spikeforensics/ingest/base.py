@@ -39,6 +39,7 @@ from spikeforensics.ingest._fields import (  # noqa: F401 (re-exported: parsers 
 )
 from spikeforensics.ingest._lines import (  # noqa: F401 (re-exported: parsers import these from base)
     ANSI_RE,
+    CR_DECISION_BYTES,
     LONE_CR_MIN,
     PREFIX_RE,
     lines_from_bytes,
@@ -46,6 +47,7 @@ from spikeforensics.ingest._lines import (  # noqa: F401 (re-exported: parsers i
     split_segments,
     strip_controls,
     strip_prefixes,
+    to_lf,
 )
 
 SNIFF_LINES = 400
@@ -156,23 +158,24 @@ class SourceFile:
 
     def iter_line_chunks(self, chunk_bytes: int = 32 << 20) -> Iterator[pl.DataFrame]:
         """The same as `lines()`, in chunks cut at newlines, for files too big to hold twice.
-        Whether the file uses lone CR line endings is decided on its first block (read on
-        until there is an LF or two CRs)."""
+        Whether the file breaks its lines at CRs is decided on its head (`lone_cr_endings`)."""
         offset = 0
         tail = b""
-        cr_file = None
+        held_cr = b""  # a CR file's block ending in CR: its LF may open the next block (one CRLF, one line end)
         with open(self.path, "rb") as fh:
+            cr_file = lone_cr_endings(fh.read(CR_DECISION_BYTES))
+            fh.seek(0)
             while True:
                 block = fh.read(chunk_bytes)
                 if not block:
                     break
                 if self.tap:
                     self.tap(block)
-                if cr_file is None and (b"\n" in tail + block or (tail + block).count(b"\r") >= LONE_CR_MIN):
-                    cr_file = lone_cr_endings(tail + block)  # undecided (no LF, < 2 CRs yet): read on
                 if cr_file:
-                    block = block.replace(b"\r", b"\n")
-                    tail = tail.replace(b"\r", b"\n")
+                    block, held_cr = held_cr + block, b""
+                    if block.endswith(b"\r"):
+                        block, held_cr = block[:-1], b"\r"
+                    block = to_lf(block)
                 block = tail + block
                 cut = block.rfind(b"\n")
                 if cut < 0:
@@ -182,6 +185,8 @@ class SourceFile:
                 frame = lines_from_bytes(block[: cut + 1], first_line=offset + 1, lone_cr=False)
                 offset += frame.height
                 yield frame
+        if held_cr:
+            tail += b"\n"
         if tail:
             yield lines_from_bytes(tail, first_line=offset + 1, lone_cr=False)
 

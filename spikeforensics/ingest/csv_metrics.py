@@ -19,6 +19,7 @@ does not grow with the file. A file with quotes is read whole: a quoted cell may
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ NAME = "csv_metrics"
 # Bytes of the file parsed at once (a CSV row costs less than a JSON record; the same
 # bound keeps a parse of any length near the JSONL figures).
 CHUNK_BYTES = 16 << 20
+# a batch counter inside each epoch, beside `epoch`, in a CSV with no step column
+BATCH_KEYS = ("batch", "batch_idx", "batch_index", "iter_in_epoch")
 QUOTE_SCAN_BYTES = 16 << 20  # block size of the scan for a quote character
 
 
@@ -59,9 +62,12 @@ def sniff(sample: SniffSample) -> float:
         return 0.0
     if any("[" in c for c in cols) or any(normalise_name(c) in ("index", "pci_bus_id", "uuid") for c in cols):
         return 0.0  # nvidia-smi query output
-    if step_column(cols) is None:
+    step, _ = counter_columns(cols)
+    if step is None:
         return 0.0
     norm = [normalise_name(c) for c in cols]
+    if step_column(cols) is None and not any(re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm):
+        return 0.0  # an `epoch` column alone makes a training table only beside a loss
     known = [n for n in norm if n in METRIC_ALIASES or T.metric_target(n, "train") in METRIC_ALIASES.values()]
     return 0.85 if known else 0.4
 
@@ -72,6 +78,9 @@ class _FileState:
     records: RecordState = field(default_factory=RecordState)
     held: pl.DataFrame | None = None  # the last run of logger rows, not yet merged
     names: dict[str, None] = field(default_factory=dict)
+    # a file counting batches inside epochs (no step column): its first epoch and batches per epoch
+    # (first epoch, first batch number, batches per epoch); False: the batch column is no counter; None: undecided
+    epoch_grid: tuple[float, int, int] | bool | None = None
 
 
 def has_quotes(path: Path) -> bool:
@@ -121,7 +130,7 @@ def _chunk_metrics(
             state.header = lines.head(1)
         else:
             lines = pl.concat([state.header, lines])
-        chunk = _chunk_wide(T.csv_from_lines(lines, result), src, result)
+        chunk = _chunk_wide(T.csv_from_lines(lines, result), src, result, state)
         if chunk is not None:
             fresh, metric_cols = chunk
             state.names.update(dict.fromkeys(metric_cols))
@@ -153,22 +162,72 @@ def _chunk_metrics(
     return metrics
 
 
-def _chunk_wide(frame: pl.DataFrame, src: SourceFile, result: ParseResult) -> tuple[pl.DataFrame, list[str]] | None:
+def counter_columns(cols: list[str]) -> tuple[str | None, str | None]:
+    """(step column, batch-in-epoch column) of a CSV's header: a step column (`step_column`), else its
+    `epoch` column, with a `batch` column beside it when the rows count batches inside each epoch (NequIP's
+    `metrics_batch_train.csv`: `epoch, batch, loss, ...`); Keras' `CSVLogger` (`epoch,loss,val_loss`) and
+    per-epoch tables are one row per epoch. (None, None): no counter."""
+    found = step_column(cols)
+    if found is not None:
+        return found, None
+    epoch = next((c for c in cols if _norm(c) == "epoch"), None)
+    batch = next((c for c in cols if _norm(c) in BATCH_KEYS), None)
+    return epoch, (batch if epoch is not None else None)
+
+
+def _epoch_grid_steps(frame: pl.DataFrame, epoch_col: str, batch_col: str, state: _FileState) -> pl.Expr:
+    """The run's batch count for rows numbered (epoch, batch inside the epoch): (epoch - e0) * n + (batch - b0)
+    + b0, with e0, b0 and the batches per epoch n taken from the file's first chunk (n: the most batches
+    any epoch of it shows). A batch column that does not restart with the epochs (a batch size) is no counter:
+    the epoch alone is the step then."""
+    epoch, batch = T.numeric(frame, epoch_col), T.numeric(frame, batch_col)
+    if state.epoch_grid is None:  # decided once, on the first chunk
+        seen = frame.select(epoch.alias("e"), batch.alias("b")).drop_nulls()
+        per_epoch = seen.group_by("e").agg(pl.col("b").min().alias("lo"), pl.col("b").max().alias("hi"), pl.len())
+        # every epoch of more than one row counts up from where the others start (a chunk's last epoch may
+        # have begun only)
+        restarts = (
+            per_epoch.height > 1
+            and per_epoch.select(
+                (pl.col("len") > 1).any() & ((pl.col("len") == 1) | (pl.col("hi") > pl.col("lo"))).all()
+            ).item()
+        )
+        if restarts:
+            b0 = int(per_epoch.get_column("lo").min())
+            hi = int(per_epoch.get_column("hi").max())
+            state.epoch_grid = (float(seen.get_column("e").min()), b0, hi - b0 + 1)
+        else:
+            state.epoch_grid = False
+    if not state.epoch_grid:
+        return epoch
+    e0, b0, n = state.epoch_grid
+    return (epoch - e0) * n + batch
+
+
+def _chunk_wide(
+    frame: pl.DataFrame, src: SourceFile, result: ParseResult, state: _FileState
+) -> tuple[pl.DataFrame, list[str]] | None:
     """One row per record of a chunk read as CSV (bad steps counted as unparsed), and its metric columns."""
     cols = [c for c in frame.columns if c != "line"]
-    step_col = step_column(cols)
+    step_col, batch_col = counter_columns(cols)
     if step_col is None:
         raise T.ingest_error(f"{src.path}: CSV without a step column (found: {', '.join(cols[:12]) or 'none'})")
     frame = frame.filter(pl.col(step_col).is_null() | (pl.col(step_col) != step_col))  # repeated headers
     time_col = next((c for c in cols if c in TIME_KEYS), None)
     rank_col = next((c for c in cols if _norm(c) in RANK_KEYS), None)
-    skip = {step_col, time_col, rank_col}
+    skip = {step_col, time_col, rank_col, batch_col}
     metric_cols = [
         c
         for c in cols
         if c not in skip and not c.startswith("_") and _norm(c) not in IGNORE_KEYS and _norm(c) not in ("step",)
     ]
-    step = T.integer(frame, step_col)
+    if batch_col is not None:
+        metric_cols.append(step_col)  # the epoch stays a metric beside the batch count
+        counted = _epoch_grid_steps(frame, step_col, batch_col, state)
+        frame = frame.with_columns(counted.alias("_counted"))
+        step = T.integer(frame, "_counted")
+    else:
+        step = T.integer(frame, step_col)
     wide = frame.select(
         "line",
         step.alias("step"),

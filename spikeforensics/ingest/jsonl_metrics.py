@@ -63,6 +63,11 @@ STEP_KEYS = (
     # StyleGAN2-ADA / StyleGAN3 `stats.jsonl`: one record per tick (`Progress/tick`, a {num, mean, std} summary)
     "progress_tick",
 )
+# RL loggers' grouped counters, by their names as written (OpenAI baselines' and Stable-Baselines3's
+# `progress.csv` / `progress.json`, rllab, garage): one row per training iteration or epoch, the iteration's
+# counter first (`total/epochs` of baselines DDPG, SB3's `time/iterations`), then the environment steps
+# (SB3's `time/total_timesteps`, present in every row of on- and off-policy agents; baselines `total/steps`)
+GROUPED_STEP_KEYS = ("total/epochs", "time/iterations", "time/total_timesteps", "total/steps", "total_timesteps")
 # Records after a step back within which a lagging writer's steps pass the ones before it (not a resume)
 RESUME_LOOKAHEAD = 4
 # Bookkeeping keys that are not metrics (progress, wall-clock strings).
@@ -95,7 +100,10 @@ def _norm(col: str) -> str:
 
 def step_column(columns: list[str]) -> str | None:
     by_norm = {_norm(c): c for c in columns}
-    return next((by_norm[k] for k in STEP_KEYS if k in by_norm), None)
+    found = next((by_norm[k] for k in STEP_KEYS if k in by_norm), None)
+    if found is None:
+        found = next((c for k in GROUPED_STEP_KEYS for c in columns if c.strip() == k), None)
+    return found
 
 
 def sniff(sample: SniffSample) -> float:

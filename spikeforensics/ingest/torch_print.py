@@ -51,13 +51,22 @@ COUNTER = (
     r"^\s*(?:(?i:epoch|step|iter|iteration|batch|it)\s*[:=#]?\s*)?(\d+)\s*[:,=]?\s*(?:(?i:loss)\s*[:=]?\s*)?tensor\("
 )
 MIN_LINES = 2
+# a detached loss printed alone (`print(loss.detach().float())`, `print(loss.data)`): `tensor(3.2207, device='cuda:0')`
+# with no autograd node to say what it is. Read only from a file that is such prints and nothing else (all
+# its non-blank lines, at least BARE_MIN_LINES): the loop prints one scalar per iteration, its loss
+BARE_TENSOR = rf"^\s*tensor\(\s*{VALUE}\s*(?:,\s*device='[^']*')?(?:,\s*dtype=torch\.\w+)?\s*\)\s*$"
+BARE_MIN_LINES = 3
 
 
 def sniff(sample: SniffSample) -> float:
     # a wrapped repr counts only beside whole ones (its `grad_fn` line, which decides, is the next line)
     whole = sniff_share(sample, rf"{TENSOR}.*{LOSS_NODE}")
     wrapped = sniff_share(sample, OPEN_TENSOR)
-    return 0.6 if whole >= MIN_LINES or (whole and whole + wrapped >= MIN_LINES + 1) else 0.0
+    if whole >= MIN_LINES or (whole and whole + wrapped >= MIN_LINES + 1):
+        return 0.6
+    bare = sniff_share(sample, BARE_TENSOR)
+    filled = sum(1 for line in sample.lines if line.strip())
+    return 0.5 if bare >= BARE_MIN_LINES and bare == filled else 0.0
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -73,6 +82,9 @@ def parse(src: SourceFile) -> ParseResult:
         & pl.col("_adjacent").fill_null(False)
         & pl.col("_next").str.contains(CONTINUED_NODE).fill_null(False)
     )
+    bare = text.str.contains(BARE_TENSOR)
+    if src.only_lines is None and lines.height >= BARE_MIN_LINES and lines.select(bare.all()).item():
+        whole = whole | bare  # a file of detached loss prints and nothing else (see BARE_TENSOR)
     cand = marked.filter(whole | wrapped).with_columns(
         text.str.extract(TENSOR, 1).alias("_v"), text.str.extract(COUNTER, 1).alias("_c")
     )

@@ -48,8 +48,12 @@ from spikeforensics.ingest.base import (
 )
 
 NAME = "tqdm_postfix"
-BAR = r"(?P<n>\d+)/(?P<m>\d+) \[[\d:]+<[\d:?]+,\s*[^,\]]*,\s*(?P<post>[^\]]*loss\w*=[^\]]*)\]"
+BAR = r"(?P<n>\d+)/(?P<m>\d+) \[[\d:]+<[\d:?]+,\s*[^,\]]*,\s*(?P<post>[^\]]*[Ll]oss\w*=[^\]]*)\]"
+# a bar without a total (an iterable of unknown length): `99it [00:22,  4.39it/s, avg_epoch_loss=0.945, epoch=0]`
+BAR_OPEN = r"(?P<n>\d+)it \[[\d:]+,\s*[^,\]]*,\s*(?P<post>[^\]]*[Ll]oss\w*=[^\]]*)\]"
 EPOCH = r"(?:^|\[)\s*Epoch (\d+)\b"
+# GluonTS / PyTorchTS put the epoch in the postfix: `epoch=1/10`, `epoch=3`
+POST_EPOCH = r"\bepoch=(\d+)(?:/\d+)?\b"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*)=(?P<v>{NUM_TOKEN})(?:,|\s|$)"
 CONFIDENCE = 0.6
 # fastprogress: the comment after the times is the smoothed loss (a bare number, `nan`, `inf`)
@@ -70,7 +74,8 @@ def sniff(sample: SniffSample) -> float:
     return sniff_tiers(
         sample,
         [
-            (r"\d+/\d+ \[[\d:]+<[\d:?]+,[^\]]*loss\w*=[-+\d.naNinf]", CONFIDENCE),
+            (r"\d+/\d+ \[[\d:]+<[\d:?]+,[^\]]*[Ll]oss\w*=[-+\d.naNinf]", CONFIDENCE),
+            (r"\d+it \[[\d:]+,[^\]]*[Ll]oss\w*=[-+\d.naNinf]", CONFIDENCE),
             (FASTPROGRESS, FASTPROGRESS_CONFIDENCE),
         ],
     )
@@ -99,8 +104,14 @@ def _smoothed_loss_aside(pairs: pl.DataFrame) -> pl.DataFrame:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    cand = lines.filter(text.str.contains("loss", literal=True) & text.str.contains("<", literal=True))
-    g = cand.with_columns(text.str.extract_groups(BAR).alias("_b")).unnest("_b").filter(pl.col("post").is_not_null())
+    cand = lines.filter(text.str.contains("(?i)loss") & text.str.contains(r"<|\dit \["))
+    g = cand.with_columns(
+        text.str.extract_groups(BAR).alias("_b"),
+        text.str.extract_groups(BAR_OPEN).struct.rename_fields(["_on", "_opost"]).alias("_o"),
+    ).unnest("_b", "_o")
+    g = g.with_columns(pl.coalesce("n", "_on").alias("n"), pl.coalesce("post", "_opost").alias("post")).filter(
+        pl.col("post").is_not_null()
+    )
     g = g.unique("line", keep="last", maintain_order=True)  # one record per physical line: its last redraw
     pairs = _smoothed_loss_aside(find_pairs(g.select("line", pl.col("post").alias("text")), PAIR))
     post_step = (
@@ -111,10 +122,14 @@ def parse(src: SourceFile) -> ParseResult:
     )
     g = g.join(post_step, on="line", how="left")
     n, m = step_int(pl.col("n")), step_int(pl.col("m"))
-    ep = bounded_int(text.str.extract(EPOCH, 1))
-    step = pl.coalesce(pl.col("_ps"), ep * m + n, n)
+    post_ep = bounded_int(pl.col("post").str.extract(POST_EPOCH, 1))
+    ep = pl.coalesce(bounded_int(text.str.extract(EPOCH, 1)), post_ep)
+    # a bar without a total drawn once per epoch (GluonTS' trainer): the epoch is the step
+    step = pl.coalesce(pl.col("_ps"), ep * m + n, pl.when(m.is_null()).then(post_ep), n)
     parts_bad = pl.any_horizontal(
-        (pl.col("_ps") == STEP_OUT_OF_RANGE).fill_null(False), n == STEP_OUT_OF_RANGE, m == STEP_OUT_OF_RANGE
+        (pl.col("_ps") == STEP_OUT_OF_RANGE).fill_null(False),
+        n == STEP_OUT_OF_RANGE,
+        (m == STEP_OUT_OF_RANGE).fill_null(False),  # an open bar has no total
     )
     step = (
         pl.when(~parts_bad & (step <= MAX_STEP) & (step >= -MAX_STEP))
