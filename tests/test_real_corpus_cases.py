@@ -615,3 +615,16 @@ def test_a_fine_tunes_grad_norm_rising_under_its_decaying_lr_is_a_note(tmp_path)
     assert facts["healthy"] and d["verdict"]["status"] == "healthy"
     notes = [n for n in d["notes"] if n["kind"] == "soft_drift"]
     assert notes and "LR decayed" in notes[0]["summary"]
+
+
+def test_a_nan_some_epochs_into_a_per_epoch_log_is_not_from_the_first_updates(tmp_path):
+    # PyTorchTS #39: one tqdm line per epoch (99 batches each), the loss NaN from epoch 5 after rising from
+    # epoch 3: five epochs of updates in, so no "non-finite values within the first updates"
+    run, d, facts = run_case(tmp_path, "pytorch-ts-39-timegrad-electricity-avg-epoch-loss-rises-then-nan-epoch5")
+    from spikeforensics.attribute.log_facts import log_facts
+    from spikeforensics.params import Params
+
+    facts_now = log_facts(run, Params())
+    assert facts_now["first_nonfinite_step"] == facts["first_nonfinite_step"] and not facts_now["nan_at_start"]
+    assert d["verdict"]["status"] == "unstable"
+    assert "first updates" not in d["incidents"][0]["explanation"]

@@ -283,6 +283,18 @@ def _counts_updates(run: RunData) -> bool:
     return bool(epoch.height and epoch.filter(pl.col("step") > pl.col("value")).height)
 
 
+def _counts_epochs(run: RunData) -> bool:
+    """The step counter is the epoch: every record's step equals its printed epoch (GluonTS' per-epoch bar,
+    Keras, a per-epoch CSV), so each record stands for a whole epoch of updates."""
+    epoch = run.series("epoch")
+    loss = run.series("loss")
+    return bool(
+        epoch.height
+        and epoch.height >= 0.9 * loss.height
+        and epoch.filter(pl.col("step") != pl.col("value")).height == 0
+    )
+
+
 def _nan_before_lr_acts(run: RunData, first_bad, starts_at_start: bool, ap) -> bool:
     """See FACTS["nan_before_lr_acts"]. Without a placed non-finite value, a stop on one that names no
     step (detectron2's `Predicted boxes or scores contain Inf/NaN`) counts at the last record's step."""
@@ -329,6 +341,10 @@ def log_facts(run: RunData, params) -> dict:
     first_step = run.step_range()[0]
     starts_at_start = _starts_at_start(run, first_step, params.hard_spike.start_max_step)
     nan_at_start = first_bad_t is not None and first_bad_t < ap.start_records and starts_at_start
+    if nan_at_start and first_bad_t > 0 and _counts_epochs(run):
+        # a log of one record per epoch (the step is the epoch): its 2nd-10th records are whole epochs of
+        # updates in, not the first updates; only a non-finite first record is "from the start"
+        nan_at_start = False
     if first_bad is None:  # no series says it: a nan event that names its step (detectron2 `at iteration=27`)
         placed = events.filter((pl.col("kind") == "nan") & pl.col("step").is_not_null()).get_column("step")
         if placed.len():
