@@ -53,7 +53,9 @@ LOSS_TERM = r"(?:^|_)loss(?:_|$)"
 # DDPG `train/loss_critic`): its TD targets
 # are bootstrapped from the critic itself, near 0 at the start, and grow as the policy's returns grow, so its
 # rise over the first records is no unstable start
-VALUE_LOSS = r"(?:^|_)(?:q\d?|qf\d?|v|vf|value|critic|td)_loss$|(?:^|_)loss_(?:q\d?|qf\d?|v|vf|value|critic|td)$"
+VALUE_LOSS = (
+    r"(?:^|_)(?:q\d?|qf\d?|v|vf|value|critic|td)_loss$|^loss_(?:q\d?|qf\d?|v|vf|value|critic|td)$|(?:^|_)loss_critic$"
+)
 
 TABLES: dict[str, dict[str, pl.DataType]] = {
     # One row per (record, metric). `record` is the 0-based index of the training-step

@@ -189,3 +189,17 @@ def test_a_short_excerpt_joint_rise_needs_both_signals():
     assert [f.severity for f in both if f.severity != "info"] == ["critical"]
     flat_grad = [0.30, 0.28, 0.31, 0.29, 0.30, 0.31, 0.33, 0.35, 0.30, 0.29]
     assert all(f.severity == "info" for f in hard_spike.detect(excerpt(loss, grad_norm=flat_grad), Params()))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_noisy_healthy_short_excerpt_has_no_joint_spike(seed):
+    """40 records of a per-batch loss (15% noise) and grad norm (40% noise): their chance co-movements (a loss
+    1.15x up beside a grad norm 2x up) are no spike; only a 10x grad norm joins a loss rise in a short excerpt."""
+    from spikeforensics.detect import hard_spike
+
+    rng = np.random.default_rng(seed)
+    loss = 2 * np.exp(rng.normal(0, 0.15, 40))
+    grad = np.exp(rng.normal(0, 0.4, 40))
+    found = hard_spike.detect(excerpt(list(loss), grad_norm=grad), Params())
+    assert not [f for f in found if f.severity != "info" and f.evidence[0].signal == "grad_norm"]
+    assert not [f for f in found if f.severity != "info" and {e.signal for e in f.evidence} == {"loss", "grad_norm"}]

@@ -154,6 +154,7 @@ def test_keras_csv_logger_and_a_batch_table_without_a_step_column(tmp_path, stor
     metrics, _, f = ingest(store, write(tmp_path, "training.csv", keras))
     assert f.format == "csv_metrics" and train_steps(metrics) == [0, 1, 2]
     assert value(metrics, 1, "loss") == 1.0 and value(metrics, 1, "eval_loss") == 1.0
+    assert value(metrics, 2, "epoch") == 2  # kept as a metric: a record stands for a whole epoch
     # an epoch column without any loss beside it is no training table
     assert detect_format(write(tmp_path, "sizes.csv", "epoch,width,height\n1,2,3\n2,2,3\n"))[0] != "csv_metrics"
 
@@ -165,12 +166,19 @@ def test_nequip_batch_table_steps_are_the_runs_batch_count(store):
     assert value(metrics, 17, "epoch") == 2 and value(metrics, 1, "loss") == pytest.approx(3.0326)
 
 
-def test_batch_column_that_does_not_restart_is_no_counter(tmp_path):
-    # `batch` here is the batch size (constant): the epoch alone is the step
-    path = write(tmp_path, "m.csv", "epoch,batch,loss\n1,32,2.0\n2,32,1.5\n3,32,1.2\n")
-    result = csv_metrics.parse(SourceFile(path=path, name=path.name))
-    steps = result.tables["metrics"].filter(pl.col("name") == "loss").get_column("step").to_list()
-    assert steps == [1, 2, 3]
+def test_epoch_counted_csvs_one_row_per_epoch_or_the_runs_row_count(tmp_path):
+    def steps(text, chunk_bytes=None):
+        path = write(tmp_path, "m.csv", text)
+        result = csv_metrics.parse(SourceFile(path=path, name=path.name), chunk_bytes=chunk_bytes)
+        return result.tables["metrics"].filter(pl.col("name") == "loss").get_column("step").to_list()
+
+    # `batch` here is a batch size: each row is its own epoch, the epoch is the step
+    assert steps("epoch,batch,loss\n1,32,2.0\n2,32,1.5\n3,32,1.2\n") == [1, 2, 3]
+    # one epoch of batches (a run that crashed in it): every row a record, none merged into the epoch's first
+    assert steps("epoch,batch,loss\n" + "".join(f"0,{b},{2 - b / 100}\n" for b in range(50))) == list(range(1, 51))
+    # a per-batch table with only `epoch`, read in small chunks: the row count runs across them
+    text = "epoch,loss,lr\n" + "".join(f"{e},{2 - b / 100},0.1\n" for e in range(3) for b in range(100))
+    assert steps(text, chunk_bytes=512) == steps(text) == list(range(1, 301))
 
 
 # -- tqdm bars without a total; a console saved with its redraws --------------------------------------------
@@ -182,6 +190,27 @@ def test_gluonts_bar_without_a_total_takes_its_postfix_epoch(store):
     assert f.format == "tqdm_postfix" and steps == list(range(facts["first_step"], facts["last_step"] + 1))
     assert value(metrics, 0, "avg_epoch_loss") == pytest.approx(0.945)
     assert math.isnan(value(metrics, facts["first_nonfinite_step"], "avg_epoch_loss"))
+
+
+def test_an_epoch_stepped_bar_saved_with_its_redraws_keeps_each_epochs_last(tmp_path, store):
+    # a GluonTS trainer's console saved by nohup: 50 redraws per epoch on one physical line each, the postfix
+    # holding the epoch's running loss; the record of epoch e is its last redraw (a NaN late in the epoch shows)
+    epochs = []
+    for e in range(6):
+        redraws = [
+            f"{i}it [00:0{i % 10}, 4.3it/s, avg_epoch_loss={1 + i / 100 + e:.3f}, epoch={e}]" for i in range(1, 51)
+        ]
+        if e == 4:
+            redraws[-1] = "50it [00:09, 4.3it/s, avg_epoch_loss=nan, epoch=4]"
+        epochs.append("\r".join(redraws))
+    path = tmp_path / "gluonts.log"
+    path.write_bytes(("\n".join(epochs) + "\n").encode())
+    metrics, _, f = ingest(store, path)
+    assert f.format == "tqdm_postfix" and train_steps(metrics) == [0, 1, 2, 3, 4, 5]
+    assert value(metrics, 0, "avg_epoch_loss") == pytest.approx(1.5) and value(
+        metrics, 5, "avg_epoch_loss"
+    ) == pytest.approx(6.5)
+    assert math.isnan(value(metrics, 4, "avg_epoch_loss"))
 
 
 def test_console_with_its_bar_redraws_breaks_lines_at_every_cr(store):
@@ -209,6 +238,12 @@ def test_cr_line_ends_are_decided_on_the_head_the_same_whole_chunked_and_counted
     assert f.format == "tqdm_postfix" and len(train_steps(metrics)) == 100
     sources = store.sources("r")
     assert sources.get_column("lines").to_list() == [103]
+    # the report's re-read of raw lines splits the same way, and nothing past the last line
+    from spikeforensics.attribute.raw_lines import _read_spans
+
+    got = _read_spans(path, [(1, 3), (100, 110)])
+    assert got[1] == "header line" and got[3].startswith("bar: 0/100") and max(got) == 103
+    assert got[103] == "done" and got[102].startswith("bar: 99/100")
 
 
 # -- torch_print: a detached loss printed alone -----------------------------------------------------------
@@ -222,3 +257,10 @@ def test_a_file_of_detached_loss_prints_is_a_loop(tmp_path, store):
     # the same prints among other output are not taken: nothing says what the tensor is
     mixed = write(tmp_path, "mixed.log", "tensor(3.2207, device='cuda:0')\nloading weights\ntensor(2.1)\ntensor(1.9)\n")
     assert detect_format(mixed)[0] != "torch_print"
+    # the crash's traceback after them does not count against them (sniff and parse agree)
+    crashed = (
+        "tensor(2.9, device='cuda:0')\n" * 500
+        + 'Traceback (most recent call last):\n  File "t.py", line 3\nRuntimeError: x\n'
+    )
+    metrics, _, f = ingest(store, write(tmp_path, "crashed.log", crashed), run="c")
+    assert f.format == "torch_print" and len(series(metrics, "loss")) == 500

@@ -184,7 +184,7 @@ def _extent(steps: dict, cov: dict) -> str:
     if steps["count"]:
         return f"{steps['count']} logged steps"
     records = sum((cov.get("records") or {}).values())
-    return f"{records} records (the log prints no step numbers)"
+    return f"{records} records (the log prints no step numbers)" if records else "the records read"
 
 
 def _files(coverage: dict) -> str:

@@ -166,7 +166,7 @@ def file_unchanged(path: Path, sha: str | None, size: int | None) -> bool:
 def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
     """Physical lines of every (first, last) span (1-based, inclusive) in one pass over the file,
     split as ingest splits them: {line number: text}."""
-    from spikeforensics.ingest.base import CR_DECISION_BYTES, lone_cr_endings, strip_controls, to_lf
+    from spikeforensics.ingest.base import CR_DECISION_BYTES, lone_cr_endings, strip_controls
 
     merged: list[list[int]] = []
     for first, last in sorted(spans):
@@ -178,10 +178,13 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
     with open(path, "rb") as fh:
         head = fh.read(CR_DECISION_BYTES)
         fh.seek(0)
-        if lone_cr_endings(head):  # split as ingest split it: at every line end
-            parts = to_lf(fh.read()).split(b"\n")
-            for first, last in merged:
-                raw.update((first + i, b) for i, b in enumerate(parts[first - 1 : last]))
+        if lone_cr_endings(head):  # split as ingest split it (at every line end), streamed as ingest reads it
+            from spikeforensics.ingest.base import SourceFile
+
+            wanted = pl.concat([pl.int_range(a, b + 1, eager=True) for a, b in merged]).alias("line").to_frame()
+            for chunk in SourceFile(path=path, name=path.name).iter_line_chunks():
+                for n, text in chunk.join(wanted, on="line", how="semi").iter_rows():
+                    raw[n] = text.encode()
         else:
             at = 1  # the number of the next line the file iterator yields
             for first, last in merged:

@@ -60,8 +60,9 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     joint = (pl.col("z") >= hp.joint_z) & (rise_base >= math.log(joint_ratio))
     if frame.height < hp.short_series_records:
         # ... and a joint rise is judged on the ratios over the past alone (the other signal must agree at the
-        # same or the next record, as everywhere)
-        joint = rise_left >= math.log(joint_ratio)
+        # same or the next record, as everywhere): the loss joint_loss_ratio up with the grad norm at its critical
+        # 10x (a per-batch grad norm doubles by chance; 10x is DOMAIN's exploded gradient)
+        joint = rise_left >= math.log(joint_ratio if loss else crit)
     # a rise of one or two print quanta is no evidence, whatever its z: a loss printed to 4 decimals at 1e-4
     # (a converged fine-tune) steps 1e-4 -> 2e-4, "2x" and dozens of sigma of the floor
     beyond = (pl.col("value") - pl.min_horizontal("left", "base").exp()) > 2 * _quantum(frame, hp.short_series_records)

@@ -45,8 +45,6 @@ NAME = "csv_metrics"
 # Bytes of the file parsed at once (a CSV row costs less than a JSON record; the same
 # bound keeps a parse of any length near the JSONL figures).
 CHUNK_BYTES = 16 << 20
-# a batch counter inside each epoch, beside `epoch`, in a CSV with no step column
-BATCH_KEYS = ("batch", "batch_idx", "batch_index", "iter_in_epoch")
 QUOTE_SCAN_BYTES = 16 << 20  # block size of the scan for a quote character
 
 
@@ -62,8 +60,7 @@ def sniff(sample: SniffSample) -> float:
         return 0.0
     if any("[" in c for c in cols) or any(normalise_name(c) in ("index", "pci_bus_id", "uuid") for c in cols):
         return 0.0  # nvidia-smi query output
-    step, _ = counter_columns(cols)
-    if step is None:
+    if counter_columns(cols) is None:
         return 0.0
     norm = [normalise_name(c) for c in cols]
     if step_column(cols) is None and not any(re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm):
@@ -79,8 +76,9 @@ class _FileState:
     held: pl.DataFrame | None = None  # the last run of logger rows, not yet merged
     names: dict[str, None] = field(default_factory=dict)
     # a file counting batches inside epochs (no step column): its first epoch and batches per epoch
-    # (first epoch, first batch number, batches per epoch); False: the batch column is no counter; None: undecided
-    epoch_grid: tuple[float, int, int] | bool | None = None
+    # a CSV counted by `epoch` alone: several rows per epoch (True: steps are the row count), None: undecided
+    rows_per_epoch: bool | None = None
+    rows_seen: int = 0  # rows of such a file numbered so far (across chunks)
 
 
 def has_quotes(path: Path) -> bool:
@@ -162,46 +160,30 @@ def _chunk_metrics(
     return metrics
 
 
-def counter_columns(cols: list[str]) -> tuple[str | None, str | None]:
-    """(step column, batch-in-epoch column) of a CSV's header: a step column (`step_column`), else its
-    `epoch` column, with a `batch` column beside it when the rows count batches inside each epoch (NequIP's
-    `metrics_batch_train.csv`: `epoch, batch, loss, ...`); Keras' `CSVLogger` (`epoch,loss,val_loss`) and
-    per-epoch tables are one row per epoch. (None, None): no counter."""
+def counter_columns(cols: list[str]) -> str | None:
+    """The step column of a CSV's header: a step column (`step_column`), else its `epoch` column (Keras'
+    `CSVLogger` `epoch,loss,val_loss`, NequIP's `epoch, batch, loss, ...`: see `_epoch_steps`). None: no counter."""
     found = step_column(cols)
     if found is not None:
-        return found, None
-    epoch = next((c for c in cols if _norm(c) == "epoch"), None)
-    batch = next((c for c in cols if _norm(c) in BATCH_KEYS), None)
-    return epoch, (batch if epoch is not None else None)
+        return found
+    return next((c for c in cols if _norm(c) == "epoch"), None)
 
 
-def _epoch_grid_steps(frame: pl.DataFrame, epoch_col: str, batch_col: str, state: _FileState) -> pl.Expr:
-    """The run's batch count for rows numbered (epoch, batch inside the epoch): (epoch - e0) * n + (batch - b0)
-    + b0, with e0, b0 and the batches per epoch n taken from the file's first chunk (n: the most batches
-    any epoch of it shows). A batch column that does not restart with the epochs (a batch size) is no counter:
-    the epoch alone is the step then."""
-    epoch, batch = T.numeric(frame, epoch_col), T.numeric(frame, batch_col)
-    if state.epoch_grid is None:  # decided once, on the first chunk
-        seen = frame.select(epoch.alias("e"), batch.alias("b")).drop_nulls()
-        per_epoch = seen.group_by("e").agg(pl.col("b").min().alias("lo"), pl.col("b").max().alias("hi"), pl.len())
-        # every epoch of more than one row counts up from where the others start (a chunk's last epoch may
-        # have begun only)
-        restarts = (
-            per_epoch.height > 1
-            and per_epoch.select(
-                (pl.col("len") > 1).any() & ((pl.col("len") == 1) | (pl.col("hi") > pl.col("lo"))).all()
-            ).item()
-        )
-        if restarts:
-            b0 = int(per_epoch.get_column("lo").min())
-            hi = int(per_epoch.get_column("hi").max())
-            state.epoch_grid = (float(seen.get_column("e").min()), b0, hi - b0 + 1)
-        else:
-            state.epoch_grid = False
-    if not state.epoch_grid:
+def _epoch_steps(frame: pl.DataFrame, epoch_col: str, state: _FileState) -> pl.Expr:
+    """The step of a CSV counted by its `epoch` column alone. One row per epoch (the epochs of the file's first
+    chunk strictly rising: Keras' `CSVLogger`, a per-epoch table): the epoch. Several rows per epoch (a per-batch
+    table such as NequIP's `metrics_batch_train.csv`, with or without a batch column; one epoch of batches in a
+    run that crashed in it): the run's row count, 1, 2, ... across the file (rows are batches in order), the
+    epoch kept as a metric. Decided once, on the file's first chunk."""
+    epoch = T.numeric(frame, epoch_col)
+    if state.rows_per_epoch is None:
+        seen = frame.select(epoch.alias("e")).drop_nulls().get_column("e")
+        state.rows_per_epoch = not (seen.len() == 0 or bool((seen.diff().drop_nulls() > 0).all()))
+    if not state.rows_per_epoch:
         return epoch
-    e0, b0, n = state.epoch_grid
-    return (epoch - e0) * n + batch
+    first = state.rows_seen + 1
+    state.rows_seen += frame.height
+    return pl.int_range(first, first + frame.height, dtype=pl.Int64)
 
 
 def _chunk_wide(
@@ -209,22 +191,22 @@ def _chunk_wide(
 ) -> tuple[pl.DataFrame, list[str]] | None:
     """One row per record of a chunk read as CSV (bad steps counted as unparsed), and its metric columns."""
     cols = [c for c in frame.columns if c != "line"]
-    step_col, batch_col = counter_columns(cols)
+    step_col = counter_columns(cols)
     if step_col is None:
         raise T.ingest_error(f"{src.path}: CSV without a step column (found: {', '.join(cols[:12]) or 'none'})")
     frame = frame.filter(pl.col(step_col).is_null() | (pl.col(step_col) != step_col))  # repeated headers
     time_col = next((c for c in cols if c in TIME_KEYS), None)
     rank_col = next((c for c in cols if _norm(c) in RANK_KEYS), None)
-    skip = {step_col, time_col, rank_col, batch_col}
+    skip = {step_col, time_col, rank_col}
     metric_cols = [
         c
         for c in cols
         if c not in skip and not c.startswith("_") and _norm(c) not in IGNORE_KEYS and _norm(c) not in ("step",)
     ]
-    if batch_col is not None:
-        metric_cols.append(step_col)  # the epoch stays a metric beside the batch count
-        counted = _epoch_grid_steps(frame, step_col, batch_col, state)
-        frame = frame.with_columns(counted.alias("_counted"))
+    if _norm(step_col) == "epoch":
+        # the epoch stays a metric (a record stands for an epoch, or a batch in it); a batch-in-epoch counter is none
+        metric_cols = [c for c in metric_cols if _norm(c) not in ("batch", "batch_idx", "batch_index")] + [step_col]
+        frame = frame.with_columns(_epoch_steps(frame, step_col, state).alias("_counted"))
         step = T.integer(frame, "_counted")
     else:
         step = T.integer(frame, step_col)

@@ -4,7 +4,7 @@
     ... PerformanceListener - ETL: 0 ms; iteration 500; iteration time: 27 ms; samples/sec: 1185.185; batches/sec: 37.037; score: 0.5213;
 
 `ScoreIterationListener` prints the model's score (the minibatch loss plus regularisation) every N
-iterations; `PerformanceListener` the same score with timings. Step: the iteration (DL4J's counter over
+iterations; `PerformanceListener` the same score with timings (`samples/sec` only with `reportSample`). Step: the iteration (DL4J's counter over
 the whole fit, not reset per epoch); `score` -> `loss`. The logback time has no date: `time` stays null.
 """
 
@@ -26,7 +26,7 @@ from spikeforensics.ingest.base import (
 NAME = "dl4j"
 SCORE = rf"\bScore at iteration (?P<step>\d+) is (?P<loss>{NUM_TOKEN})"
 PERFORMANCE = (
-    rf"\biteration (?P<step>\d+); iteration time: (?P<ms>{NUM_TOKEN}) ms;.*?\bsamples/sec: (?P<sps>{NUM_TOKEN});"
+    rf"\biteration (?P<step>\d+); iteration time: (?P<ms>{NUM_TOKEN}) ms;(?:.*?\bsamples/sec: (?P<sps>{NUM_TOKEN});)?"
     rf".*?\bscore: (?P<loss>{NUM_TOKEN})"
 )
 

@@ -24,6 +24,8 @@ are the same loss printed again and are not records.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from spikeforensics.ingest.base import (
@@ -52,10 +54,25 @@ COUNTER = (
 )
 MIN_LINES = 2
 # a detached loss printed alone (`print(loss.detach().float())`, `print(loss.data)`): `tensor(3.2207, device='cuda:0')`
-# with no autograd node to say what it is. Read only from a file that is such prints and nothing else (all
-# its non-blank lines, at least BARE_MIN_LINES): the loop prints one scalar per iteration, its loss
+# with no autograd node to say what it is. Read only from a file that is such prints (`bare_tensor_file`): the
+# loop prints one scalar per iteration, its loss
 BARE_TENSOR = rf"^\s*tensor\(\s*{VALUE}\s*(?:,\s*device='[^']*')?(?:,\s*dtype=torch\.\w+)?\s*\)\s*$"
 BARE_MIN_LINES = 3
+BARE_SHARE = 0.95  # ... (a warning line or two beside them is allowed; a crash's traceback after them is not counted)
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def bare_tensor_file(texts: list[str]) -> bool:
+    """The file is a loop's detached loss prints: before any traceback, at least BARE_MIN_LINES non-blank lines
+    and BARE_SHARE of them scalar tensor reprs (`BARE_TENSOR`). The same rule for sniff (the head) and parse."""
+    filled = []
+    for text in texts:
+        if TRACEBACK in text:
+            break
+        if text.strip():
+            filled.append(text)
+    bare = sum(1 for text in filled if re.match(BARE_TENSOR, text))
+    return bare >= BARE_MIN_LINES and bare >= BARE_SHARE * len(filled)
 
 
 def sniff(sample: SniffSample) -> float:
@@ -64,9 +81,7 @@ def sniff(sample: SniffSample) -> float:
     wrapped = sniff_share(sample, OPEN_TENSOR)
     if whole >= MIN_LINES or (whole and whole + wrapped >= MIN_LINES + 1):
         return 0.6
-    bare = sniff_share(sample, BARE_TENSOR)
-    filled = sum(1 for line in sample.lines if line.strip())
-    return 0.5 if bare >= BARE_MIN_LINES and bare == filled else 0.0
+    return 0.5 if bare_tensor_file(sample.lines) else 0.0
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -82,9 +97,8 @@ def parse(src: SourceFile) -> ParseResult:
         & pl.col("_adjacent").fill_null(False)
         & pl.col("_next").str.contains(CONTINUED_NODE).fill_null(False)
     )
-    bare = text.str.contains(BARE_TENSOR)
-    if src.only_lines is None and lines.height >= BARE_MIN_LINES and lines.select(bare.all()).item():
-        whole = whole | bare  # a file of detached loss prints and nothing else (see BARE_TENSOR)
+    if src.only_lines is None and bare_tensor_file(lines.get_column("text").to_list()):
+        whole = whole | text.str.contains(BARE_TENSOR)  # a file of detached loss prints (see BARE_TENSOR)
     cand = marked.filter(whole | wrapped).with_columns(
         text.str.extract(TENSOR, 1).alias("_v"), text.str.extract(COUNTER, 1).alias("_c")
     )

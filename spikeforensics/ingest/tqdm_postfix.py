@@ -16,9 +16,11 @@ comment is one number (read as `loss`, step = its counter N, the batch within th
 such as HF Trainer bars, are not claimed). Step = the postfix's `global_step` (else `step`)
 when printed; else, for bars labelled `Epoch E` / `[Epoch E / ...]`, E * M + N from the
 `N/M` counter (a counter that grows across epochs; its origin depends on whether the
-script counts epochs from 0 or 1); else N. Redraws on one physical line (`\r`) are one
-record per line (the last redraw); consecutive redraws with the same step are one record
-(first line's values, the contract's rule). Postfix names go through the alias table
+script counts epochs from 0 or 1); a bar without a total (`99it [00:22, ..., avg_epoch_loss=0.945, epoch=0]`,
+GluonTS / PyTorchTS) is stepped by its postfix `epoch`; else N. Redraws on one physical line (`\r`) are one
+record per line (the last redraw); in a file whose CRs end its lines (a console saved with its redraws,
+`_lines.lone_cr_endings`) each redraw is a line: consecutive redraws with the same step are one record
+(first line's values, the contract's rule), but an epoch-stepped bar's record is its epoch's last redraw. Postfix names go through the alias table
 (`lr` -> `lr`, `loss` -> `loss`; Lightning's smoothed bar `loss` gives way to a logged training loss on
 the same bar: `_smoothed_loss_aside`). A user print glued after the bar on the same line
 (`...train_loss=10.90]lr=[0.0] mean=...`, the bar redrawn without a newline) gives the record
@@ -123,9 +125,10 @@ def parse(src: SourceFile) -> ParseResult:
     g = g.join(post_step, on="line", how="left")
     n, m = step_int(pl.col("n")), step_int(pl.col("m"))
     post_ep = bounded_int(pl.col("post").str.extract(POST_EPOCH, 1))
-    ep = pl.coalesce(bounded_int(text.str.extract(EPOCH, 1)), post_ep)
+    ep = bounded_int(text.str.extract(EPOCH, 1))
     # a bar without a total drawn once per epoch (GluonTS' trainer): the epoch is the step
-    step = pl.coalesce(pl.col("_ps"), ep * m + n, pl.when(m.is_null()).then(post_ep), n)
+    by_epoch = m.is_null() & pl.col("_ps").is_null() & post_ep.is_not_null()
+    step = pl.coalesce(pl.col("_ps"), ep * m + n, pl.when(by_epoch).then(post_ep), n)
     parts_bad = pl.any_horizontal(
         (pl.col("_ps") == STEP_OUT_OF_RANGE).fill_null(False),
         n == STEP_OUT_OF_RANGE,
@@ -136,9 +139,14 @@ def parse(src: SourceFile) -> ParseResult:
         .then(step)
         .otherwise(pl.lit(STEP_OUT_OF_RANGE, dtype=pl.Int64))
     )
+    # such a bar's redraws of one epoch (each its own line in a CR file, `_lines.lone_cr_endings`) hold the
+    # epoch's running loss: its record is the last redraw, where the epoch ended
+    g = g.with_columns(step.alias("_step"), by_epoch.alias("_by_epoch")).filter(
+        ~pl.col("_by_epoch") | (pl.col("_step") != pl.col("_step").shift(-1)).fill_null(True)
+    )
     records = g.select(
         "line",
-        step.alias("step"),
+        pl.col("_step").alias("step"),
         "prefix_rank",
         pl.lit("train").alias("record_kind"),
         extract_time(text).alias("time"),
