@@ -53,15 +53,13 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
     sustained = up & (up.sum().over("rank", run) >= hp.sustained_records) & high.any().over("rank", run)
     both = (high & (rise_base >= math.log(floor))) | sustained | pl.col("_scan")
     jump = (pl.col("z_left") >= hp.z_threshold) & (rise_left >= math.log(crit))
-    if frame.height < hp.short_series_records:
-        # a short excerpt (a pasted spike) has no adequate noise sample: the spike itself inflates the
-        # robust sigma. There the practitioners' ratio alone decides a jump over the past (2x loss, 10x grad)
-        jump = rise_left >= math.log(crit)
     joint = (pl.col("z") >= hp.joint_z) & (rise_base >= math.log(joint_ratio))
     if frame.height < hp.short_series_records:
-        # ... and a joint rise is judged on the ratios over the past alone (the other signal must agree at the
-        # same or the next record, as everywhere): the loss joint_loss_ratio up with the grad norm at its critical
-        # 10x (a per-batch grad norm doubles by chance; 10x is DOMAIN's exploded gradient)
+        # a short excerpt (a pasted spike) has no adequate noise sample: the spike itself inflates the robust
+        # sigma. There the practitioners' ratios over the past decide: a jump at 2x loss / 10x grad norm, a joint
+        # rise (the other signal agreeing at the same or the next record, as everywhere) at joint_loss_ratio with
+        # the grad norm at its critical 10x (a per-batch grad norm doubles by chance; 10x is DOMAIN's exploded one)
+        jump = rise_left >= math.log(crit)
         joint = rise_left >= math.log(joint_ratio if loss else crit)
     # a rise of one or two print quanta is no evidence, whatever its z: a loss printed to 4 decimals at 1e-4
     # (a converged fine-tune) steps 1e-4 -> 2e-4, "2x" and dozens of sigma of the floor

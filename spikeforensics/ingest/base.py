@@ -40,7 +40,6 @@ from spikeforensics.ingest._fields import (  # noqa: F401 (re-exported: parsers 
 from spikeforensics.ingest._lines import (  # noqa: F401 (re-exported: parsers import these from base)
     ANSI_RE,
     CR_DECISION_BYTES,
-    LONE_CR_MIN,
     PREFIX_RE,
     lines_from_bytes,
     lone_cr_endings,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from spikeforensics.ingest._fields import find_pairs, parse_numbers
+from spikeforensics.ingest._fields import captured_values, find_pairs, parse_numbers
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
     ParseResult,
@@ -84,11 +84,7 @@ def _train_values(hit: pl.DataFrame) -> pl.DataFrame:
         .join(totals.select("line"), on="line", how="anti")
     )
     loss = pl.concat([totals, summed]).select("line", pl.lit("loss").alias("name"), "value")
-    head = hit.select(
-        "line",
-        epoch=pl.col("epoch").cast(pl.Float64, strict=False),
-        lr=parse_numbers(hit.select("lr"), raw="lr", out="v").get_column("v"),
-    ).unpivot(index="line", variable_name="name", value_name="value")
+    head = captured_values(hit, {"epoch": "epoch", "lr": "lr"})
     return pl.concat([named, loss, head.filter(pl.col("value").is_not_null())])
 
 

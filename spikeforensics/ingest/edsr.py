@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from spikeforensics.ingest._fields import find_pairs, parse_numbers
+from spikeforensics.ingest._fields import captured_values, find_pairs, parse_numbers
 from spikeforensics.ingest._grammar_helpers import block_owners
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
@@ -75,16 +75,12 @@ def parse(src: SourceFile) -> ParseResult:
         "line", pl.lit("loss").alias("name"), pl.coalesce("total", pl.when(pl.col("n") == 1).then("one")).alias("value")
     ).filter(pl.col("value").is_not_null())
     # the epoch header's epoch and learning rate, on each record under it
-    context = (
-        hit.select("line", "_blk")
-        .join(headers.select(pl.col("line").alias("_blk"), "epoch", "lr"), on="_blk", how="inner")
-        .select("line", epoch=pl.col("epoch").cast(pl.Float64, strict=False), lr=pl.col("lr"))
+    context = hit.select("line", "_blk").join(
+        headers.select(pl.col("line").alias("_blk"), "epoch", "lr"), on="_blk", how="inner"
     )
-    lr = parse_numbers(context.select("line", "lr"), raw="lr", out="value").select(
-        "line", pl.lit("lr").alias("name"), "value"
+    values = pl.concat([named, loss, captured_values(context, {"epoch": "epoch", "lr": "lr"})]).filter(
+        pl.col("value").is_not_null()
     )
-    epoch = context.select("line", pl.lit("epoch").alias("name"), pl.col("epoch").alias("value"))
-    values = pl.concat([named, loss, lr, epoch]).filter(pl.col("value").is_not_null())
     unparsed = lines.join(hit.select("line"), on="line", how="anti").filter(
         pl.col("text").str.contains(r"^\[\d+/\d+\]\s+\[")
     )

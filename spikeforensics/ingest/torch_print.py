@@ -24,8 +24,6 @@ are the same loss printed again and are not records.
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
 from spikeforensics.ingest.base import (
@@ -62,17 +60,14 @@ BARE_SHARE = 0.95  # ... (a warning line or two beside them is allowed; a crash'
 TRACEBACK = "Traceback (most recent call last)"
 
 
-def bare_tensor_file(texts: list[str]) -> bool:
+def bare_tensor_file(texts: pl.Series) -> bool:
     """The file is a loop's detached loss prints: before any traceback, at least BARE_MIN_LINES non-blank lines
     and BARE_SHARE of them scalar tensor reprs (`BARE_TENSOR`). The same rule for sniff (the head) and parse."""
-    filled = []
-    for text in texts:
-        if TRACEBACK in text:
-            break
-        if text.strip():
-            filled.append(text)
-    bare = sum(1 for text in filled if re.match(BARE_TENSOR, text))
-    return bare >= BARE_MIN_LINES and bare >= BARE_SHARE * len(filled)
+    frame = texts.alias("t").to_frame()
+    before = frame.filter(pl.col("t").str.contains(TRACEBACK, literal=True).cum_sum() == 0)
+    filled = before.filter(pl.col("t").str.contains(r"\S"))
+    bare = filled.select(pl.col("t").str.contains(BARE_TENSOR).sum()).item()
+    return bare >= BARE_MIN_LINES and bare >= BARE_SHARE * filled.height
 
 
 def sniff(sample: SniffSample) -> float:
@@ -81,7 +76,7 @@ def sniff(sample: SniffSample) -> float:
     wrapped = sniff_share(sample, OPEN_TENSOR)
     if whole >= MIN_LINES or (whole and whole + wrapped >= MIN_LINES + 1):
         return 0.6
-    return 0.5 if bare_tensor_file(sample.lines) else 0.0
+    return 0.5 if bare_tensor_file(pl.Series(sample.lines, dtype=pl.String)) else 0.0
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -97,7 +92,7 @@ def parse(src: SourceFile) -> ParseResult:
         & pl.col("_adjacent").fill_null(False)
         & pl.col("_next").str.contains(CONTINUED_NODE).fill_null(False)
     )
-    if src.only_lines is None and bare_tensor_file(lines.get_column("text").to_list()):
+    if src.only_lines is None and bare_tensor_file(lines.get_column("text")):
         whole = whole | text.str.contains(BARE_TENSOR)  # a file of detached loss prints (see BARE_TENSOR)
     cand = marked.filter(whole | wrapped).with_columns(
         text.str.extract(TENSOR, 1).alias("_v"), text.str.extract(COUNTER, 1).alias("_c")
