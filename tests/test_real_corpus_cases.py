@@ -34,13 +34,15 @@ FRESH6 = DEV.parent / "fresh6"
 FRESH7 = DEV.parent / "fresh7"
 # the fresh8 set after its one scoring (benchmarks/real_logs_fresh8_first_look.md), a development set since
 FRESH8 = DEV.parent / "fresh8"
+# the fresh9 set after its one scoring (benchmarks/real_logs_fresh9_first_look.md), a development set since
+FRESH9 = DEV.parent / "fresh9"
 
 
 def case(name: str) -> tuple[Path, dict]:
     folder = next(
         (
             d / name
-            for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7, FRESH8)
+            for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7, FRESH8, FRESH9)
             if (d / name).is_dir()
         ),
         DEV / name,

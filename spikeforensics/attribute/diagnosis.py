@@ -555,7 +555,8 @@ def build_diagnosis(
 
     ruleset = load_rules(rule_dirs)
     stages = _Stages()
-    real = sorted((i for i in incidents if i.severity != "info"), key=lambda i: (i.step_start, i.peak_step))
+    # in run order: a restarted counter (a new attempt) comes after the attempt before it, whatever its steps
+    real = sorted((i for i in incidents if i.severity != "info"), key=lambda i: (i.attempt, i.step_start, i.peak_step))
     info = [i for i in incidents if i.severity == "info"]
     ctx = build_context(run, real, params)
     tc = build_trace_context(run, real, ctx.unhealthy, params)

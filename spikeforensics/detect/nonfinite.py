@@ -6,7 +6,9 @@ skips NaN, so we test `is_finite()` row by row), `nan` events written by the par
 and non-finite per-layer norms (which layer and rank went first), and a loss printed as exactly 0
 where only a masked NaN can put it (`_masked_zero_rows`). An fp16 overflow
 that the loss scaler caught and skipped (an `overflow` event at that step, finite loss)
-is not an incident here: it is the loss-scale detector's business.
+is not an incident here: it is the loss-scale detector's business. Neither is a loss term that is
+non-finite where the record's total `loss` is finite (a per-domain metric of a domain with no tokens:
+0/0), nor a running best printed before its first evaluation (`best_loss=inf`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from spikeforensics.rundata import RunData
 
 # a perplexity printed by a training or evaluation record (`ppl`, `eval_ppl`, `lm_loss_ppl`, `perplexity`)
 PERPLEXITY = r"(?i)(?:^|_)(?:ppl|perplexity)$"
+# a running best a trainer prints beside its evaluation (simple-nmt `best_loss=inf best_ppl=inf`), initialised to inf
+BEST = r"(?i)(?:^|_)best(?:_|$)"
 COLS = ["signal", "step", "attempt", "rank", "layer", "value", "pos"]
 
 
@@ -52,6 +56,8 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
         run.metrics.lazy()  # lazily: only the matching rows' columns are copied out of the long table
         .filter(
             (pl.col("name").is_in(names) | (pl.col("name") == loss_name) | perplexity | loss_term)
+            # a running best (`best_loss=inf best_ppl=inf` before the first evaluation) is a tracker's start value
+            & ~pl.col("name").str.contains(BEST)
             # eval records (record null) count for the eval metrics among them
             & (pl.col("record").is_not_null() | pl.col("name").str.starts_with("eval_"))
             & ~pl.col("value").is_finite().fill_null(True)
@@ -62,11 +68,33 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
             .then(pl.lit("loss"))
             .otherwise(pl.col("name").replace(loss_name, "loss"))
             .alias("name"),
+            (loss_term & ~perplexity & (pl.col("name") != loss_name)).alias("_term"),
         )
         .filter(pl.col("step").is_not_null())  # an eval record of a log without steps cannot be placed
         .collect()
-        .unique(["name", "step", "attempt", "rank"], keep="first", maintain_order=True)  # a total and its terms
     )
+    # a term that is non-finite where the record's total loss is printed finite never reached the loss the
+    # optimizer stepped on: a metric of an empty subset (InternLM's `loss/cn=nan` for a domain with no tokens
+    # in the batch: 0/0), not a NaN loss. Only beside a total (`loss`): in a run that prints its terms alone,
+    # `resolve` stands one term for the loss, and a NaN in another is still a NaN loss (TensorFlowTTS)
+    fine_total = (
+        run.metrics.lazy()
+        .filter((pl.col("name") == "loss") & pl.col("value").is_finite() & pl.col("record").is_not_null())
+        .select("record", "attempt", "rank")
+        .unique()
+        .collect()
+    )
+    if fine_total.height and m.height:
+        term_rows = m.filter(pl.col("_term")).join(
+            fine_total, on=["record", "attempt", "rank"], how="semi", nulls_equal=True
+        )
+        m = m.join(
+            term_rows.select("record", "attempt", "rank", "_term"),
+            on=["record", "attempt", "rank", "_term"],
+            how="anti",
+            nulls_equal=True,
+        )
+    m = m.unique(["name", "step", "attempt", "rank"], keep="first", maintain_order=True)  # a total and its terms
     return _global_rows(m, pl.col("name"))
 
 

@@ -31,6 +31,11 @@ METRIC_ALIASES: dict[str, str] = {
     "train_ce_loss": "loss",
     "loss_metrics_global_avg_loss": "loss",
     "train_train_loss": "loss",
+    # a loss printed per output unit (XNMT's `train_loss/word=8.59`; the per-token mean is the training loss)
+    "train_loss_word": "loss",
+    "train_loss_per_word": "loss",
+    "train_loss_per_token": "loss",
+    "loss_per_token": "loss",
     "reduced_train_loss": "loss",
     "train_loss_step": "loss",
     "loss_step": "loss",
@@ -64,6 +69,7 @@ METRIC_ALIASES: dict[str, str] = {
     "grad_norm_pre_clip": "grad_norm",
     "gradnorm": "grad_norm",
     "grad_norm_total": "grad_norm",
+    "g_param_norm": "grad_norm",  # simple-nmt's `|g_param|=` (generic_steps reads `|x|=` as `x_norm`)
     # RL trainers (verl `step:N - actor/grad_norm:... - actor/lr:...`): the trained policy's norm and LR;
     # its `actor/pg_loss` (a policy-gradient surrogate near 0, of either sign) keeps its own name
     "actor_grad_norm": "grad_norm",

@@ -120,6 +120,10 @@ COUNTER_KEYS = r"(?i)^(?:global[_ ]step|steps?|iteration|iter|it)$"
 # raw line, where a paste's `> ` may still stand before it
 BRACKET = r"^\s*\[(\d+)\]\s+[A-Za-z]"
 RAW_BRACKET = r"^(?:(?:\+?> ?)+)?\s*\[(\d+)\]\s+[A-Za-z]"
+# `[N/M]` opening the line (a per-iteration print of deep-text-recognition-benchmark's loop: `[38/300000] lr: 0.1
+# 0.1 single_train_elapsed_time: 0.23 train_loss: nan`) and `epoch E[N]` (e2e-mlt `epoch 0[500], loss: 54.610`)
+BRACKET_FRAC = r"^\s*\[\s*(\d+)\s*/\s*\d+\s*\]\s+[A-Za-z]"
+EPOCH_BRACKET = r"(?i)\bepoch\s*\d+\s*\[\s*(\d+)\s*\]"
 BRACKET_RECORD = RAW_BRACKET + r".*?(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]"
 # the raw file is read a second time for bracketed counters only up to this size (pastes and
 # small custom-loop logs; a big log with such lines keeps them as unparsed rather than doubling memory)
@@ -144,6 +148,11 @@ EPOCH_FRAC = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*\d+"
 # `[1,  2000] loss: 2.194` (the PyTorch CIFAR-10 tutorial's `print(f'[{epoch + 1}, {i + 1:5d}] loss: ...')`, copied
 # into countless loops; DeepRecommender's `[0,  1000] RMSE: nan`): the epoch, then the batch counter
 EPOCH_BATCH = r"^\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]"
+# a line that opens with its epoch, no total and no other counter (simple-nmt's verbose-2 summary
+# `Epoch 1 - |param|=6.01e+02 |g_param|=3.32e+05 loss=4.9263e+00 ppl=137.87`): a loop printing once per epoch
+EPOCH_LEAD = r"(?i)^\W*epoch\s*[:=#]?\s*\d+(?:[^\d./]|$)"
+# `|name|=value`: a norm in math notation (simple-nmt's `|param|` and `|g_param|`, the parameter and gradient norms)
+NORM_BARS = r"\|([A-Za-z_]\w*)\|\s*="
 # `loss_train, 0.833` (a loop that prints `f"{name}, {value}"`): a loss name, a comma, its number
 KEY_COMMA = r"\b((?:[A-Za-z_]\w*)?(?i:loss)\w*),\s+([-+]?(?:\d|(?i:nan|inf)))"
 # a loop whose objective is printed as RMSE / MSE with no `loss` on the line (DeepRecommender's
@@ -157,7 +166,7 @@ IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
 # what follows a loss name on a record line (sniffer): `loss: 2.3`, `loss [nan]`, `loss so far is 0.1`
 # a loss value, then a counter word with its number, later on the line (one count per line with
 # the shapes above: a line that has both is counted twice, which only ever confirms a record)
-LOSS_THEN_STEP = rf"(?i:\bloss)\w*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
+LOSS_THEN_STEP = rf"(?i:(?:\b|_)loss)[\w/]*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
 LOSS_TAIL = r".*?(?i:loss|\br?mse\b)\w*['\"]?\]?(?:\s*[:=,]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 # a quoted key (`'loss': nan`, a dict's repr inside a PaddleOCR line) is its bare name
 QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
@@ -175,6 +184,8 @@ UNCOUNTED_SHARE = (
 )
 # (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log)
 UNCOUNTED_LOSS = r"(?i)loss\w*\s*:\s*\[?\s*[-+]?(?:\d|nan|inf)"
+# a loss line under a counter line (see `_head_counters`): `=` as well as `:`
+UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
 CATCH_ALL = True
 
@@ -183,13 +194,22 @@ def sniff(sample: SniffSample) -> float:
     n = (
         sniff_share(
             sample,
-            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}){LOSS_TAIL}",
+            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|{EPOCH_BRACKET}){LOSS_TAIL}",
         )
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
         # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
         + sniff_share(sample, LOSS_THEN_STEP)
     )
+    # lines that open with their epoch: a loop printing once per epoch when there are several (one such line
+    # in a file of step-less loss lines is an epoch's summary, NCRF++'s `Epoch: 0 training finished ... total loss`)
+    lead = sniff_share(sample, EPOCH_LEAD + LOSS_TAIL)
+    n += lead if lead >= 2 else 0
+    if n < 2:  # the counter on one line, the loss on the next (see `_head_counters`)
+        solid = pl.Series(sample.lines, dtype=pl.String).str.strip_chars()
+        solid = solid.filter(solid != "")
+        counted = solid.str.contains(STEP) & ~solid.str.contains(LOSSY)
+        n += int((counted.shift(1).fill_null(False) & solid.str.contains(UNCOUNTED_LOSS_ANY)).sum())
     if n < 2:  # bracketed counters, on the raw lines (the prefix stripper may have taken them)
         raw = sample.text.splitlines()[: len(sample.lines) + 1]
         n += int(pl.Series(raw, dtype=pl.String).str.contains(BRACKET_RECORD).sum()) if raw else 0
@@ -234,6 +254,18 @@ def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
         return none
     mapping = dict(zip(found.get_column("line").to_list(), found.get_column("_b").to_list()))
     return pl.col("line").replace_strict(mapping, default=None, return_dtype=pl.String).alias("_raw_bracket")
+
+
+def _head_counters(lines: pl.DataFrame, token: pl.Expr) -> pl.DataFrame:
+    """(line, _head): a record printed over two lines, the counter on the first and the loss on the next
+    (torchcv: `Train Epoch: 2<TAB>Train Iteration: 3300<TAB>Time 91.554s / 100iters` then `Learning rate =
+    [0.001, 0.01]<TAB>Loss = 213.2 (ave = 149.9)`): for each line, the counter token of the non-blank line
+    before it when that line names no loss (a line's own counter, where it has one, wins)."""
+    text = pl.col("text")
+    solid = lines.filter(text.str.strip_chars() != "").select(
+        "line", pl.when(~text.str.contains(LOSSY)).then(token).alias("_tok")
+    )
+    return solid.select("line", pl.col("_tok").shift(1).alias("_head")).filter(pl.col("_head").is_not_null())
 
 
 def _epoch_composed(epoch: pl.Expr, n: pl.Expr, i: pl.Expr, e0: float) -> pl.Expr:
@@ -323,6 +355,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         .str.replace(EPOCH_OF, "${1}")
         .str.replace(EPOCH_BATCH, "epoch ${1} ")
         .str.replace_all(KEY_COMMA, "${1}: ${2}")
+        .str.replace_all(NORM_BARS, "${1}_norm=")
     )
     framed = cand.select("line", "_eval", body.alias("text"))
     said = find_pairs(framed, IS_PAIR).with_columns(pl.col("k").str.replace_all(IS_FILLER, ""))
@@ -345,15 +378,25 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(STEP, 1),
         text.str.extract(TRAIN_FRAC, 1),
         text.str.extract(BRACKET, 1),
+        text.str.extract(BRACKET_FRAC, 1),
+        text.str.extract(EPOCH_BRACKET, 1),
         text.str.extract(EPOCH_BATCH, 2),
         text.str.extract(NUM_COUNTER, 1),
     )
     lossy_lines = lines.filter(text.str.contains(LOSSY))
     later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
-    lossy_lines = lossy_lines.with_columns(_raw_bracket(src, wanted))
-    token = pl.coalesce(token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2))
-    lossy_lines = lossy_lines.with_columns(*_step(token)).drop("_raw_bracket")
+    lossy_lines = lossy_lines.with_columns(_raw_bracket(src, wanted)).join(
+        _head_counters(lines, token), on="line", how="left"
+    )
+    # the two-line shape is the file's, or none of it: a loss line that merely follows another logger's
+    # counter line (RWKV's `Epoch 0, Loss: 0.98` per batch, one in ten after DeepSpeed's `global_step=10`
+    # timer line) is no such record
+    loose = lossy_lines.filter(token.is_null() & text.str.contains(UNCOUNTED_LOSS_ANY))
+    if loose.height and loose.get_column("_head").is_not_null().mean() < UNCOUNTED_SHARE:
+        lossy_lines = lossy_lines.with_columns(pl.lit(None, dtype=pl.String).alias("_head"))
+    token = pl.coalesce(token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2), pl.col("_head"))
+    lossy_lines = lossy_lines.with_columns(*_step(token)).drop("_raw_bracket", "_head")
     lossy_lines = lossy_lines.with_columns(pl.coalesce(pl.col("step"), _batch_step(lossy_lines)).alias("step"))
     if lossy_lines.get_column("step").null_count() == lossy_lines.height:
         # no other counter anywhere: a loop that logs once per epoch. (In a file with a step, iteration or
