@@ -84,7 +84,7 @@ class CaseScore:
 
 # dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
 # (`fresh`: session 6, `fresh2`: session 7, `fresh3`: session 8), each a development set after its one scoring
-SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8", "fresh9")
+SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8", "fresh9", "fresh10")
 ALL = SPLITS  # every set, each after its first look (a new set is scored once with --set before it joins)
 
 
