@@ -36,13 +36,15 @@ FRESH7 = DEV.parent / "fresh7"
 FRESH8 = DEV.parent / "fresh8"
 # the fresh9 set after its one scoring (benchmarks/real_logs_fresh9_first_look.md), a development set since
 FRESH9 = DEV.parent / "fresh9"
+# the fresh10 set after its one scoring (benchmarks/real_logs_fresh10_first_look.md), a development set since
+FRESH10 = DEV.parent / "fresh10"
 
 
 def case(name: str) -> tuple[Path, dict]:
     folder = next(
         (
             d / name
-            for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7, FRESH8, FRESH9)
+            for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7, FRESH8, FRESH9, FRESH10)
             if (d / name).is_dir()
         ),
         DEV / name,

@@ -137,6 +137,17 @@ def find_pairs(frame: pl.DataFrame, pair_re: str, text: str = "text") -> pl.Data
     return found.with_columns(pl.col("_p").str.extract_groups(pair_re).alias("_g")).unnest("_g").drop("_p")
 
 
+def _eval_name(key: str) -> str:
+    """The eval metric a key of an evaluation record names: `eval_` + the key without its eval word, wherever
+    that word sits (`val_loss`, `valid_ppl`; `total_val_loss`, a YOLO loop's summed validation loss, is
+    `eval_loss`: the rest, `total_loss`, is the training loss's alias)."""
+    from spikeforensics.ingest.aliases import canonical_metric
+
+    name = normalise_name(key.strip())
+    base = re.sub(r"(?:^|_)(?:eval|valid|validation|val)(?=_|$)", "", name).strip("_") or name
+    return "eval_" + ("loss" if canonical_metric(base) == "loss" else base)
+
+
 def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.DataFrame:
     """`k`/`v` pairs -> `name` (canonical metric name via aliases) and Float64 `value`.
     In rows where `eval_rows` is true, names that are not already eval metrics get an
@@ -146,7 +157,7 @@ def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.Da
     # names are computed once per distinct key (a log has a few dozen), not per row
     keys = pairs.get_column("k").unique().drop_nulls().to_list()
     canon = {k: canonical_metric(k.strip()) for k in keys}
-    evals = {k: "eval_" + re.sub(r"^(?:eval|valid|validation|val)_", "", normalise_name(k.strip())) for k in keys}
+    evals = {k: _eval_name(k) for k in keys}
     evals = {k: (canon[k] if canon[k].startswith("eval_") or canon[k] == "epoch" else e) for k, e in evals.items()}
     name = pl.col("k").replace_strict(canon, default="", return_dtype=pl.String)
     if eval_rows is not None and pairs.select(eval_rows.any()).item():

@@ -101,7 +101,8 @@ STEP_TOTAL = r"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\
 # a `step` counter wins over an `iter` one printed before it (`E5 iter[ 14/ 15] | ... | [step]    89`)
 STEP_FIRST = rf"(?i)\b(?:global[_ ]step|steps?)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
-PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]]|\.?$)"  # (`= nan.` ends a sentence)
+# (`= nan.` ends a sentence; a closing backtick ends a paste fenced in Markdown code quotes)
+PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]`]|\.?$)"
 # the count before its word (`000 epoch, 00000 iter, average time 7.09, loss 37.2`, `0 completed epochs,
 # 100 batches Average training batch loss: nan`): the lowest-priority counter
 NUM_COUNTER = r"(?i)(?:^|[\s,;|\[(])(\d+)\s+(?:iters?|iterations?|steps?|batches)\b"
@@ -329,6 +330,22 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _frozen_counter(frame: pl.DataFrame) -> pl.DataFrame:
+    """A counter that never moves while the epoch on its lines does (a loop printing when `i % N == 0` in epochs
+    shorter than N batches: COMPOSE's `Epoch 1, Iter 0: Loss:nan S-loss:nan` once per epoch): the epoch is the
+    step, when every counted line has its own, rising epoch."""
+    counted = frame.filter(pl.col("step").is_not_null())
+    if counted.height < 2 or counted.get_column("step").n_unique() != 1:
+        return frame
+    epoch = counted.get_column("text").str.extract(EPOCH, 1).cast(pl.Int64, strict=False)
+    if epoch.null_count() or epoch.n_unique() != epoch.len() or not (epoch.diff().drop_nulls() > 0).all():
+        return frame
+    by_epoch = _step(pl.col("text").str.extract(EPOCH, 1))[0]
+    return frame.with_columns(
+        pl.when(pl.col("step").is_not_null()).then(by_epoch).otherwise(pl.col("step")).alias("step")
+    )
+
+
 def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     """(line, name, value) of the candidate lines: `key is value` phrases, then key/value pairs."""
     text = pl.col("text")
@@ -403,7 +420,7 @@ def parse(src: SourceFile) -> ParseResult:
         # batch counter, an `Epoch 1/400 ... loss` line is an epoch's summary: PaddleClas's `[Avg]` lines)
         lossy_lines = lossy_lines.with_columns(_step(text.str.extract(EPOCH_FRAC, 1))[0].alias("step"))
         lossy_lines = _epoch_counter(lossy_lines)
-    lossy_lines = _per_epoch_counter(lossy_lines)
+    lossy_lines = _frozen_counter(_per_epoch_counter(lossy_lines))
     # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
     # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record; so is
     # one without a counter (`valid_evaluation: loss=1.83, acc=0.76`), with the step before it
