@@ -1,6 +1,6 @@
 """Real-log benchmark: what spikeforensics reads and concludes on real public training logs.
 
-    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|fresh3|all] [--corpus sample_logs/real]
+    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|...|fresh10|all] [--corpus sample_logs/real]
                                    [--json OUT] [--write-readme] [--case ID ...] [-v]
 
 Every case folder of the corpus (`sample_logs/real/<set>/<case>/`, see its README) holds the
@@ -83,8 +83,21 @@ class CaseScore:
 
 
 # dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
-# (`fresh`: session 6, `fresh2`: session 7, `fresh3`: session 8), each a development set after its one scoring
-SPLITS = ("dev", "sealed", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "fresh8", "fresh9", "fresh10")
+# (`fresh`: session 6, `fresh2`: session 7, ..., `fresh9` and `fresh10`: session 14), each a development set after its one scoring
+SPLITS = (
+    "dev",
+    "sealed",
+    "fresh",
+    "fresh2",
+    "fresh3",
+    "fresh4",
+    "fresh5",
+    "fresh6",
+    "fresh7",
+    "fresh8",
+    "fresh9",
+    "fresh10",
+)
 ALL = SPLITS  # every set, each after its first look (a new set is scored once with --set before it joins)
 
 

@@ -77,14 +77,14 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
     # optimizer stepped on: a metric of an empty subset (InternLM's `loss/cn=nan` for a domain with no tokens
     # in the batch: 0/0), not a NaN loss. Only beside a total (`loss`): in a run that prints its terms alone,
     # `resolve` stands one term for the loss, and a NaN in another is still a NaN loss (TensorFlowTTS)
-    fine_total = (
-        run.metrics.lazy()
-        .filter((pl.col("name") == "loss") & pl.col("value").is_finite() & pl.col("record").is_not_null())
-        .select("record", "attempt", "rank")
-        .unique()
-        .collect()
-    )
-    if fine_total.height and m.height:
+    if m.height and m.get_column("_term").fill_null(False).any():
+        fine_total = (
+            run.metrics.lazy()
+            .filter((pl.col("name") == "loss") & pl.col("value").is_finite() & pl.col("record").is_not_null())
+            .select("record", "attempt", "rank")
+            .unique()
+            .collect()
+        )
         term_rows = m.filter(pl.col("_term")).join(
             fine_total, on=["record", "attempt", "rank"], how="semi", nulls_equal=True
         )

@@ -403,9 +403,10 @@ def parse(src: SourceFile) -> ParseResult:
     lossy_lines = lines.filter(text.str.contains(LOSSY))
     later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
-    lossy_lines = lossy_lines.with_columns(_raw_bracket(src, wanted)).join(
-        _head_counters(lines, token), on="line", how="left"
+    heads = (  # read only when some loss line has no counter of its own
+        _head_counters(lines, token) if wanted.len() else pl.DataFrame(schema={"line": pl.Int64, "_head": pl.String})
     )
+    lossy_lines = lossy_lines.with_columns(_raw_bracket(src, wanted)).join(heads, on="line", how="left")
     # the two-line shape is the file's, or none of it: a loss line that merely follows another logger's
     # counter line (RWKV's `Epoch 0, Loss: 0.98` per batch, one in ten after DeepSpeed's `global_step=10`
     # timer line) is no such record
