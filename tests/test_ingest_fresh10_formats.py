@@ -65,3 +65,61 @@ def test_eval_names_drop_the_eval_word_wherever_it_sits():
     assert _eval_name("total_val_loss") == "eval_loss" and _eval_name("giou_val_loss") == "eval_giou_loss"
     assert _eval_name("val_ppl") == "eval_ppl" and _eval_name("val") == "eval_val"
     assert _eval_name("interval_loss") == "eval_interval_loss"  # `val` inside a word is no eval word
+
+
+# -- review findings: what the new rules must not take ---------------------------------------------------------
+
+
+def test_a_validation_line_keeps_a_training_loss_it_repeats_apart():
+    # `Validation at step 500: train_loss: 2.5 val_loss: 9.9`: only the key that names its evaluation is eval_loss
+    assert _eval_name("train_loss") == "eval_train_loss" and _eval_name("loss") == "eval_loss"
+
+
+def test_spacy_table_runs_to_the_next_header_across_a_warning(tmp_path, store):
+    head = "E    #       LOSS TOK2VEC  LOSS NER  ENTS_F  SCORE\n---  ------  ------------  --------  ------  ------\n"
+    rows = [f"  {i}   {i * 200}   {100.0 + i:.2f}   {300.0 - i:.2f}   86.50   0.87" for i in range(5)]
+    warn = "/usr/lib/python3/site-packages/torch/cuda.py:12: UserWarning: something"
+    text = head + "\n".join(rows[:2] + [warn] + rows[2:]) + "\n"
+    metrics, _, f = ingest(store, write(tmp_path, "spacy.log", text))
+    assert f.format == "spacy_table" and train_steps(metrics) == [0, 200, 400, 600, 800] and f.unparsed == 0
+
+
+def test_an_unstamped_epoch_summary_of_a_custom_loop_is_not_nnunet(tmp_path, store):
+    lines, s = [], 0
+    for e in range(1, 6):
+        lines.append(f"Epoch {e}")
+        for _ in range(10):
+            s += 100
+            lines.append(f"step {s} loss: {2.0 - s / 10000:.4f}")
+        lines.append(f"train_loss {2.0 - s / 10000:.4f}")
+    metrics, _, f = ingest(store, write(tmp_path, "custom.log", "\n".join(lines) + "\n"))
+    assert "nnunet" not in f.format and train_steps(metrics)[:3] == [100, 200, 300]
+
+
+def test_a_lines_own_batch_counter_wins_over_the_counter_line_before_it(tmp_path, store):
+    lines, it = [], 0
+    for e in range(1, 3):
+        for b in range(1, 6):
+            it += 1
+            lines.append(f"[ds] global iteration {it * 7} timer 0.5s")
+            lines.append(f"Epoch {e} | Batch {b}/5 | loss: {1.0 / it:.4f}")
+    lines.append("Training done. final loss: 0.09")
+    metrics, _, _ = ingest(store, write(tmp_path, "own_batch.log", "\n".join(lines) + "\n"))
+    assert [s for s, _ in series(metrics, "loss")][:10] == list(range(1, 11))
+
+
+def test_a_discriminator_loss_that_turns_nan_is_a_nan_loss_beside_a_finite_total(tmp_path, store):
+    # BasicSR's `loss` is the generator's terms; `l_d_real` finite before it went NaN is no empty-subset metric
+    from spikeforensics import api
+
+    lines = []
+    for it in range(100, 3100, 100):
+        d = "nan" if it >= 2500 else "0.1073"
+        lines.append(
+            f"2023-01-01 10:00:00,000 INFO: [train..][epoch:  0, iter:  {it:,}, lr:(2.000e-04,)] [eta: 1:00:00, "
+            f"time (data): 0.719 (0.005)] l_g_pix: 0.0078 l_g_gan: 0.01 l_d_real: {d} out_d_real: 1.0 l_d_fake: {d}"
+        )
+    ingest(store, write(tmp_path, "basicsr.log", "\n".join(lines) + "\n"))
+    diagnosis = api.diagnose(api.load_run("r", store))
+    nonfinite = [i for i in diagnosis["incidents"] if i["kind"] == "nonfinite"]
+    assert nonfinite and nonfinite[0]["first_nonfinite_step"] == 2500

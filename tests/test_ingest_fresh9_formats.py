@@ -142,7 +142,10 @@ def test_the_headline_is_the_first_incident_in_run_order_not_the_lowest_step(sto
     real(store, "ncrfpp-error-overflow-wordcnn-charcnn-sgd-lr0008-loss-explosion-epoch1")
     diagnosis = api.diagnose(api.load_run("r", store))
     real_incidents = [i for i in diagnosis["incidents"] if i["severity"] != "info"]
-    assert [(i["attempt"], i["peak_step"]) for i in real_incidents][:2] == [(0, 46991), (1, 500)]
+    assert [(i["id"], i["attempt"], i["peak_step"]) for i in real_incidents][:2] == [
+        ("inc-1", 0, 46991),
+        ("inc-2", 1, 500),
+    ]
     assert "step 46991" in diagnosis["verdict"]["summary"]
 
 

@@ -555,8 +555,7 @@ def build_diagnosis(
 
     ruleset = load_rules(rule_dirs)
     stages = _Stages()
-    # in run order: a restarted counter (a new attempt) comes after the attempt before it, whatever its steps
-    real = sorted((i for i in incidents if i.severity != "info"), key=lambda i: (i.attempt, i.step_start, i.peak_step))
+    real = [i for i in incidents if i.severity != "info"]  # in run order (detect/incidents.py numbers them so)
     info = [i for i in incidents if i.severity == "info"]
     ctx = build_context(run, real, params)
     tc = build_trace_context(run, real, ctx.unhealthy, params)

@@ -86,7 +86,7 @@ class Incident:
     `confidence`, `alternatives`, `explanation`, `sample_ids`, `actions`.
     """
 
-    id: str  # "inc-1", "inc-2", ... in step order
+    id: str  # "inc-1", "inc-2", ... in run order (attempt, then step)
     kind: str  # primary detector kind (the strongest finding)
     kinds: list[str]
     severity: str

@@ -110,7 +110,8 @@ def group_incidents(findings: list[Finding], params, interval: int = 1) -> list[
         (home if home is not None else alone).append(f)
     clusters += _clusters(alone, gap)
     incidents = [_incident(g, ip.kind_priority) for g in clusters]
-    incidents.sort(key=lambda i: (i.step_start, i.attempt, i.step_end))
+    # run order: a restarted counter (a new attempt) comes after the attempt before it, whatever its steps
+    incidents.sort(key=lambda i: (i.attempt, i.step_start, i.step_end))
     for n, inc in enumerate(incidents, 1):
         inc.id = f"inc-{n}"
     return incidents

@@ -7,8 +7,8 @@ and non-finite per-layer norms (which layer and rank went first), and a loss pri
 where only a masked NaN can put it (`_masked_zero_rows`). An fp16 overflow
 that the loss scaler caught and skipped (an `overflow` event at that step, finite loss)
 is not an incident here: it is the loss-scale detector's business. Neither is a loss term that is
-non-finite where the record's total `loss` is finite (a per-domain metric of a domain with no tokens:
-0/0), nor a running best printed before its first evaluation (`best_loss=inf`).
+never finite, beside a total `loss` finite on its records (a per-domain metric of a domain with no
+tokens: 0/0), nor a running best printed before its first evaluation (`best_loss=inf`).
 """
 
 from __future__ import annotations
@@ -69,15 +69,26 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
             .otherwise(pl.col("name").replace(loss_name, "loss"))
             .alias("name"),
             (loss_term & ~perplexity & (pl.col("name") != loss_name)).alias("_term"),
+            pl.col("name").alias("_term_name"),
         )
         .filter(pl.col("step").is_not_null())  # an eval record of a log without steps cannot be placed
         .collect()
     )
-    # a term that is non-finite where the record's total loss is printed finite never reached the loss the
-    # optimizer stepped on: a metric of an empty subset (InternLM's `loss/cn=nan` for a domain with no tokens
-    # in the batch: 0/0), not a NaN loss. Only beside a total (`loss`): in a run that prints its terms alone,
-    # `resolve` stands one term for the loss, and a NaN in another is still a NaN loss (TensorFlowTTS)
-    if m.height and m.get_column("_term").fill_null(False).any():
+    # a term that is never finite, printed beside a total `loss` that is finite on those records, never reached
+    # the loss the optimizer stepped on: a metric of an empty subset (InternLM's `loss/cn=nan` for a data domain
+    # with no tokens in the run: 0/0), not a NaN loss. A term finite before it went NaN (a GAN discriminator's
+    # `l_d_real`) is a NaN loss, whatever the total does; so is any term of a run that prints no total (`resolve`
+    # then stands one term for the loss: TensorFlowTTS)
+    terms = m.filter(pl.col("_term").fill_null(False)).get_column("_term_name").unique()
+    if terms.len():
+        once_finite = (
+            run.metrics.lazy()
+            .filter(pl.col("name").is_in(terms.implode()) & pl.col("value").is_finite())
+            .select("name")
+            .unique()
+            .collect()
+            .get_column("name")
+        )
         fine_total = (
             run.metrics.lazy()
             .filter((pl.col("name") == "loss") & pl.col("value").is_finite() & pl.col("record").is_not_null())
@@ -85,12 +96,11 @@ def _metric_rows(run: RunData, params) -> pl.DataFrame:
             .unique()
             .collect()
         )
-        term_rows = m.filter(pl.col("_term")).join(
-            fine_total, on=["record", "attempt", "rank"], how="semi", nulls_equal=True
-        )
+        empty = m.filter(pl.col("_term").fill_null(False) & ~pl.col("_term_name").is_in(once_finite.implode()))
+        empty = empty.join(fine_total, on=["record", "attempt", "rank"], how="semi", nulls_equal=True)
         m = m.join(
-            term_rows.select("record", "attempt", "rank", "_term"),
-            on=["record", "attempt", "rank", "_term"],
+            empty.select("record", "attempt", "rank", "_term_name"),
+            on=["record", "attempt", "rank", "_term_name"],
             how="anti",
             nulls_equal=True,
         )

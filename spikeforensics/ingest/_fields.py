@@ -140,12 +140,15 @@ def find_pairs(frame: pl.DataFrame, pair_re: str, text: str = "text") -> pl.Data
 def _eval_name(key: str) -> str:
     """The eval metric a key of an evaluation record names: `eval_` + the key without its eval word, wherever
     that word sits (`val_loss`, `valid_ppl`; `total_val_loss`, a YOLO loop's summed validation loss, is
-    `eval_loss`: the rest, `total_loss`, is the training loss's alias)."""
+    `eval_loss`: the rest, `total_loss`, is the training loss's alias). A key without an eval word keeps its
+    name (`train_loss` -> `eval_train_loss`)."""
     from spikeforensics.ingest.aliases import canonical_metric
 
     name = normalise_name(key.strip())
     base = re.sub(r"(?:^|_)(?:eval|valid|validation|val)(?=_|$)", "", name).strip("_") or name
-    return "eval_" + ("loss" if canonical_metric(base) == "loss" else base)
+    # only a key that named its evaluation is its eval loss: `train_loss: 2.5 val_loss: 9.9` on a validation
+    # line keeps the training loss apart (`eval_train_loss`), as it always did
+    return "eval_" + ("loss" if base != name and canonical_metric(base) == "loss" else base)
 
 
 def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.DataFrame:

@@ -204,8 +204,11 @@ def sniff(sample: SniffSample) -> float:
     )
     # lines that open with their epoch: a loop printing once per epoch when there are several (one such line
     # in a file of step-less loss lines is an epoch's summary, NCRF++'s `Epoch: 0 training finished ... total loss`)
-    lead = sniff_share(sample, EPOCH_LEAD + LOSS_TAIL)
-    n += lead if lead >= 2 else 0
+    # (as `_epoch_counter` reads them: each its own, rising epoch)
+    lead = pl.Series(sample.lines, dtype=pl.String).str.extract(f"({EPOCH_LEAD}){LOSS_TAIL}", 1)
+    epochs = lead.str.extract(EPOCH, 1).cast(pl.Int64, strict=False).drop_nulls()
+    if epochs.len() >= 2 and epochs.n_unique() == epochs.len() and (epochs.diff().drop_nulls() > 0).all():
+        n += epochs.len()
     if n < 2:  # the counter on one line, the loss on the next (see `_head_counters`)
         solid = pl.Series(sample.lines, dtype=pl.String).str.strip_chars()
         solid = solid.filter(solid != "")
@@ -413,7 +416,10 @@ def parse(src: SourceFile) -> ParseResult:
     loose = lossy_lines.filter(token.is_null() & text.str.contains(UNCOUNTED_LOSS_ANY))
     if loose.height and loose.get_column("_head").is_not_null().mean() < UNCOUNTED_SHARE:
         lossy_lines = lossy_lines.with_columns(pl.lit(None, dtype=pl.String).alias("_head"))
-    token = pl.coalesce(token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2), pl.col("_head"))
+    # the line before's counter only for a line with none of its own, `Batch i/n` or `(i/n)` counted (see `later`)
+    token = pl.coalesce(
+        token, pl.col("_raw_bracket"), text.str.extract(LOSS_INDEX, 2), pl.when(~later).then(pl.col("_head"))
+    )
     lossy_lines = lossy_lines.with_columns(*_step(token)).drop("_raw_bracket", "_head")
     lossy_lines = lossy_lines.with_columns(pl.coalesce(pl.col("step"), _batch_step(lossy_lines)).alias("step"))
     if lossy_lines.get_column("step").null_count() == lossy_lines.height:

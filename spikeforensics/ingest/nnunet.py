@@ -51,10 +51,10 @@ LR = rf"^(?:{STAMP})?(?:Current learning rate:|lr:)\s+(?P<lr>{NUM_TOKEN})\s*$"
 
 
 def sniff(sample: SniffSample) -> float:
-    train = sniff_share(sample, TRAIN)
-    if train and sniff_share(sample, HEADER):
-        return 0.9 if sniff_share(sample, f"^{STAMP}train") else 0.6
-    return 0.0
+    # `print_to_log_file` stamps every message (the console copy too): an unstamped `train_loss 0.5` under a bare
+    # `Epoch 3` is a custom loop's epoch summary, not nnU-Net (the v1 `epoch:  0` header is the one unstamped line)
+    stamped = sniff_share(sample, rf"^{STAMP}train(?:_loss| loss :)\s+{NUM_TOKEN}\s*$")
+    return 0.9 if stamped and sniff_share(sample, HEADER) else 0.0
 
 
 def parse(src: SourceFile) -> ParseResult:

@@ -54,11 +54,10 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     head = text.str.contains(HEADER)
-    owned = block_owners(lines, head, ~head & ~text.str.contains(RULE) & ~text.str.contains(ROW))
+    # a table runs to the next header: a warning printed between two rows does not end it
+    owned = block_owners(lines, head, pl.lit(False))
     headers = lines.filter(head)
-    rows = owned.filter(text.str.contains(ROW) & (pl.col("_blk") >= 0)).with_columns(
-        text.str.extract_all(r"\S+").alias("_tok")
-    )
+    rows = owned.filter(text.str.contains(ROW)).with_columns(text.str.extract_all(r"\S+").alias("_tok"))
     record_frames, value_frames = [], []
     for blk, header in headers.select("line", "text").iter_rows():
         cols = _columns(header)
@@ -69,7 +68,7 @@ def parse(src: SourceFile) -> ParseResult:
         record_frames.append(
             wide.select(
                 "line",
-                step_int(pl.col("step").cast(pl.Float64, strict=False)).alias("step"),
+                step_int(pl.col("step")).alias("step"),
                 "prefix_rank",
                 pl.lit("train").alias("record_kind"),
                 pl.lit(None, dtype=pl.Datetime("us")).alias("time"),
