@@ -97,6 +97,7 @@ SPLITS = (
     "fresh8",
     "fresh9",
     "fresh10",
+    "fresh11",
 )
 ALL = SPLITS  # every set, each after its first look (a new set is scored once with --set before it joins)
 
