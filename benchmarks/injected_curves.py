@@ -35,24 +35,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+# the real-log sets whose healthy logs give curves: those already scored once (a first-look set being collected
+# must stay unseen until its one scoring, benchmarks/real_logs.py), real_logs.ALL itself (benchmarks/ is on the
+# path of its scripts and of tests/test_injected.py)
+from real_logs import ALL as REAL_SPLITS
+
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "sample_logs" / "real"
-# the real-log sets whose healthy logs give curves: those already scored once (a first-look set being
-# collected must stay unseen until its one scoring, benchmarks/real_logs.py), in real_logs.ALL's order
-REAL_SPLITS = (
-    "dev",
-    "sealed",
-    "fresh",
-    "fresh2",
-    "fresh3",
-    "fresh4",
-    "fresh5",
-    "fresh6",
-    "fresh7",
-    "fresh8",
-    "fresh9",
-    "fresh10",
-)
 CURVES_DIR = Path(__file__).resolve().parent / "real_curves"
 MIN_RECORDS = 50  # fewer records give no usable noise sample (one baseline window)
 SIGNALS = ("loss", "grad_norm", "lr")

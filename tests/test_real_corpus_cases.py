@@ -38,13 +38,29 @@ FRESH8 = DEV.parent / "fresh8"
 FRESH9 = DEV.parent / "fresh9"
 # the fresh10 set after its one scoring (benchmarks/real_logs_fresh10_first_look.md), a development set since
 FRESH10 = DEV.parent / "fresh10"
+# the fresh11 set after its one scoring (benchmarks/real_logs_fresh11_first_look.md), a development set since
+FRESH11 = DEV.parent / "fresh11"
 
 
 def case(name: str) -> tuple[Path, dict]:
     folder = next(
         (
             d / name
-            for d in (DEV, SEALED, FRESH, FRESH2, FRESH3, FRESH4, FRESH5, FRESH6, FRESH7, FRESH8, FRESH9, FRESH10)
+            for d in (
+                DEV,
+                SEALED,
+                FRESH,
+                FRESH2,
+                FRESH3,
+                FRESH4,
+                FRESH5,
+                FRESH6,
+                FRESH7,
+                FRESH8,
+                FRESH9,
+                FRESH10,
+                FRESH11,
+            )
             if (d / name).is_dir()
         ),
         DEV / name,

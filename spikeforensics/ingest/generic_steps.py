@@ -125,6 +125,11 @@ RAW_BRACKET = r"^(?:(?:\+?> ?)+)?\s*\[(\d+)\]\s+[A-Za-z]"
 # 0.1 single_train_elapsed_time: 0.23 train_loss: nan`) and `epoch E[N]` (e2e-mlt `epoch 0[500], loss: 54.610`)
 BRACKET_FRAC = r"^\s*\[\s*(\d+)\s*/\s*\d+\s*\]\s+[A-Za-z]"
 EPOCH_BRACKET = r"(?i)\bepoch\s*\d+\s*\[\s*(\d+)\s*\]"
+# karpathy/char-rnn (Torch7) `1/21150 (epoch 0.002), train_loss =    nan, grad/param norm =    nan, time/batch = 2.80s`
+FRAC_EPOCH = r"^\s*(\d+)\s*/\s*\d+\s+\(epoch\s"
+# a Chinese counter word (the 土堆 PyTorch course's `训练次数：100, Loss：1.98`: "training count"; "iteration count",
+# "step count"), with a full-width colon (read as `:` everywhere in this grammar)
+ZH_COUNTER = r"(?:训练次数|迭代次数|步数)\s*[:：]\s*(\d+)"
 BRACKET_RECORD = RAW_BRACKET + r".*?(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]"
 # the raw file is read a second time for bracketed counters only up to this size (pastes and
 # small custom-loop logs; a big log with such lines keeps them as unparsed rather than doubling memory)
@@ -191,11 +196,21 @@ UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 CATCH_ALL = True
 
 
+def _ascii_punctuation(sample: SniffSample) -> SniffSample:
+    """Full-width colon and comma (Chinese prints: `训练次数：100, Loss：1.98`) as ASCII, as `parse` reads them."""
+    if "：" not in sample.text and "，" not in sample.text:
+        return sample
+    fix = str.maketrans({"：": ":", "，": ","})
+    return SniffSample(sample.path, sample.text.translate(fix), [line.translate(fix) for line in sample.lines])
+
+
 def sniff(sample: SniffSample) -> float:
+    sample = _ascii_punctuation(sample)
     n = (
         sniff_share(
             sample,
-            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|{EPOCH_BRACKET}){LOSS_TAIL}",
+            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|"
+            rf"{EPOCH_BRACKET}|{FRAC_EPOCH}|{ZH_COUNTER}){LOSS_TAIL}",
         )
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
@@ -393,6 +408,10 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
+    if lines.select(text.str.contains("[：，]").any()).item():  # full-width punctuation (see `_ascii_punctuation`)
+        lines = lines.with_columns(
+            text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
+        )
     token = pl.coalesce(
         text.str.extract(STEP_FIRST, 1),
         text.str.extract(STEP, 1),
@@ -400,6 +419,8 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(BRACKET, 1),
         text.str.extract(BRACKET_FRAC, 1),
         text.str.extract(EPOCH_BRACKET, 1),
+        text.str.extract(FRAC_EPOCH, 1),
+        text.str.extract(ZH_COUNTER, 1),
         text.str.extract(EPOCH_BATCH, 2),
         text.str.extract(NUM_COUNTER, 1),
     )
