@@ -11,6 +11,22 @@ from spikeforensics.ingest.base import captured_values, extract_time, step_int
 
 VALUE_SCHEMA = {"line": pl.Int64, "name": pl.String, "value": pl.Float64}
 
+# A number as C's printf writes it, NaN and Inf included in every C library's spelling: `-nan`, `nan`, `inf`,
+# MSVC's `-nan(ind)`, `1.#QNAN0`, `1.#INF00`, `-1.#IND00` (darknet, CNTK: C/C++ trainers run on Windows)
+CNUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|1\.#(?:QNAN|INF|IND|SNAN)\d*|[Nn]a[Nn](?:\([a-z]*\))?|[Ii]nf)"
+
+
+def c_number(expr: pl.Expr) -> pl.Expr:
+    """C printf spellings of NaN/Inf (`CNUM`) as the tokens `to_float` reads."""
+    lower = expr.str.to_lowercase()
+    return (
+        pl.when(lower.str.contains(r"#(?:qnan|snan|ind)|nan"))
+        .then(pl.lit("nan"))
+        .when(lower.str.contains(r"#inf"))
+        .then(pl.when(lower.str.starts_with("-")).then(pl.lit("-inf")).otherwise(pl.lit("inf")))
+        .otherwise(expr)
+    ).alias(expr.meta.output_name())
+
 
 def grammar_records(
     cand: pl.DataFrame,

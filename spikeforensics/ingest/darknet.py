@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.ingest._grammar_helpers import CNUM, c_number
 from spikeforensics.ingest.base import (
     ParseResult,
     SniffSample,
@@ -53,7 +54,6 @@ from spikeforensics.ingest.base import (
 
 NAME = "darknet"
 # a C printf number, MSVC spellings included
-CNUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|1\.#(?:QNAN|INF|IND|SNAN)\d*|[Nn]a[Nn](?:\([a-z]*\))?|[Ii]nf)"
 CLASSIC = (
     rf"^\s*(?:(?P<step>\d+)(?:,\s*(?P<epoch>{CNUM}))?:\s+)?(?P<loss>{CNUM}),\s+(?P<avg>{CNUM}) avg(?: loss)?,\s+"
     rf"(?P<lr>{CNUM}) rate,\s+(?P<sec>{CNUM}) seconds,\s+(?P<count>{CNUM}) (?P<unit>images|epochs)\b"
@@ -81,18 +81,6 @@ def sniff(sample: SniffSample) -> float:
     )
 
 
-def _c_number(expr: pl.Expr) -> pl.Expr:
-    """C printf spellings of NaN/Inf as the tokens `to_float` reads."""
-    lower = expr.str.to_lowercase()
-    return (
-        pl.when(lower.str.contains(r"#(?:qnan|snan|ind)|nan"))
-        .then(pl.lit("nan"))
-        .when(lower.str.contains(r"#inf"))
-        .then(pl.when(lower.str.starts_with("-")).then(pl.lit("-inf")).otherwise(pl.lit("inf")))
-        .otherwise(expr)
-    ).alias(expr.meta.output_name())
-
-
 def _step_and_rank(frame: pl.DataFrame) -> pl.DataFrame:
     """The iteration: as printed; or, for `%d: ` at the line start with up to 4 digits (pjreddie,
     hank-ai print no leading space), the number the launcher-prefix stripper took for an
@@ -117,7 +105,7 @@ def parse(src: SourceFile) -> ParseResult:
     classic = _step_and_rank(classic)
     if classic.height:
         classic = classic.with_columns(
-            *[_c_number(pl.col(c)) for c in ("loss", "avg", "lr", "epoch")],
+            *[c_number(pl.col(c)) for c in ("loss", "avg", "lr", "epoch")],
             (pl.col("sec").cast(pl.Float64, strict=False) * 1000).cast(pl.String).alias("ms"),
             pl.when(pl.col("unit") == "images").then(pl.col("count")).alias("images"),
             pl.when(pl.col("unit") == "epochs").then(pl.col("count")).alias("epochs"),
@@ -149,7 +137,7 @@ def parse(src: SourceFile) -> ParseResult:
             .otherwise(1.0)
         )
         hank = hank.with_columns(
-            *[_c_number(pl.col(c)) for c in ("loss", "avg", "lr")],
+            *[c_number(pl.col(c)) for c in ("loss", "avg", "lr")],
             (pl.col("t").cast(pl.Float64, strict=False) * scale).cast(pl.String).alias("ms"),
         )
         recs.append(hank.select("line", "step", "prefix_rank"))
@@ -165,7 +153,7 @@ def parse(src: SourceFile) -> ParseResult:
     # mAP lines: eval records at the step of the iteration line before them
     maps = (
         lines.filter(text.str.contains("mean_average_precision", literal=True))
-        .with_columns(_c_number(text.str.extract(MAP, 1).alias("map")))
+        .with_columns(c_number(text.str.extract(MAP, 1).alias("map")))
         .filter(pl.col("map").is_not_null())
     )
     if maps.height and records.height:
