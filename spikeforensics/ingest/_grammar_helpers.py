@@ -5,8 +5,11 @@ module); every helper is vectorised (polars expressions over the lines frame).
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
+from spikeforensics.ingest._fields import normalise_name
 from spikeforensics.ingest.base import captured_values, extract_time, step_int
 
 VALUE_SCHEMA = {"line": pl.Int64, "name": pl.String, "value": pl.Float64}
@@ -14,6 +17,12 @@ VALUE_SCHEMA = {"line": pl.Int64, "name": pl.String, "value": pl.Float64}
 # A number as C's printf writes it, NaN and Inf included in every C library's spelling: `-nan`, `nan`, `inf`,
 # MSVC's `-nan(ind)`, `1.#QNAN0`, `1.#INF00`, `-1.#IND00` (darknet, CNTK: C/C++ trainers run on Windows)
 CNUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|1\.#(?:QNAN|INF|IND|SNAN)\d*|[Nn]a[Nn](?:\([a-z]*\))?|[Ii]nf)"
+
+
+def snake_case(name: str) -> str:
+    """A CamelCase metric or node name in the store's spelling: `WeightedCategoryAccuracy` ->
+    `weighted_category_accuracy`, `Err` -> `err` (then `normalise_name`: other separators as `_`)."""
+    return normalise_name(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name))
 
 
 def c_number(expr: pl.Expr) -> pl.Expr:

@@ -25,7 +25,7 @@ import re
 import polars as pl
 
 from spikeforensics.ingest._fields import find_pairs
-from spikeforensics.ingest._grammar_helpers import CNUM, c_number
+from spikeforensics.ingest._grammar_helpers import CNUM, c_number, snake_case
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
     ParseResult,
@@ -54,7 +54,7 @@ def sniff(sample: SniffSample) -> float:
 def _snake(name: str) -> str:
     """`EvalClassificationError` -> `classification_error`: the evaluation criterion a training record carries
     (an `eval_` name is an evaluation record's metric in the store)."""
-    return re.sub(r"^eval_", "", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower().replace(".", "_"))
+    return re.sub(r"^eval_", "", snake_case(name))
 
 
 def _running_steps(hit: pl.DataFrame) -> pl.Expr:

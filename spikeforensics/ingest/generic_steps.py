@@ -196,6 +196,11 @@ UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 CATCH_ALL = True
 
 
+def _rising(epochs: pl.Series) -> bool:
+    """Each line its own epoch, in rising order: a loop printing once per epoch (at least two such lines)."""
+    return epochs.len() >= 2 and epochs.n_unique() == epochs.len() and bool((epochs.diff().drop_nulls() > 0).all())
+
+
 def _ascii_punctuation(sample: SniffSample) -> SniffSample:
     """Full-width colon and comma (Chinese prints: `训练次数：100, Loss：1.98`) as ASCII, as `parse` reads them."""
     if "：" not in sample.text and "，" not in sample.text:
@@ -222,7 +227,7 @@ def sniff(sample: SniffSample) -> float:
     # (as `_epoch_counter` reads them: each its own, rising epoch)
     lead = pl.Series(sample.lines, dtype=pl.String).str.extract(f"({EPOCH_LEAD}){LOSS_TAIL}", 1)
     epochs = lead.str.extract(EPOCH, 1).cast(pl.Int64, strict=False).drop_nulls()
-    if epochs.len() >= 2 and epochs.n_unique() == epochs.len() and (epochs.diff().drop_nulls() > 0).all():
+    if _rising(epochs):
         n += epochs.len()
     if n < 2:  # the counter on one line, the loss on the next (see `_head_counters`)
         solid = pl.Series(sample.lines, dtype=pl.String).str.strip_chars()
@@ -317,7 +322,7 @@ def _epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     if frame.get_column("step").null_count() != frame.height:
         return frame
     epoch = frame.get_column("text").str.extract(EPOCH, 1).cast(pl.Int64, strict=False).drop_nulls()
-    if epoch.len() < 2 or epoch.n_unique() != epoch.len() or not (epoch.diff().drop_nulls() > 0).all():
+    if not _rising(epoch):
         return frame
     return frame.with_columns(_step(pl.col("text").str.extract(EPOCH, 1))[0].alias("step"))
 
@@ -356,7 +361,7 @@ def _frozen_counter(frame: pl.DataFrame) -> pl.DataFrame:
     if counted.height < 2 or counted.get_column("step").n_unique() != 1:
         return frame
     epoch = counted.get_column("text").str.extract(EPOCH, 1).cast(pl.Int64, strict=False)
-    if epoch.null_count() or epoch.n_unique() != epoch.len() or not (epoch.diff().drop_nulls() > 0).all():
+    if epoch.null_count() or not _rising(epoch):
         return frame
     by_epoch = _step(pl.col("text").str.extract(EPOCH, 1))[0]
     return frame.with_columns(

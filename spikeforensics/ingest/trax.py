@@ -17,10 +17,9 @@ loss -> `eval_loss`, others `eval_<name>` in snake case); `Ran K train steps in 
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
+from spikeforensics.ingest._grammar_helpers import snake_case
 from spikeforensics.ingest.base import (
     NUM_TOKEN,
     ParseResult,
@@ -45,10 +44,6 @@ def sniff(sample: SniffSample) -> float:
     return 0.9 if sniff_share(sample, LINE) >= 2 else 0.0
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower().replace("/", "_")
-
-
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
@@ -64,7 +59,7 @@ def parse(src: SourceFile) -> ParseResult:
         # a notebook cell run again prints its steps again: a new segment each time the step goes back
         .with_columns((pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().alias("_seg"))
     )
-    names = {m: _snake(m) for m in hit.get_column("metric").unique().to_list()}
+    names = {m: snake_case(m) for m in hit.get_column("metric").unique().to_list()}
     hit = hit.with_columns(pl.col("metric").replace_strict(names, default=None).alias("_name"))
     # the Loop prints one `train` line per report, the task's loss (`CrossEntropyLossWithLogSoftmax`, older
     # trainer_lib `loss`, a custom layer's name): a step's first train line, a `Loss` one if there are several
