@@ -22,6 +22,11 @@ ADVERSARIAL_SIDES = (
 )
 
 
+# a total of several loss terms printed beside them (AcademiCodec's `total_loss_g` beside `feat_loss`, `rec_loss`,
+# `adv_g_loss`): the loss that is back-propagated, so it stands for the loss before any one term
+TOTAL_LOSS = r"(?:^|_)(?:total_loss|loss_total)(?:_|$)"
+
+
 @dataclass
 class RunData:
     run_id: str
@@ -128,8 +133,8 @@ class RunData:
     def resolve(self, name: str) -> str:
         """The metric that stands for `name`: itself, except `loss` in a run that logs no
         metric of that name but one training loss under another (`train/nll_loss`,
-        `decode_loss_seg`): the training-record metric ending in `loss` (else holding it as a
-        word), not an eval one, one that moves before one printed as 0 throughout (a term
+        `decode_loss_seg`): the training-record metric that totals the loss terms (`total_loss_g`),
+        else one ending in `loss` (else holding it as a word), not an eval one, one that moves before one printed as 0 throughout (a term
         switched off), non-negative before signed (a PPO policy loss is no loss curve to judge
         when the critic's is printed beside it), with the most records (its own name
         is kept in the store)."""
@@ -157,8 +162,9 @@ class RunData:
                     ~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
                     & ~pl.col("name").str.starts_with("loss_scale")
                 )
-                # a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
-                for pattern in (r"loss$", schema.LOSS_TERM):
+                # a total of the loss terms (`total_loss`, `loss_total`, a GAN generator's `total_loss_g`) before its
+                # parts, then a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
+                for pattern in (TOTAL_LOSS, r"loss$", schema.LOSS_TERM):
                     lossy = train.filter(pl.col("name").str.contains(pattern)).sort(
                         ["off", "signed", "len", "name"], descending=[False, False, True, False]
                     )
@@ -179,6 +185,20 @@ class RunData:
             .collect()
         )
         return counts.get_column("source")[0] if counts.height else None
+
+    def starts_at_start(self, start_max_step: int) -> bool:
+        """The log begins at the start of training: its first step is <= `start_max_step`, or within one
+        logging interval of step 0 (a first record at step 99 or 100 of a log printed every 100 steps, d3rlpy's
+        first epoch mean at step 1000); without a step counter, a first epoch fraction printed below 0.05 (HF
+        Trainer's `'epoch': 0.01`)."""
+        first_step = self.step_range()[0]
+        if first_step is None:
+            epoch = self.series("epoch").filter(pl.col("value").is_finite()).get_column("value")
+            return bool(epoch.len()) and 0 <= float(epoch[0]) < 0.05
+        if first_step <= start_max_step:
+            return True
+        steps = self.series("loss").get_column("step").drop_nulls().unique().sort().head(2)
+        return steps.len() == 2 and first_step <= int(steps[1]) - int(steps[0])
 
     def loss_is_critic(self) -> bool:
         """The run's loss is an RL critic's (`schema.VALUE_LOSS`): its bootstrapped targets start near 0 and grow

@@ -40,6 +40,8 @@ FRESH9 = DEV.parent / "fresh9"
 FRESH10 = DEV.parent / "fresh10"
 # the fresh11 set after its one scoring (benchmarks/real_logs_fresh11_first_look.md), a development set since
 FRESH11 = DEV.parent / "fresh11"
+# the fresh12 set after its one scoring (benchmarks/real_logs_fresh12_first_look.md), a development set since
+FRESH12 = DEV.parent / "fresh12"
 
 
 def case(name: str) -> tuple[Path, dict]:
@@ -60,6 +62,7 @@ def case(name: str) -> tuple[Path, dict]:
                 FRESH9,
                 FRESH10,
                 FRESH11,
+                FRESH12,
             )
             if (d / name).is_dir()
         ),
@@ -154,6 +157,26 @@ def test_recovering_nans_are_skipped_overflows(tmp_path):
     run, d, facts = run_case(tmp_path, "hf-trainer-gemma-pytorch-24-loss-nan")
     assert d["verdict"]["root_cause"] == facts["stated_label"] == "fp16_overflow"
     assert "skipped" in d["incidents"][0]["explanation"]
+
+
+def test_an_unexplained_mid_run_nan_names_the_lr_then_fp16(tmp_path):
+    # darkflow on CPU: NaN from step 1655 on, nothing else in the log; the repository author: "Reduce the learning
+    # rate". The step size first, fp16 (precision not logged) second, `unknown` after them
+    run, d, facts = run_case(tmp_path, "darkflow-blood-cells-15-yolo-cpu-loss-nan-step1655-reduce-lr")
+    inc = d["incidents"][0]
+    assert inc["root_cause"] == facts["stated_label"] == "lr_too_high"
+    assert [a["root_cause"] for a in inc["alternatives"]][:2] == ["fp16_overflow", "unknown"]
+    assert "no other cause" in inc["explanation"]
+
+
+def test_a_nan_out_of_a_flat_loss_stays_unexplained(tmp_path):
+    # the same NaN after a flat loss and grad norm came in one update: no climb, so not the step size's signature
+    lines = [f"step {s} | loss {2.0 - s * 1e-4:.4f} | grad_norm 0.50" for s in range(10, 610, 10)]
+    lines += [f"step {s} | loss nan | grad_norm nan" for s in range(610, 650, 10)]
+    (tmp_path / "flat.log").write_text("\n".join(lines) + "\n")
+    api.ingest([tmp_path / "flat.log"], run_id="r", store=tmp_path / "store")
+    d = api.diagnose(api.load_run("r", tmp_path / "store"))
+    assert d["incidents"][0]["root_cause"] != "lr_too_high"
 
 
 def test_a_pasted_spike_of_eleven_records_is_found(tmp_path):

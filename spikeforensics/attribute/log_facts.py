@@ -169,11 +169,23 @@ def _nan_without_rise(loss: pl.DataFrame, grad: pl.DataFrame, first_bad_t, ap) -
     return judged
 
 
-def _grad_nonfinite_skipped(loss: pl.DataFrame, grad: pl.DataFrame) -> bool:
-    """A non-finite grad norm beside a finite loss, no non-finite loss anywhere, a finite grad norm after it."""
+def _grad_nonfinite_skipped(loss: pl.DataFrame, grad: pl.DataFrame, events: pl.DataFrame) -> bool:
+    """A non-finite grad norm beside a finite loss, no non-finite loss anywhere, a finite grad norm after it.
+    The non-finite grad norm may be a record's value or a line saying the step with it was skipped (a guard's
+    `SKIPPED non-finite batch (loss 1.23, norm nan)`, ESPnet's `The grad norm is nan. Skipping updating the
+    model.`): that step is placed at the record before the line."""
     if grad.height == 0 or loss.height == 0 or not loss.get_column("value").is_finite().all():
         return False
-    bad = grad.filter(~pl.col("value").is_finite())
+    detail = pl.col("detail").fill_null("")
+    told = events.filter(
+        (pl.col("kind") == "nan")
+        & (detail.str.json_path_match("$.metric") == "grad_norm")
+        & (detail.str.json_path_match("$.skipped") == "true")
+        & pl.col("step").is_not_null()
+    ).get_column("step")
+    steps = grad.select("t", "step")
+    told_rows = steps.filter(pl.col("step").is_in(told.implode())).select("t", pl.lit(float("nan")).alias("value"))
+    bad = pl.concat([grad.filter(~pl.col("value").is_finite()).select("t", "value"), told_rows])
     if bad.height == 0:
         return False
     beside = bad.join(loss.select("t"), on="t", how="semi").height
@@ -262,19 +274,6 @@ def _confined_nonfinite(run: RunData, params) -> dict:
     return {"nonfinite_confined": True, "nonfinite_component": ", ".join(names)}
 
 
-def _starts_at_start(run: RunData, first_step: int | None, start_max_step: int) -> bool:
-    """The log begins at the start of training: its first step is <= `start_max_step`, or within one
-    logging interval of step 0 (a first record at step 99 or 100 of a log printed every 100 steps);
-    without a step counter, a first epoch fraction printed below 0.05 (HF Trainer's `'epoch': 0.01`)."""
-    if first_step is None:
-        epoch = _finite(run.series("epoch"))
-        return bool(epoch.len()) and 0 <= float(epoch[0]) < 0.05
-    if first_step <= start_max_step:
-        return True
-    steps = run.series("loss").get_column("step").drop_nulls().unique().sort().head(2)
-    return steps.len() == 2 and first_step <= int(steps[1]) - int(steps[0])
-
-
 def _counts_updates(run: RunData) -> bool:
     """The step counter counts updates, not epochs: it moves within an epoch (a record whose step is
     above its printed epoch). Keras, fastai and ultralytics print one record per epoch, numbered by
@@ -339,7 +338,7 @@ def log_facts(run: RunData, params) -> dict:
                 first_bad_t, first_bad = t, step
     episodes, recovered = _nonfinite_episodes(loss, grad)
     first_step = run.step_range()[0]
-    starts_at_start = _starts_at_start(run, first_step, params.hard_spike.start_max_step)
+    starts_at_start = run.starts_at_start(params.hard_spike.start_max_step)
     nan_at_start = first_bad_t is not None and first_bad_t < ap.start_records and starts_at_start
     if nan_at_start and first_bad_t > 0 and _counts_epochs(run):
         # a log of one record per epoch (the step is the epoch): its 2nd-10th records are whole epochs of
@@ -376,7 +375,7 @@ def log_facts(run: RunData, params) -> dict:
         "losses_rejected": _losses_rejected(events),
         "nonfinite_episodes": episodes,
         "nonfinite_recovers": episodes >= 2 and recovered >= episodes - 1,
-        "grad_nonfinite_skipped": _grad_nonfinite_skipped(loss, grad),
+        "grad_nonfinite_skipped": _grad_nonfinite_skipped(loss, grad, events),
         "loss_explodes": bool(ratio is not None and ratio >= ap.loss_explode_ratio),
         "loss_max_ratio": ratio,
         "loss_zero_collapse": zero_after >= 2

@@ -101,8 +101,9 @@ STEP_TOTAL = r"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\
 # a `step` counter wins over an `iter` one printed before it (`E5 iter[ 14/ 15] | ... | [step]    89`)
 STEP_FIRST = rf"(?i)\b(?:global[_ ]step|steps?)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
-# (`= nan.` ends a sentence; a closing backtick ends a paste fenced in Markdown code quotes)
-PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]`]|\.?$)"
+# (`= nan.` ends a sentence; a closing backtick ends a paste fenced in Markdown code quotes; `>` and `}` close
+# a record printed in angle brackets or braces: AcademiCodec's `<epoch:8, iter:7560, ..., loss_d:0.5080>`)
+PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]`>}}]|\.?$)"
 # the count before its word (`000 epoch, 00000 iter, average time 7.09, loss 37.2`, `0 completed epochs,
 # 100 batches Average training batch loss: nan`): the lowest-priority counter
 NUM_COUNTER = r"(?i)(?:^|[\s,;|\[(])(\d+)\s+(?:iters?|iterations?|steps?|batches)\b"
@@ -157,6 +158,8 @@ EPOCH_BATCH = r"^\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]"
 # a line that opens with its epoch, no total and no other counter (simple-nmt's verbose-2 summary
 # `Epoch 1 - |param|=6.01e+02 |g_param|=3.32e+05 loss=4.9263e+00 ppl=137.87`): a loop printing once per epoch
 EPOCH_LEAD = r"(?i)^\W*epoch\s*[:=#]?\s*\d+(?:[^\d./]|$)"
+# a bare count opening the line before a word (`1328 Loss : 0.0562`: a loop's `print(epoch, "Loss :", loss)`)
+LEAD_COUNT = r"^\s*(\d+)\s+[A-Za-z]"
 # `|name|=value`: a norm in math notation (simple-nmt's `|param|` and `|g_param|`, the parameter and gradient norms)
 NORM_BARS = r"\|([A-Za-z_]\w*)\|\s*="
 # `loss_train, 0.833` (a loop that prints `f"{name}, {value}"`): a loss name, a comma, its number
@@ -327,6 +330,18 @@ def _epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(_step(pl.col("text").str.extract(EPOCH, 1))[0].alias("step"))
 
 
+def _lead_counter(frame: pl.DataFrame) -> pl.DataFrame:
+    """In a file whose loss lines have no counter word, a bare count opening every one of them (audio-diffusion
+    -pytorch#35's loop, `print(epoch, "Loss :", loss)`: `1328 Loss : 0.0562`) is the step, when each line has its
+    own count, rising through the file; a count on some lines only, or repeating, is no counter."""
+    if frame.get_column("step").null_count() != frame.height:
+        return frame
+    lead = frame.get_column("text").str.extract(LEAD_COUNT, 1)
+    if lead.null_count() or not _rising(lead.cast(pl.Int64, strict=False).drop_nulls()):
+        return frame
+    return frame.with_columns(_step(pl.col("text").str.extract(LEAD_COUNT, 1))[0].alias("step"))
+
+
 def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     """A `step`/`iter` counter printed with its total beside an epoch that restarts every epoch (Flair's
     `epoch 3 - iter 12/47 - loss 2.1`): step = (E - e0) * n + i, as for a `Batch i/n` counter (e0 = 0 when an
@@ -452,7 +467,7 @@ def parse(src: SourceFile) -> ParseResult:
         # no other counter anywhere: a loop that logs once per epoch. (In a file with a step, iteration or
         # batch counter, an `Epoch 1/400 ... loss` line is an epoch's summary: PaddleClas's `[Avg]` lines)
         lossy_lines = lossy_lines.with_columns(_step(text.str.extract(EPOCH_FRAC, 1))[0].alias("step"))
-        lossy_lines = _epoch_counter(lossy_lines)
+        lossy_lines = _lead_counter(_epoch_counter(lossy_lines))
     lossy_lines = _frozen_counter(_per_epoch_counter(lossy_lines))
     # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
     # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record; so is

@@ -126,6 +126,10 @@ GUARD_LITERALS = [
     "kipping the step",
     "kipping optimizer",
     "kip step",
+    "kipped ",  # a skipped batch or update (`USER_SKIP`: the regex decides)
+    "kipping ",
+    "KIPPED ",
+    "KIPPING ",
     *RUN_FACT_LITERALS,  # run facts (run_facts.py)
     "CUDA error",
     "CUDAError",
@@ -184,7 +188,11 @@ SAMPLES_NAN_GRAD = r"(?i)samples?(?: in this mini-batch)? got nan grad"
 # user prints that an optimizer step was skipped (`Gradient overflow. Skipping step` without
 # a scale, `skipping step due to inf/nan`, `Skipped optimizer step: non-finite grad norm`);
 # DeepSpeed's own `OVERFLOW! ... Skipping step` is an overflow (handled above)
-USER_SKIP = r"(?i)\bskip(?:ping|ped)? (?:the |this |an |optimizer |current )*step\b"
+# a user guard's `Iter 40: SKIPPED non-finite batch (loss 1.23, norm nan) -- weights untouched` (mlx-lm#1658): a
+# skipped batch or update is a skipped step too
+USER_SKIP = r"(?i)\bskip(?:ping|ped)? (?:the |this |an |a |optimizer |current |non-?finite |nan |inf |bad )*(?:step|batch|update)\b"
+# the non-finite norm such a line names (`norm nan`): the skipped step's grad norm
+SKIP_NORM = r"(?i)\bnorm\W{0,3}(nan|inf|infinity)\b"
 
 
 def _num(expr: pl.Expr) -> pl.Expr:
@@ -423,13 +431,19 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         )
     )
     rest = rest.filter(pl.col("_linv").is_null())
-    skip = rest.filter(pl.col("_skip"))
+    skip = rest.filter(pl.col("_skip")).with_columns(pl.col("text").str.extract(SKIP_NORM, 1).alias("_snorm"))
     out.append(
         _ret(
             skip,
-            SKIP_KIND,
+            # a skip that names a non-finite grad norm is that value, skipped (as ESPnet's `grad norm is nan`)
+            pl.when(pl.col("_snorm").is_not_null()).then(pl.lit("nan")).otherwise(pl.lit(SKIP_KIND)),
             detail_expr(
-                strings={"reason": pl.lit("user_skip"), "message": pl.col("text").str.strip_chars().str.slice(0, 300)},
+                strings={
+                    "reason": pl.lit("user_skip"),
+                    "metric": pl.when(pl.col("_snorm").is_not_null()).then(pl.lit("grad_norm")),
+                    "value": pl.col("_snorm").str.to_lowercase(),
+                    "message": pl.col("text").str.strip_chars().str.slice(0, 300),
+                },
                 bools={"skipped": pl.lit(True)},
             ),
         )
