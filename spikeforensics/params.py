@@ -263,6 +263,9 @@ class HardSpikeParams:
     short_series_records: int = 50  # why: below one baseline window W of records (a pasted excerpt) the robust sigma is taken over the spike itself; the ratio rule alone (loss_ratio_critical / grad_ratio_critical over the past median) decides a jump there
     early_frac: float = 0.1  # why: the unstable-start check looks at the first 10% of records (>= 10) ...
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
+    epoch_restart_jump: float = 5.0  # why: a loss printed as a running mean that restarts each epoch moves at its epoch boundaries (median |change of log loss| from an epoch's last record to the next one's first) at least 5x as much as between two records of one epoch (DSFD's `Loss:` 100x, a liveness net's `train loss` 8x); a per-batch loss moves about as much at both
+    epoch_restart_min_epochs: int = 5  # why: ... judged over at least 5 epoch boundaries
+    epoch_restart_start_frac: float = 0.25  # why: a loss-only bump in the first quarter of such an epoch's records (its mean still over a few batches), while that epoch's whole mean (its last record) stays under loss_ratio_floor x the epoch before's, is the small sample of the restarted mean: a note
     recurring_count: int = (
         3  # why: three or more grad-only spikes in one run are a pattern (LR too high), not noise ...
     )

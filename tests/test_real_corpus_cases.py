@@ -42,6 +42,8 @@ FRESH10 = DEV.parent / "fresh10"
 FRESH11 = DEV.parent / "fresh11"
 # the fresh12 set after its one scoring (benchmarks/real_logs_fresh12_first_look.md), a development set since
 FRESH12 = DEV.parent / "fresh12"
+# the fresh13 set after its one scoring (benchmarks/real_logs_fresh13_first_look.md), a development set since
+FRESH13 = DEV.parent / "fresh13"
 
 
 def case(name: str) -> tuple[Path, dict]:
@@ -63,6 +65,7 @@ def case(name: str) -> tuple[Path, dict]:
                 FRESH10,
                 FRESH11,
                 FRESH12,
+                FRESH13,
             )
             if (d / name).is_dir()
         ),

@@ -29,7 +29,7 @@ import math
 import numpy as np
 import polars as pl
 
-from spikeforensics.detect import loss_answer, recurrence, robust, settling, shape, signals
+from spikeforensics.detect import epoch_restarts, loss_answer, recurrence, robust, settling, shape, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
@@ -225,6 +225,7 @@ def detect(run: RunData, params) -> list[Finding]:
     if long_run:
         findings = [_quiet_blip(f, run, params) for f in findings]
     findings = settling.quiet_settling_bumps(_quiet_loss_bumps(findings, run, params), run, params)
+    findings = epoch_restarts.quiet_epoch_restarts(findings, run, params)
     findings = _recurring(findings, run, params, long_run)
     findings += _absurd_norms(run, params, findings)
     return recurrence.promote(run, findings, params)

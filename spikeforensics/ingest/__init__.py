@@ -159,10 +159,11 @@ def _wide_sample(path: Path) -> SniffSample | None:
     `WIDE_SNIFF_BYTES`, as a sniff sample; None when there are none."""
     with open(path, "rb") as fh:
         data = fh.read(WIDE_SNIFF_BYTES)
-    if len(data) <= SNIFF_BYTES:
-        return None  # the head sample already saw all of it
-    cut = data.rfind(b"\n")
-    lines = strip_prefixes(split_segments(lines_from_bytes(data[: cut + 1] if cut > 0 else data)))
+    small = len(data) <= SNIFF_BYTES
+    cut = len(data) if small else data.rfind(b"\n") + 1
+    lines = strip_prefixes(split_segments(lines_from_bytes(data[:cut] if cut > 0 else data)))
+    if small and lines.height <= SNIFF_LINES:
+        return None  # the head sample already saw all of it (a small file of many lines: its first lines only)
     sample = record_like_sample(path, lines, SNIFF_LINES)
     return sample if sample.lines else None
 

@@ -55,7 +55,8 @@ MIN_SECONDARY_CONFIDENCE = 0.3
 # Rest lines shown to a sniffer: those that could hold a record (a digit and a word a
 # record prints), at most this many (sniffers look at a few hundred lines at most).
 SNIFF_REST_LINES = 2000
-RECORD_HINT = r"(?i)loss|iter|step|epoch|update|\blr\b|norm|% \[\d+/\d+ [\d:]+<"  # the last: a fastprogress bar
+# (the last two: a fastprogress bar, and makemore's bare `  10000/ 200000: 2.1775`)
+RECORD_HINT = r"(?i)loss|iter|step|epoch|update|\blr\b|norm|% \[\d+/\d+ [\d:]+<|^\s*\d+\s*/\s*\d+\s*:\s*[-+\d.]"
 # A continuation line of a multi-line record: indented, no grammar read it, and it prints
 # `name: number` pairs (faster-rcnn's `\t\t\trpn_cls: 0.6902, rpn_box: nan, ...` under its
 # `[session 1][epoch 1][iter 100/2892] loss: nan` line). Names are one or two words.

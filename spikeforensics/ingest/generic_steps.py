@@ -158,6 +158,12 @@ EPOCH_BATCH = r"^\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]"
 # a line that opens with its epoch, no total and no other counter (simple-nmt's verbose-2 summary
 # `Epoch 1 - |param|=6.01e+02 |g_param|=3.32e+05 loss=4.9263e+00 ppl=137.87`): a loop printing once per epoch
 EPOCH_LEAD = r"(?i)^\W*epoch\s*[:=#]?\s*\d+(?:[^\d./]|$)"
+# the loss named before its counter (`Loss at step 100 : 187.92`: nfmcclure/tensorflow_cookbook's
+# `print('Loss at step {} : {}'.format(i+1, loss_val))`): the `at step N` between name and value is dropped
+LOSS_AT = r"(?i)\b(\w*loss\w*)\s+(?:at|@)\s+(?:global[_ ]step|step|iteration|iter|it|batch|epoch)\b\s*[:=#]?\s*\d+"
+# a bare fraction and one number, nothing else on the line (karpathy's makemore: `print(f'{i:7d}/{max_steps:7d}:
+# {loss.item():.4f}')`, `      0/ 200000: 3.3167`): the counter and the loss, in a file of >= MIN_UNCOUNTED such lines
+FRAC_VALUE = r"^\s*(\d+)\s*/\s*\d+\s*:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|inf)))\s*$"
 # a bare count opening the line before a word (`1328 Loss : 0.0562`: a loop's `print(epoch, "Loss :", loss)`)
 LEAD_COUNT = r"^\s*(\d+)\s+[A-Za-z]"
 # `|name|=value`: a norm in math notation (simple-nmt's `|param|` and `|g_param|`, the parameter and gradient norms)
@@ -224,7 +230,11 @@ def sniff(sample: SniffSample) -> float:
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
         # the loss printed before its counter (`loss = 2.31, step = 100`, a dict's keys sorted)
         + sniff_share(sample, LOSS_THEN_STEP)
+        + sniff_share(sample, LOSS_AT + r"\s*[:=]\s*[-+]?[\d.nN]")
     )
+    fractions = sniff_share(sample, FRAC_VALUE)
+    if fractions >= MIN_UNCOUNTED:
+        n += fractions
     # lines that open with their epoch: a loop printing once per epoch when there are several (one such line
     # in a file of step-less loss lines is an epoch's summary, NCRF++'s `Epoch: 0 training finished ... total loss`)
     # (as `_epoch_counter` reads them: each its own, rising epoch)
@@ -400,6 +410,8 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         .str.replace_all(WRAPPED, "$1")
         .str.replace_all(QUOTED_KEY, "${1}:")
         .str.replace_all(QUOTED_NUMBER, "${1}")
+        .str.replace(LOSS_AT, "${1}")
+        .str.replace(FRAC_VALUE, "loss: ${2}")
         .str.replace(STEP, " ")
         .str.replace(TRAIN_FRAC, " ")
         .str.replace(NUM_COUNTER, " ")
@@ -443,8 +455,12 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(ZH_COUNTER, 1),
         text.str.extract(EPOCH_BATCH, 2),
         text.str.extract(NUM_COUNTER, 1),
+        text.str.extract(FRAC_VALUE, 1),
     )
-    lossy_lines = lines.filter(text.str.contains(LOSSY))
+    # `i/n: x` lines (see FRAC_VALUE) are loss lines when the file has several
+    fractions = text.str.contains(FRAC_VALUE)
+    bare = lines.select(fractions.sum()).item() >= MIN_UNCOUNTED
+    lossy_lines = lines.filter(text.str.contains(LOSSY) | (fractions & pl.lit(bare)))
     later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
     heads = (  # read only when some loss line has no counter of its own
