@@ -44,6 +44,8 @@ FRESH11 = DEV.parent / "fresh11"
 FRESH12 = DEV.parent / "fresh12"
 # the fresh13 set after its one scoring (benchmarks/real_logs_fresh13_first_look.md), a development set since
 FRESH13 = DEV.parent / "fresh13"
+# the fresh14 set after its one scoring (benchmarks/real_logs_fresh14_first_look.md), a development set since
+FRESH14 = DEV.parent / "fresh14"
 
 
 def case(name: str) -> tuple[Path, dict]:
@@ -66,6 +68,7 @@ def case(name: str) -> tuple[Path, dict]:
                 FRESH11,
                 FRESH12,
                 FRESH13,
+                FRESH14,
             )
             if (d / name).is_dir()
         ),

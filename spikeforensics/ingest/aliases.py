@@ -24,6 +24,7 @@ METRIC_ALIASES: dict[str, str] = {
     # loss
     "lm_loss": "loss",
     "train_loss": "loss",
+    "training_loss": "loss",  # HF Trainer's notebook table `Step | Training Loss | Validation Loss`
     "batch_loss": "loss",  # `Average training batch loss: nan` (a TF loop's print)
     "train_batch_loss": "loss",  # crnn-pytorch `train_batch_loss[ N ]:` (generic_steps)
     "trl": "loss",

@@ -7,6 +7,8 @@
 - W&B export: `_step`, `_runtime`, `_timestamp` plus metric keys (`train/loss`, ...);
   the step is `train/global_step` when present (W&B's `_step` is its own counter).
 - generic: a `step` (or `global_step`, `iteration`, `iter`) column and metric columns.
+- per-epoch tables: an `epoch` column alone (Keras `CSVLogger`), or no counter at all but an elapsed-time
+  column beside a loss (SchNetPack's `log.csv`: `Time,Learning rate,Train loss,...`): each row an epoch.
 
 Empty cells are no value (no row); `nan`/`inf` are values.
 
@@ -60,7 +62,7 @@ def sniff(sample: SniffSample) -> float:
         return 0.0
     if any("[" in c for c in cols) or any(normalise_name(c) in ("index", "pci_bus_id", "uuid") for c in cols):
         return 0.0  # nvidia-smi query output
-    if counter_columns(cols) is None:
+    if counter_columns(cols) is None and not row_counted(cols):
         return 0.0
     norm = [normalise_name(c) for c in cols]
     if step_column(cols) is None and not any(re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm):
@@ -169,6 +171,26 @@ def counter_columns(cols: list[str]) -> str | None:
     return next((c for c in cols if _norm(c) == "epoch"), None)
 
 
+# an elapsed-time column beside a loss, with no counter at all: a table written once per epoch (SchNetPack's
+# `CSVHook`, `log.csv`: `Time,Learning rate,Train loss,Validation loss,MAE_...`), so each row is an epoch
+ELAPSED_COLUMNS = ("time", "elapsed", "elapsed_time", "wall_time", "time_s")
+
+
+def row_counted(cols: list[str]) -> bool:
+    """A CSV with no step or epoch column whose rows are epochs: an elapsed-time column and a loss column.
+    Its step is the row count, 1, 2, ... across the file."""
+    norm = [_norm(c) for c in cols]
+    return any(n in ELAPSED_COLUMNS for n in norm) and any(
+        re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm
+    )
+
+
+def _row_steps(frame: pl.DataFrame, state: _FileState) -> pl.Expr:
+    first = state.rows_seen + 1
+    state.rows_seen += frame.height
+    return pl.int_range(first, first + frame.height, dtype=pl.Int64)
+
+
 def _epoch_steps(frame: pl.DataFrame, epoch_col: str, state: _FileState) -> pl.Expr:
     """The step of a CSV counted by its `epoch` column alone. One row per epoch (the epochs of the file's first
     chunk strictly rising: Keras' `CSVLogger`, a per-epoch table): the epoch. Several rows per epoch (a per-batch
@@ -192,9 +214,14 @@ def _chunk_wide(
     """One row per record of a chunk read as CSV (bad steps counted as unparsed), and its metric columns."""
     cols = [c for c in frame.columns if c != "line"]
     step_col = counter_columns(cols)
-    if step_col is None:
+    if step_col is None and not row_counted(cols):
         raise T.ingest_error(f"{src.path}: CSV without a step column (found: {', '.join(cols[:12]) or 'none'})")
-    frame = frame.filter(pl.col(step_col).is_null() | (pl.col(step_col) != step_col))  # repeated headers
+    if step_col is None:  # one row per epoch, counted (see `row_counted`)
+        loss_col = next(c for c in cols if re.search(schema.LOSS_TERM, _norm(c)) or _norm(c).endswith("loss"))
+        frame = frame.filter(pl.col(loss_col).is_null() | (pl.col(loss_col) != loss_col))  # repeated headers
+        frame = frame.with_columns(_row_steps(frame, state).alias("_counted"))
+    else:
+        frame = frame.filter(pl.col(step_col).is_null() | (pl.col(step_col) != step_col))  # repeated headers
     time_col = next((c for c in cols if c in TIME_KEYS), None)
     rank_col = next((c for c in cols if _norm(c) in RANK_KEYS), None)
     skip = {step_col, time_col, rank_col}
@@ -203,7 +230,9 @@ def _chunk_wide(
         for c in cols
         if c not in skip and not c.startswith("_") and _norm(c) not in IGNORE_KEYS and _norm(c) not in ("step",)
     ]
-    if _norm(step_col) == "epoch":
+    if step_col is None:
+        step = T.integer(frame, "_counted")
+    elif _norm(step_col) == "epoch":
         # the epoch stays a metric (a record stands for an epoch, or a batch in it); a batch-in-epoch counter is none
         metric_cols = [c for c in metric_cols if _norm(c) not in ("batch", "batch_idx", "batch_index")] + [step_col]
         frame = frame.with_columns(_epoch_steps(frame, step_col, state).alias("_counted"))

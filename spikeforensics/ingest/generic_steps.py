@@ -164,6 +164,12 @@ LOSS_AT = r"(?i)\b(\w*loss\w*)\s+(?:at|@)\s+(?:global[_ ]step|step|iteration|ite
 # a bare fraction and one number, nothing else on the line (karpathy's makemore: `print(f'{i:7d}/{max_steps:7d}:
 # {loss.item():.4f}')`, `      0/ 200000: 3.3167`): the counter and the loss, in a file of >= MIN_UNCOUNTED such lines
 FRAC_VALUE = r"^\s*(\d+)\s*/\s*\d+\s*:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|inf)))\s*$"
+# an epoch fraction, then a bare batch fraction (MONAI research-contributions' SwinUNETR/UNETR trainers:
+# `print("Epoch {}/{} {}/{}".format(epoch, max_epochs, idx, len(loader)), "loss: ...")`, `Epoch 31/300 200/1000
+# loss: 0.2830 time 1.49s`): read as `Epoch 31/300 batch 200/1000` (see BATCH)
+EPOCH_FRAC_BATCH = r"(?i)\b(epoch)\s*[:=]?\s*(\d+)\s*/\s*(\d+)\s*,?\s+(\d+)\s*/\s*(\d+)\b"
+# an epoch's closing summary (the same trainers' `Final training  31/299 loss: 0.2942 time 1477.11s`): no record
+FINAL_SUMMARY = r"(?i)\bfinal\s+(?:training|train)\b"
 # a bare count opening the line before a word (`1328 Loss : 0.0562`: a loop's `print(epoch, "Loss :", loss)`)
 LEAD_COUNT = r"^\s*(\d+)\s+[A-Za-z]"
 # `|name|=value`: a norm in math notation (simple-nmt's `|param|` and `|g_param|`, the parameter and gradient norms)
@@ -224,7 +230,7 @@ def sniff(sample: SniffSample) -> float:
         sniff_share(
             sample,
             rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|"
-            rf"{EPOCH_BRACKET}|{FRAC_EPOCH}|{ZH_COUNTER}){LOSS_TAIL}",
+            rf"{EPOCH_BRACKET}|{FRAC_EPOCH}|{ZH_COUNTER}|{EPOCH_FRAC_BATCH}){LOSS_TAIL}",
         )
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
@@ -444,6 +450,8 @@ def parse(src: SourceFile) -> ParseResult:
         lines = lines.with_columns(
             text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
         )
+    if lines.select(text.str.contains(EPOCH_FRAC_BATCH).any()).item():
+        lines = lines.with_columns(text.str.replace(EPOCH_FRAC_BATCH, "${1} ${2}/${3} batch ${4}/${5}"))
     token = pl.coalesce(
         text.str.extract(STEP_FIRST, 1),
         text.str.extract(STEP, 1),
@@ -460,7 +468,9 @@ def parse(src: SourceFile) -> ParseResult:
     # `i/n: x` lines (see FRAC_VALUE) are loss lines when the file has several
     fractions = text.str.contains(FRAC_VALUE)
     bare = lines.select(fractions.sum()).item() >= MIN_UNCOUNTED
-    lossy_lines = lines.filter(text.str.contains(LOSSY) | (fractions & pl.lit(bare)))
+    lossy_lines = lines.filter(
+        (text.str.contains(LOSSY) | (fractions & pl.lit(bare))) & ~text.str.contains(FINAL_SUMMARY)
+    )
     later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
     heads = (  # read only when some loss line has no counter of its own

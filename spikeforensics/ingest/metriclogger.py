@@ -5,6 +5,7 @@ LLaMA2-Accessory, ...), with or without a `[HH:MM:SS.ffffff]` or MPI prefix:
     Epoch: [2]  [ 150/1251]  eta: 0:20:52  lr: 0.000201  loss: 6.8610 (6.8841)  time: 1.0552  data: 0.0035  max mem: 8249
     Epoch: [0/100]  [2240/2502]  eta: 0:02:44  loss: 5.385776 (7.546279)  lr: 0.000089 (0.000045)  wd: 0.040071 (0.040024)  ...
     [03:23:49.951215] Epoch: [0]  [1480/1504]  lr: 0.000026  closs: 1.0800 (1.1317)  grad_norm: 0.4995 (1.1826)  ...
+    Train: data epoch: [0]  [  50/4498]  eta: 4:29:01  lr: 0.000002  loss: 15.5648  time: 3.5467  ...   # LAVIS
     Test:  [ 0/50]  eta: 0:00:41  loss: 0.6931 (0.6931)  acc1: 87.5000 (87.5000)  ...   # eval record
 
 Value = the current (smoothed-window) value printed first; the running average in
@@ -61,7 +62,8 @@ from spikeforensics.ingest.base import (
 )
 
 NAME = "metriclogger"
-TRAIN = r"\bEpoch: \[(?P<epoch>\d+)(?:/\d+)?\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
+# (LAVIS's header is `Train: data epoch: [0]`, lower-case)
+TRAIN = r"\b[Ee]poch: \[(?P<epoch>\d+)(?:/\d+)?\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
 TEST = r"\bTest:\s*\[\s*(?P<ti>\d+)\s*/\s*(?P<tn>\d+)\]"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*(?: mem)?):\s+(?P<v>{NUM_TOKEN})(?:\s|$)"
 # ProgressMeter lines: any prefix word before `[e][i/n]` (`>> Train:`, `Epoch`, `Val:`), or an
@@ -104,7 +106,7 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     cand = lines.filter(
-        text.str.contains("Epoch: [", literal=True)
+        text.str.contains("poch: [", literal=True)
         | text.str.contains("Test:", literal=True)
         | (text.str.contains(r"\]\s*\[\s*\d+\s*/|\[\s*\d+\s*/\s*\d+\]") & text.str.contains(METER))
     )
@@ -154,4 +156,8 @@ def parse(src: SourceFile) -> ParseResult:
     values = scale_metric(values, "eval_time", "eval_step_time_ms", 1000.0)
     records = rec.select("line", "step", "prefix_rank", "record_kind")
     unparsed = rec.join(values.select("line").unique(), on="line", how="anti")
-    return text_result(src.name, lines, records, values, unparsed, mode="done")
+    out = text_result(src.name, lines, records, values, unparsed, mode="done")
+    # the epoch's `Averaged stats: lr: 0.0000  loss: 7.9345` (`print("Averaged stats:", metric_logger)`, through a
+    # logger in LAVIS) is the epoch's mean, no step's record: read here, so no other grammar takes it for one
+    out.body_lines = lines.filter(pl.col("text").str.contains(r"\bAveraged stats:")).get_column("line")
+    return out
