@@ -265,6 +265,7 @@ class HardSpikeParams:
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
     epoch_restart_jump: float = 5.0  # why: a loss printed as a running mean that restarts each epoch moves at its epoch boundaries (median |change of log loss| from an epoch's last record to the next one's first) at least 5x as much as between two records of one epoch (DSFD's `Loss:` 100x, a liveness net's `train loss` 8x); a per-batch loss moves about as much at both
     epoch_restart_min_epochs: int = 5  # why: ... judged over at least 5 epoch boundaries
+    epoch_restart_two_way: float = 0.2  # why: ... moving both ways: a restarted mean's first records land above and below the last epoch's mean (DSFD 14 of 35 up, a liveness net 17 of 41), while a loss that steps down at each epoch (a smooth per-batch loss over repeated data) moves up at under a fifth of its boundaries
     epoch_restart_start_frac: float = 0.25  # why: a loss-only bump in the first quarter of such an epoch's records (its mean still over a few batches), while that epoch's whole mean (its last record) stays under loss_ratio_floor x the epoch before's, is the small sample of the restarted mean: a note
     recurring_count: int = (
         3  # why: three or more grad-only spikes in one run are a pattern (LR too high), not noise ...
@@ -591,6 +592,7 @@ class AttributionParams:
     plateau_window: int = 100  # steps after recovery checked for a loss plateau (AdamW second-moment lag)
     early_frac: float = 0.1  # first 10% of training is "early" (warmup, front-of-stream data)
     warmup_max_frac: float = 0.25  # an LR schedule that never decays is past its warmup after 25% of the run
+    warmup_min_records: int = 20  # ... judged only on a log of >= 20 LR records: a short paste whose LR rises throughout (mlx-lm#1658: 5 records at steps 10-50 of a 100-step warmup) may end inside the warmup
     lr_rise_after_decay: float = 1.1  # once decaying, the LR rising >10% again is a schedule fault (restarted warmup)
     lr_rise_no_decay: float = 2.0  # without any decay, the LR still doubling after the warmup is a schedule fault
     layer_share_high: float = 0.8  # why: one layer holding >= 80% of the peak squared norm dominates the spike (a layer fault, not a run-wide instability; rules/structure.toml, optimization.toml)

@@ -123,3 +123,80 @@ def test_pipe_table_per_epoch_with_outer_pipes(tmp_path, store):
         and value(metrics, 2, "eval_loss") == 0.598
         and value(metrics, 1, "epoch") == 1
     )
+
+
+# --- the review's counter-inputs (session 15) ---
+
+
+def test_a_headered_csv_stays_with_csv_metrics(tmp_path, store):
+    # Lightning's `metrics.csv` logging one metric: a header of names, then `epoch,step,value` rows
+    text = "epoch,step,train_loss\n0,49,2.512\n0,99,2.301\n1,149,2.110\n1,199,2.0\n"
+    metrics, _, f = ingest(store, write(tmp_path, "metrics.csv", text))
+    assert (
+        f.format == "csv_metrics" and train_steps(metrics) == [49, 99, 149, 199] and value(metrics, 49, "loss") == 2.512
+    )
+
+
+def test_pipe_table_step_column_wherever_it_sits(tmp_path, store):
+    card = (
+        "| Epoch  | Step | Training Loss |\n|:------:|:----:|:-------------:|\n"
+        "| 0.2283 | 100  | 0.0321        |\n| 0.4566 | 200  | 0.0254        |\n| 0.6849 | 300  | 0.0211        |\n"
+    )
+    metrics, _, f = ingest(store, write(tmp_path, "card.md", card))
+    # sentence-transformers' model card: the fractional epoch first, the step second
+    assert (
+        f.format == "pipe_table" and train_steps(metrics) == [100, 200, 300] and value(metrics, 200, "epoch") == 0.4566
+    )
+    trainer = (
+        "| Training Loss | Epoch | Step | Validation Loss |\n|:---:|:---:|:---:|:---:|\n"
+        "| No log        | 1.0   | 63   | 0.5123          |\n| 0.6021        | 2.0   | 126  | 0.4421          |\n"
+        "| 0.4011        | 3.0   | 189  | 0.4102          |\n"
+    )
+    metrics, _, f = ingest(store, write(tmp_path, "trainer.md", trainer), run="t")
+    assert f.format == "pipe_table" and train_steps(metrics) == [63, 126, 189]
+    assert [s for s, _ in series(metrics, "loss")] == [126, 189] and value(metrics, 63, "eval_loss") == 0.5123
+
+
+def test_a_skipped_nan_batch_in_upstream_mlx_lm_is_a_benign_skip(tmp_path, store):
+    # upstream mlx-lm prints no grad norm; a guard's skip line names its iteration
+    lines = [
+        f"Iter {i}: Train loss {2.0 - i / 1000:.3f}, Learning Rate 1.000e-05, It/sec 0.567" for i in range(10, 400, 10)
+    ]
+    lines += ["Iter 400: SKIPPED non-finite batch (loss 1.23, norm nan) -- weights untouched"]
+    lines += [
+        f"Iter {i}: Train loss {2.0 - i / 1000:.3f}, Learning Rate 1.000e-05, It/sec 0.567" for i in range(400, 500, 10)
+    ]
+    _, events, _ = ingest(store, write(tmp_path, "mlx.log", "\n".join(lines) + "\n"))
+    assert events.filter(events["kind"] == "nan").get_column("step").to_list() == [400]
+    diagnosis = api.diagnose(api.load_run("r", store))
+    assert diagnosis["verdict"]["status"] == "degraded"
+    assert [(i["severity"], i["root_cause"]) for i in diagnosis["incidents"]] == [("warning", "fp16_overflow")]
+
+
+def test_an_out_of_memory_skip_is_no_nonfinite_skip(tmp_path, store):
+    lines = [f"step {i} | loss {2.0 - i / 1000:.4f} | lr 0.0003" for i in range(1, 200)]
+    lines += ["| WARNING: ran out of memory, skipping batch"] * 10
+    lines += [f"step {i} | loss {1.8 - i / 10000:.4f} | lr 0.0003" for i in range(200, 210)]
+    _, events, _ = ingest(store, write(tmp_path, "oom.log", "\n".join(lines) + "\n"))
+    assert events.filter(events["kind"].is_in(["skipped_step", "nan"])).height == 0
+
+
+def test_a_loss_stepping_down_each_epoch_keeps_its_spike(tmp_path, store):
+    # a smooth per-batch loss that drops at each epoch boundary (repeated data) is no restarting mean: a 4x spike
+    # near an epoch's start that recovers within it stays an incident (the review's counter-input)
+    import random
+
+    rng = random.Random(5)
+    lines = []
+    for e in range(10):
+        for i in range(40):
+            loss = 2.2 * 0.84**e * (1 + rng.uniform(-0.02, 0.02))
+            if e == 6 and i in (2, 3):
+                loss *= 4.0 if i == 2 else 2.5
+            lines.append(
+                f"Epoch: [{e}]  [{i * 10:3d}/400]  eta: 0:01:00  lr: 0.000100  loss: {loss:.4f} ({loss:.4f})  "
+                "time: 0.5000  data: 0.0010  max mem: 8000"
+            )
+    ingest(store, write(tmp_path, "stair.log", "\n".join(lines) + "\n"))
+    diagnosis = api.diagnose(api.load_run("r", store))
+    assert any(i["severity"] == "critical" and i["step_start"] <= 2420 <= i["step_end"] for i in diagnosis["incidents"])

@@ -677,3 +677,9 @@ def test_a_nan_some_epochs_into_a_per_epoch_log_is_not_from_the_first_updates(tm
     assert facts_now["first_nonfinite_step"] == facts["first_nonfinite_step"] and not facts_now["nan_at_start"]
     assert d["verdict"]["status"] == "unstable"
     assert "first updates" not in d["incidents"][0]["explanation"]
+
+
+def test_a_single_nan_the_run_recovers_from_is_not_blamed_on_the_lr(tmp_path):
+    # deepspeech.pytorch replaced one NaN batch's loss and went on: no step-size divergence
+    run, d, facts = run_case(tmp_path, "deepspeech-pytorch-485-nan-loss-skipped-batch4692-recovers")
+    assert d["incidents"][0]["root_cause"] != "lr_too_high"

@@ -29,14 +29,14 @@ def _lr_schedule(lr: pl.DataFrame, attempt: int, ctx: RunContext, ap: Attributio
     """(the attempt's LR records sorted by step with their running max, the first decayed step, the
     warmup cut, the warmup's last step). Warmup ends where the decay starts; without any decay, a
     warmup never lasts past `warmup_max_frac` of the run, so the LR rising after that is a schedule
-    fault too."""
+    fault too (judged on `warmup_min_records` LR records or more: a short paste may end inside its warmup)."""
     first_pass = lr.filter(pl.col("attempt") == attempt)
     first_pass = first_pass if first_pass.height else lr
     seq = first_pass.sort("step").with_columns(pl.col("value").cum_max().alias("cmax"))
     decayed = seq.filter(pl.col("value") < 0.9 * pl.col("cmax"))
     decay_step = int(decayed.get_column("step")[0]) if decayed.height else None
     cut = decay_step
-    if cut is None and ctx.first_step is not None and ctx.last_step is not None:
+    if cut is None and ctx.first_step is not None and ctx.last_step is not None and seq.height >= ap.warmup_min_records:
         cut = int(ctx.first_step + ap.warmup_max_frac * (ctx.last_step - ctx.first_step))
     warm = seq if cut is None else seq.filter(pl.col("step") < cut)
     warm = warm if warm.height else seq

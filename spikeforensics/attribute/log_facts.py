@@ -173,8 +173,8 @@ def _grad_nonfinite_skipped(loss: pl.DataFrame, grad: pl.DataFrame, events: pl.D
     """A non-finite grad norm beside a finite loss, no non-finite loss anywhere, a finite grad norm after it.
     The non-finite grad norm may be a record's value or a line saying the step with it was skipped (a guard's
     `SKIPPED non-finite batch (loss 1.23, norm nan)`, ESPnet's `The grad norm is nan. Skipping updating the
-    model.`): that step is placed at the record before the line."""
-    if grad.height == 0 or loss.height == 0 or not loss.get_column("value").is_finite().all():
+    model.`): at the step the line names (`Iter 40: SKIPPED ...`), else at the record before the line."""
+    if loss.height == 0 or not loss.get_column("value").is_finite().all():
         return False
     detail = pl.col("detail").fill_null("")
     told = events.filter(
@@ -183,7 +183,8 @@ def _grad_nonfinite_skipped(loss: pl.DataFrame, grad: pl.DataFrame, events: pl.D
         & (detail.str.json_path_match("$.skipped") == "true")
         & pl.col("step").is_not_null()
     ).get_column("step")
-    steps = grad.select("t", "step")
+    # placed on the record of its step (the loss's, when no grad norm is printed: upstream mlx-lm prints none)
+    steps = (grad if grad.height else loss).select("t", "step")
     told_rows = steps.filter(pl.col("step").is_in(told.implode())).select("t", pl.lit(float("nan")).alias("value"))
     bad = pl.concat([grad.filter(~pl.col("value").is_finite()).select("t", "value"), told_rows])
     if bad.height == 0:

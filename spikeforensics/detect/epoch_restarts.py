@@ -6,7 +6,9 @@ mean is over a handful of batches, so the first records of each epoch jump up or
 epoch's long mean by that small sample's noise (DSFD 0.63x to 1.34x at its 35 epoch starts, a converged
 liveness net 0.3x to 3.6x), while within an epoch the mean barely moves. Such a series is recognised by its
 own shape: the median move across epoch boundaries is `hard_spike.epoch_restart_jump` times the median move
-between records of one epoch, over at least `epoch_restart_min_epochs` boundaries. A loss-only warning or
+between records of one epoch, over at least `epoch_restart_min_epochs` boundaries, and the boundary moves go
+both ways (at least `epoch_restart_two_way` of them up and of them down: a loss that steps down at each epoch
+is no restarting mean). A loss-only warning or
 critical hard spike in the first `epoch_restart_start_frac` of such an epoch's records is a note when that
 epoch's own mean (its last record) stays under `loss_ratio_floor` x the epoch before's: a bad batch big
 enough to matter lifts the whole epoch's mean, a small sample does not.
@@ -40,12 +42,17 @@ def restarting_mean(frame: pl.DataFrame, hp) -> bool:
     """The shape of a per-epoch running mean: big moves at epoch boundaries, small ones inside epochs."""
     moves = frame.with_columns(
         (pl.col("value").log() - pl.col("value").log().shift(1)).abs().alias("move"),
+        (pl.col("value").log() - pl.col("value").log().shift(1)).alias("signed"),
         (pl.col("epoch") != pl.col("epoch").shift(1)).alias("boundary"),
     ).filter(pl.col("move").is_not_null())
-    across = moves.filter(pl.col("boundary")).get_column("move")
+    across_signed = moves.filter(pl.col("boundary")).get_column("signed")
+    across = across_signed.abs()
     inside = moves.filter(~pl.col("boundary")).get_column("move")
     if across.len() < hp.epoch_restart_min_epochs or inside.len() < across.len():
         return False
+    up = float((across_signed > 0).mean() or 0.0)
+    if min(up, 1.0 - up) < hp.epoch_restart_two_way:
+        return False  # a loss stepping down at each epoch, no mean that restarts
     calm = float(inside.median() or 0.0)
     return float(across.median() or 0.0) >= hp.epoch_restart_jump * max(calm, 1e-12)
 

@@ -210,9 +210,30 @@ def detect(run: RunData, params) -> list[Finding]:
     loss, _ = signals.raw(run, "loss")
     groups = _outbreaks(rows, [s for s in (grad, loss) if s.height], np_.group_gap)
     findings = []
+    skipped = _skipped_event_steps(run)
     for _, g in groups.group_by("group", maintain_order=True):
-        findings.append(_finding(g, grad, loss))
+        findings.append(_skipped_only(_finding(g, grad, loss), g, skipped))
     return findings
+
+
+def _skipped_event_steps(run: RunData) -> set:
+    """Steps of `nan` events whose line says the update was skipped (a guard's `SKIPPED non-finite batch
+    (..., norm nan) -- weights untouched`, ESPnet's `The grad norm is nan. Skipping updating the model.`)."""
+    ev = run.events_of("nan").filter(pl.col("step").is_not_null())
+    if ev.height == 0:
+        return set()
+    told = ev.filter(pl.col("detail").fill_null("").str.json_path_match("$.skipped") == "true")
+    return set(told.get_column("step").to_list())
+
+
+def _skipped_only(f: Finding, g: pl.DataFrame, skipped: set) -> Finding:
+    """An outbreak seen only in lines saying the trainer skipped the update, with finite records after it:
+    the weights were untouched, so it is a warning (the run went on), not a critical incident."""
+    only_events = set(g.get_column("signal")) == {"nan_event"}
+    if only_events and f.facts.get("recovery") == "fast" and set(g.get_column("step").to_list()) <= skipped:
+        f.severity = "warning"
+        f.summary += " (the trainer skipped the update and the run went on finite)"
+    return f
 
 
 def _outbreaks(rows: pl.DataFrame, series: list[pl.DataFrame], gap: int) -> pl.DataFrame:

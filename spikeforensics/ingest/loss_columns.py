@@ -8,7 +8,8 @@ np.hstack((steps, loss_train, loss_test, metrics_test)), header="step, loss_trai
 
 `loss_train` and `loss_test` hold one column per loss term (k each: PDE residuals, boundary and initial
 conditions), `metrics_test` one per configured metric (m, usually 0 or 1): a row of c columns has k = (c - 1 -
-m) / 2 with m = (c - 1) mod 2. Step = the first column; `loss` = the sum of the k training terms (DeepXDE sums
+m) / 2 with m = (c - 1) mod 2 (so at most one metric is assumed: two or more make the split ambiguous from the
+file alone, 5 columns being two terms, or one term and two metrics; such a file is read as the former). Step = the first column; `loss` = the sum of the k training terms (DeepXDE sums
 them, weights 1 unless the user set `loss_weights`, which the file does not record), `eval_loss` the sum of the
 k test terms, the terms themselves `loss_term_<j>` / `eval_loss_term_<j>`, metrics `eval_metric_<j>`. L-BFGS
 after Adam logs its starting step again: the repeat is the same record (the driver keeps one per step).

@@ -52,6 +52,8 @@ def _row_pattern(sample: SniffSample) -> str | None:
     rows = [ln for ln in sample.lines if ln.strip()]
     if len(rows) < MIN_ROWS or sample.suffix != ".csv" or not re.search(r"[a-z]", metric_name(sample.path)):
         return None
+    if re.search(r"[A-Za-z_]{2,}", rows[0]) and not re.fullmatch(rf"\s*[\d\s,]*{NUM_TOKEN}\s*", rows[0]):
+        return None  # a header line (Lightning's `epoch,step,train_loss`): a CSV with names, csv_metrics' file
     for pattern in (ROW3, ROW2):
         # nearly every line of the head has the shape (a bad row costs that row, not the file; the head's
         # last line may be cut by the sniff window)

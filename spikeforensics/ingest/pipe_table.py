@@ -7,12 +7,14 @@ table) and any Markdown table of per-step or per-epoch metrics:
     1 | -0.283600 | 13.437500 | 21.810942 | nan | 0
     2 | -0.149100 | 6.931818 | 14.526671 | nan | No Log
 
-A header row whose first cell is the counter (`Step`, `Epoch`, `Iteration`, `Iter`) and that names a loss, then
-a rule row of dashes (`--`, `---:`), then rows whose first cell is the counter's number; leading and trailing
-pipes are optional. Cell names go through the alias table (`Training Loss` -> `loss`, `Validation Loss` ->
+A header row with a counter cell (`Step`, `Epoch`, `Iteration`, `Iter`) and a loss cell, in any order
+(sentence-transformers' model cards: `| Epoch | Step | Training Loss |`, the Trainer's `| Training Loss | Epoch |
+Step | Validation Loss |`), then a rule row of dashes (`--`, `:---:`), then the rows; leading and trailing pipes
+are optional. The step is the `Step` (or `Iteration`) cell wherever it sits, else the `Epoch` cell when it holds
+whole numbers, else the row count (a fractional epoch alone); the epoch stays a value. Cell names go through the alias table (`Training Loss` -> `loss`, `Validation Loss` ->
 `eval_loss`); `No Log` (the Trainer's cell for a value not logged at that row) and empty cells are no value,
-`nan` a value. Step = the first cell (an `Epoch` table: the epoch). A new header starts a new table (a
-re-run cell); a row with another number of cells is unparsed.
+`nan` a value. A new header starts a new table (a re-run cell); a row with another number of cells is
+unparsed.
 """
 
 from __future__ import annotations
@@ -32,9 +34,17 @@ from spikeforensics.ingest.base import (
 )
 
 NAME = "pipe_table"
-HEADER = r"(?i)^\s*\|?\s*(?:global[ _]step|step|epoch|iteration|iter)\s*\|(?:[^|\n]*\|)*[^|\n]*loss"
+# a header row naming a counter cell and a loss cell, in any order (`| Training Loss | Epoch | Step | Validation Loss |`,
+# the Trainer's model-card table)
+COUNTER_CELL = r"(?:global[ _]step|step|epoch|iteration|iter)"
+HEADER = (
+    rf"(?i)^\s*\|?(?:[^|\n]*\|)*\s*{COUNTER_CELL}\s*\|(?:[^|\n]*\|?)*loss"
+    rf"|(?i)^\s*\|?(?:[^|\n]*\|)*[^|\n]*loss[^|\n]*\|(?:[^|\n]*\|)*\s*{COUNTER_CELL}\s*(?:\||$)"
+)
+STEP_CELLS = ("step", "global_step", "iteration", "iter")
 RULE = r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)+\|?\s*$"
-ROW = r"^\s*\|?\s*\d+(?:\.\d+)?\s*\|"
+# a row: cells between pipes, one of them a number
+ROW = r"^\s*\|?[^|\n]*\|(?:[^|\n]*\|?)*" + r"(?:^|\|)\s*[-+]?\d"
 
 
 def sniff(sample: SniffSample) -> float:
@@ -59,21 +69,35 @@ def parse(src: SourceFile) -> ParseResult:
         block = rows.filter((pl.col("line") > start) & ((pl.col("line") < end) if end else pl.lit(True)))
         fits = block.filter(pl.col("_c").list.len() == len(cols))
         unparsed.append(block.filter(pl.col("_c").list.len() != len(cols)).select("line", "text"))
+        names = [normalise_name(c) for c in cols]
+        # the step: a `Step` column wherever it sits, else the epoch when whole numbers, else the row count
+        at = next((j for j, c in enumerate(names) if c in STEP_CELLS), None)
+        epoch_at = next((j for j, c in enumerate(names) if c == "epoch"), None)
+        if at is None and epoch_at is not None:
+            whole = fits.select(
+                pl.col("_c").list.get(epoch_at).cast(pl.Float64, strict=False).round(0)
+                == pl.col("_c").list.get(epoch_at).cast(pl.Float64, strict=False)
+            )
+            at = epoch_at if whole.height and whole.to_series().all() else None
+        step = (
+            pl.col("_c").list.get(at).cast(pl.Float64, strict=False)
+            if at is not None
+            else (pl.int_range(pl.len()) + 1 + sum(r.height for r in records)).cast(pl.Float64)
+        )
         records.append(
             fits.select(
                 "line",
-                step_int(pl.col("_c").list.get(0).cast(pl.Float64, strict=False)).alias("step"),
+                step_int(step).alias("step"),
                 "prefix_rank",
                 pl.lit("train").alias("record_kind"),
                 pl.lit(None, dtype=pl.Datetime("us")).alias("time"),
             )
         )
-        counter = normalise_name(cols[0])
         pairs = pl.concat(
             [
                 fits.select("line", pl.lit(name).alias("k"), pl.col("_c").list.get(j).alias("v"))
                 for j, name in enumerate(cols)
-                if j > 0 or counter == "epoch"
+                if j != at or names[j] == "epoch"
             ]
         ).filter(~pl.col("v").str.to_lowercase().is_in(["no log", "", "-"]))
         values.append(named_values(pairs).select("line", "name", "value"))

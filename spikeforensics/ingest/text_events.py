@@ -193,6 +193,11 @@ SAMPLES_NAN_GRAD = r"(?i)samples?(?: in this mini-batch)? got nan grad"
 USER_SKIP = r"(?i)\bskip(?:ping|ped)? (?:the |this |an |a |optimizer |current |non-?finite |nan |inf |bad )*(?:step|batch|update)\b"
 # the non-finite norm such a line names (`norm nan`): the skipped step's grad norm
 SKIP_NORM = r"(?i)\bnorm\W{0,3}(nan|inf|infinity)\b"
+# the step such a line names (`Iter 40: SKIPPED ...`, `step 1200: skipping step`): the event's own step
+SKIP_STEP = r"(?i)\b(?:iter|iteration|step)\s*[:#=]?\s*(\d+)\b"
+# a skip for want of memory or for an over-long input (fairseq's `ran out of memory, skipping batch`, a too-long
+# sample) is no skipped non-finite update
+SKIP_NOT_NONFINITE = r"(?i)out of memory|\boom\b|too long|exceed|max(?:imum)?[ _]length"
 
 
 def _num(expr: pl.Expr) -> pl.Expr:
@@ -313,6 +318,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         text.str.contains(SAMPLES_NAN_GRAD).alias("_snan"),
         (
             text.str.contains(USER_SKIP)
+            & ~text.str.contains(SKIP_NOT_NONFINITE)
             & ~text.str.contains("OVERFLOW!", literal=True)
             & ~text.str.contains(r"(?i)overflow on iteration")
         ).alias("_skip"),
@@ -446,6 +452,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
                 },
                 bools={"skipped": pl.lit(True)},
             ),
+            step=pl.col("text").str.extract(SKIP_STEP, 1).cast(pl.Int64, strict=False),
         )
     )
     out = [f for f in out if f.height]
