@@ -46,6 +46,8 @@ FRESH12 = DEV.parent / "fresh12"
 FRESH13 = DEV.parent / "fresh13"
 # the fresh14 set after its one scoring (benchmarks/real_logs_fresh14_first_look.md), a development set since
 FRESH14 = DEV.parent / "fresh14"
+# the fresh15 set after its one scoring (benchmarks/real_logs_fresh15_first_look.md), a development set since
+FRESH15 = DEV.parent / "fresh15"
 
 
 def case(name: str) -> tuple[Path, dict]:
@@ -69,6 +71,7 @@ def case(name: str) -> tuple[Path, dict]:
                 FRESH12,
                 FRESH13,
                 FRESH14,
+                FRESH15,
             )
             if (d / name).is_dir()
         ),

@@ -512,9 +512,13 @@ def metric_target(col: str, kind: str) -> str:
     return key
 
 
+# an evaluation named at the end (`loss_val`, a TensorBoard tag `IoU (avg on test)` -> `iou_avg_on_test`)
+EVAL_SUFFIX = r"_(?:on_)?(?:test|val|valid|validation|eval)$"
+
+
 def is_eval_name(col: str) -> bool:
     key = normalise_name(col)
-    return key.startswith(EVAL_PREFIXES) or key in ("val", "eval", "valid")
+    return key.startswith(EVAL_PREFIXES) or key in ("val", "eval", "valid") or bool(re.search(EVAL_SUFFIX, key))
 
 
 # what only a training step prints (a loss, the LR, a grad norm) and what an evaluation prints (a quality

@@ -10,7 +10,8 @@ Tags become metric names through the alias table (`train/loss` -> `loss`,
 `grad_norm`, `eval/loss` -> `eval_loss`). Tags plotted against another x-axis
 (Megatron `... vs samples`, `... vs tokens`) are skipped: their "step" is not a step.
 Consecutive events with the same step form one record (the tags of one step); a record
-with only `eval/...` tags is an eval record. `line` is null (binary file); `time` is
+with only evaluation tags is an eval record (`eval/...`, `val_...`, or a tag that names its evaluation at
+the end: `Test loss (avg on test)`, `loss_val`; see `_tables.is_eval_name`). `line` is null (binary file); `time` is
 the event's wall time.
 """
 
