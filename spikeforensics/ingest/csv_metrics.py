@@ -203,9 +203,7 @@ def _epoch_steps(frame: pl.DataFrame, epoch_col: str, state: _FileState) -> pl.E
         state.rows_per_epoch = not (seen.len() == 0 or bool((seen.diff().drop_nulls() > 0).all()))
     if not state.rows_per_epoch:
         return epoch
-    first = state.rows_seen + 1
-    state.rows_seen += frame.height
-    return pl.int_range(first, first + frame.height, dtype=pl.Int64)
+    return _row_steps(frame, state)
 
 
 def _chunk_wide(
