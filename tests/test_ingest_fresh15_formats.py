@@ -51,3 +51,24 @@ def test_tensorboard_tags_naming_their_test_set_at_the_end_are_eval(store):
 def test_eval_names_by_suffix():
     assert is_eval_name("loss_val") and is_eval_name("IoU (avg on test)") and is_eval_name("acc_valid")
     assert not is_eval_name("latest_loss") and not is_eval_name("interval_loss") and not is_eval_name("loss")
+
+
+# --- fresh16 (format drift of the mainstream frameworks) ---
+
+
+def test_dinov2_iteration_header_and_an_average_turned_infinite(store):
+    metrics, events, f, facts = real_case(store, "fresh16", "dinov2-492-koleo-loss-inf-global-average-iter1250")
+    # `Training  [   1250/2500000]  eta: ...  total_loss: 6.7223 (inf)  ...`: the global iteration is the step
+    assert f.format == "metriclogger" and train_steps(metrics) == [1250, 1260, 1270]
+    assert value(metrics, 1250, "loss") == pytest.approx(6.7223)  # `total_loss` is the loss
+    # the printed median is finite, its global average is not: an inf went into it within that interval
+    bad = events.filter(events["kind"] == "nan")
+    assert bad.height >= 1 and bad.get_column("step").min() == 1250 and '"in_average": true' in bad.item(0, "detail")
+    assert api.diagnose(api.load_run("r", store))["verdict"]["status"] == "unstable"
+
+
+def test_a_loss_setting_in_a_config_dump_is_no_record(store):
+    metrics, _, f, facts = real_case(store, "fresh16", "dinov2-kostakat-mineral-vitb14-log-txt-healthy-warmup-350")
+    # `OPTIONS -- DINO -- loss_weight: 1.0`, `koleo_loss_weight: 0.1` in the config echo are settings, not losses
+    assert len(train_steps(metrics)) == facts["step_records"] == 36
+    assert "loss_weight" not in metrics.get_column("name").to_list()

@@ -48,6 +48,8 @@ FRESH13 = DEV.parent / "fresh13"
 FRESH14 = DEV.parent / "fresh14"
 # the fresh15 set after its one scoring (benchmarks/real_logs_fresh15_first_look.md), a development set since
 FRESH15 = DEV.parent / "fresh15"
+# the fresh16 set after its one scoring (benchmarks/real_logs_fresh16_first_look.md), a development set since
+FRESH16 = DEV.parent / "fresh16"
 
 
 def case(name: str) -> tuple[Path, dict]:
@@ -72,6 +74,7 @@ def case(name: str) -> tuple[Path, dict]:
                 FRESH13,
                 FRESH14,
                 FRESH15,
+                FRESH16,
             )
             if (d / name).is_dir()
         ),

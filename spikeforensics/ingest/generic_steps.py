@@ -170,6 +170,9 @@ FRAC_VALUE = r"^\s*(\d+)\s*/\s*\d+\s*:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|(?i
 EPOCH_FRAC_BATCH = r"(?i)\b(epoch)\s*[:=]?\s*(\d+)\s*/\s*(\d+)\s*,?\s+(\d+)\s*/\s*(\d+)\b"
 # an epoch's closing summary (the same trainers' `Final training  31/299 loss: 0.2942 time 1477.11s`): no record
 FINAL_SUMMARY = r"(?i)\bfinal\s+(?:training|train)\b"
+# a loss's setting, not its value (a config dump's `loss_weight: 1.0`, `koleo_loss_weight: 0.1`, `loss_type: 2`):
+# no record
+LOSS_SETTING = r"(?:_weights?|_coef|_coeff|_coefficient|_type|_factor|_ratio_cfg)$"
 # a bare count opening the line before a word (`1328 Loss : 0.0562`: a loop's `print(epoch, "Loss :", loss)`)
 LEAD_COUNT = r"^\s*(\d+)\s+[A-Za-z]"
 # `|name|=value`: a norm in math notation (simple-nmt's `|param|` and `|g_param|`, the parameter and gradient norms)
@@ -517,7 +520,11 @@ def parse(src: SourceFile) -> ParseResult:
     values = _values(cand, pl.col("_eval"))
     # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
     lossy = (
-        values.filter(pl.col("name").str.contains("loss") & ~pl.col("name").str.starts_with("loss_scale"))
+        values.filter(
+            pl.col("name").str.contains("loss")
+            & ~pl.col("name").str.starts_with("loss_scale")
+            & ~pl.col("name").str.contains(LOSS_SETTING)
+        )
         .group_by("line")
         .agg((pl.col("name").str.starts_with("eval_") | pl.col("name").str.starts_with("val")).all().alias("_eval"))
     )
@@ -543,8 +550,20 @@ def parse(src: SourceFile) -> ParseResult:
     values = values.join(records.select("line"), on="line", how="semi")
     unparsed = cand.filter(~pl.col("_no_counter")).join(records.select("line"), on="line", how="anti")
     records, values = _one_metric_lines(records, values)
+    # a meter whose average turned non-finite while its value is finite (`total_loss: 6.7223 (inf)`, DINOv2's
+    # MetricLogger under its `Training  [1250/2500000]` header): metriclogger.py's `_nonfinite_averages`
+    from spikeforensics.ingest.metriclogger import _nonfinite_averages
+
+    shown = cand.select("line", "text").join(records.select("line", "record_kind"), on="line")
+    extra = [e for e in (_hidden_nans(records, values), _nonfinite_averages(shown, records)) if e is not None]
     return text_result(
-        src.name, lines, records, values, unparsed, mode="done", extra_events=_hidden_nans(records, values)
+        src.name,
+        lines,
+        records,
+        values,
+        unparsed,
+        mode="done",
+        extra_events=pl.concat(extra, how="diagonal_relaxed") if extra else None,
     )
 
 

@@ -6,6 +6,7 @@ LLaMA2-Accessory, ...), with or without a `[HH:MM:SS.ffffff]` or MPI prefix:
     Epoch: [0/100]  [2240/2502]  eta: 0:02:44  loss: 5.385776 (7.546279)  lr: 0.000089 (0.000045)  wd: 0.040071 (0.040024)  ...
     [03:23:49.951215] Epoch: [0]  [1480/1504]  lr: 0.000026  closs: 1.0800 (1.1317)  grad_norm: 0.4995 (1.1826)  ...
     Train: data epoch: [0]  [  50/4498]  eta: 4:29:01  lr: 0.000002  loss: 15.5648  time: 3.5467  ...   # LAVIS
+    Training  [   1250/2500000]  eta: 40 days, 13:22:08  lr: 0.0006 (0.0003)  ...  total_loss: 6.7223 (inf)  # DINOv2
     Test:  [ 0/50]  eta: 0:00:41  loss: 0.6931 (0.6931)  acc1: 87.5000 (87.5000)  ...   # eval record
 
 Value = the current (smoothed-window) value printed first; the running average in
@@ -15,7 +16,10 @@ iteration counter that keeps growing across epochs (the log prints no global cou
 `closs` (LLaMA-Adapter's causal-LM loss) is `loss` in a file that prints no `loss`;
 `time` (seconds) -> `step_time_ms`, `data` -> `data_time` (seconds), `max mem` (MB) ->
 `max_mem_mb`. `Test:` lines are eval records (names prefixed `eval_`) with the step of the
-train record before them. `Averaged stats:` and `Total time:` lines are not records.
+train record before them. `Averaged stats:` and `Total time:` lines are not records. DINOv2's iteration-based
+`Training  [i/n]` header: step = i. A loss whose average in parentheses turns non-finite while its printed value
+is finite (`total_loss: 6.7223 (inf)`) gives a `nan` event (`in_average`) at that record: a non-finite value
+entered the average, hidden by the printed median.
 `Loss is nan, stopping training` is a `nan` event (text_events).
 
 The same family without colons: the `ProgressMeter`/`AverageMeter` print of the PyTorch ImageNet
@@ -53,6 +57,7 @@ from spikeforensics.ingest.base import (
     ParseResult,
     SniffSample,
     SourceFile,
+    detail_expr,
     find_pairs,
     named_values,
     prepared_lines,
@@ -65,6 +70,9 @@ NAME = "metriclogger"
 # (LAVIS's header is `Train: data epoch: [0]`, lower-case)
 TRAIN = r"\b[Ee]poch: \[(?P<epoch>\d+)(?:/\d+)?\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
 TEST = r"\bTest:\s*\[\s*(?P<ti>\d+)\s*/\s*(?P<tn>\d+)\]"
+# an iteration-based run's header (DINOv2's `log_every(..., header="Training")`: `Training  [   1250/2500000]  eta:
+# ...`): the counter is the global iteration
+TRAIN_ITER = r"\bTraining\s+\[\s*(?P<gi>\d+)\s*/\s*(?P<gn>\d+)\]\s+eta:"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*(?: mem)?):\s+(?P<v>{NUM_TOKEN})(?:\s|$)"
 # ProgressMeter lines: any prefix word before `[e][i/n]` (`>> Train:`, `Epoch`, `Val:`), or an
 # eval prefix before a single `[i/n]`
@@ -88,6 +96,7 @@ def sniff(sample: SniffSample) -> float:
         sample,
         [
             (rf"{TRAIN}\s+(?:eta: |lr: |loss: )", 0.9),
+            (TRAIN_ITER, 0.9),
             (rf"\[\s*\d+(?:/\d+)?\]\s*\[\s*\d+\s*/\s*\d+\]\s+(?:\S.*?\s)?{METER}", 0.85),
             (rf"{TEST}\s+eta: |{METER_EVAL}\s+(?:\S.*?\s)?{METER}", 0.5),
         ],
@@ -100,6 +109,44 @@ def _meter_base(rec: pl.DataFrame) -> int:
     other = pl.col("_meter_train") & ~pl.col("label").str.contains("(?i)^epoch$").fill_null(False)
     first = rec.filter(other).get_column("me").cast(pl.Int64, strict=False).min()
     return 0 if first == 0 else 1
+
+
+# a meter whose current value is finite while its average in parentheses is not (DINOv2 `total_loss: 6.7223 (inf)`,
+# `{median} ({global_avg})`): a non-finite value entered the average since the last print, hidden by the median
+AVG_NONFINITE = rf"(?P<k>[A-Za-z_][\w@%./-]*):\s+(?P<v>{NUM_TOKEN})\s*\(\s*(?P<avg>[-+]?(?:nan|inf))\s*\)"
+
+
+def _nonfinite_averages(rec: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame | None:
+    """A `nan` event on the first training record whose loss average turned non-finite while its printed value
+    is finite (`detail.in_average`): the step of that record, since the value went in within its interval."""
+    train = rec.filter(pl.col("record_kind") == "train").select("line", "text")
+    hits = (
+        find_pairs(train, AVG_NONFINITE)
+        .filter(
+            pl.col("k").str.to_lowercase().str.contains("loss")
+            & ~pl.col("v").str.to_lowercase().str.contains("nan|inf")
+        )
+        .sort("line")
+        .unique("k", keep="first", maintain_order=True)
+    )
+    if hits.height == 0:
+        return None
+    hits = hits.join(records.select("line", "step"), on="line", how="left")
+    return hits.select(
+        "line",
+        "step",
+        pl.lit(None, dtype=pl.Int32).alias("rank"),
+        pl.lit("nan").alias("kind"),
+        pl.lit(None, dtype=pl.Datetime("us")).alias("time"),
+        detail_expr(
+            strings={
+                "metric": pl.col("k").str.to_lowercase(),
+                "value": pl.col("avg").str.to_lowercase(),
+                "note": pl.lit("the running average turned non-finite while the printed value is finite"),
+            },
+            bools={"in_average": pl.lit(True)},
+        ).alias("detail"),
+    )
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -115,11 +162,13 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract_groups(TEST).alias("_e"),
         text.str.extract_groups(METER_TRAIN).alias("_m"),
         text.str.extract_groups(METER_EVAL).alias("_v"),
+        text.str.extract_groups(TRAIN_ITER).alias("_g"),
         text.str.contains(METER).alias("_has_meter"),
-    ).unnest("_t", "_e", "_m", "_v")
+    ).unnest("_t", "_e", "_m", "_v", "_g")
     epoch, i, n = (pl.col(c).cast(pl.Int64, strict=False) for c in ("epoch", "i", "n"))
     me, mi, mn = (pl.col(c).cast(pl.Int64, strict=False) for c in ("me", "mi", "mn"))
-    is_train = pl.col("i").is_not_null()
+    is_iter = pl.col("gi").is_not_null() & pl.col("i").is_null()
+    is_train = pl.col("i").is_not_null() | is_iter
     meter_line = ~is_train & pl.col("_has_meter")
     meter_eval = meter_line & (
         pl.col("label").str.contains(EVAL_LABEL).fill_null(False)
@@ -133,7 +182,9 @@ def parse(src: SourceFile) -> ParseResult:
     base = pl.when(pl.col("label").str.contains("(?i)^epoch$")).then(0).otherwise(_meter_base(g))
     g = g.filter(is_train | pl.col("_meter_train") | pl.col("_eval"))
     rec = g.with_columns(
-        pl.when(is_train)
+        pl.when(is_iter)
+        .then(step_int(pl.col("gi").cast(pl.Int64, strict=False)))
+        .when(is_train)
         .then(step_int(epoch * n + i))
         .when(pl.col("_meter_train"))
         .then(step_int((me - base) * mn + mi))
@@ -156,7 +207,9 @@ def parse(src: SourceFile) -> ParseResult:
     values = scale_metric(values, "eval_time", "eval_step_time_ms", 1000.0)
     records = rec.select("line", "step", "prefix_rank", "record_kind")
     unparsed = rec.join(values.select("line").unique(), on="line", how="anti")
-    out = text_result(src.name, lines, records, values, unparsed, mode="done")
+    out = text_result(
+        src.name, lines, records, values, unparsed, mode="done", extra_events=_nonfinite_averages(rec, records)
+    )
     # the epoch's `Averaged stats: lr: 0.0000  loss: 7.9345` (`print("Averaged stats:", metric_logger)`, through a
     # logger in LAVIS) is the epoch's mean, no step's record: read here, so no other grammar takes it for one
     out.body_lines = lines.filter(pl.col("text").str.contains(r"\bAveraged stats:")).get_column("line")
