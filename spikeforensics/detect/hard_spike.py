@@ -693,7 +693,10 @@ def _early_rise(run: RunData, params) -> list[Finding]:
             # epoch line that prints its train and valid loss together is no eval before training)
             & (
                 (pl.col("step") < first["step"])
+                # (a record without a line, from a TensorBoard file, is before only at an earlier step)
                 | ((pl.col("step") == first["step"]) & (pl.col("line") < first["line"]))
+                if first["line"] is not None
+                else (pl.col("step") < first["step"])
             )
         )
         .select("step", "line", "value")

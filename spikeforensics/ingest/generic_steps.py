@@ -164,6 +164,11 @@ LOSS_AT = r"(?i)\b(\w*loss\w*)\s+(?:at|@)\s+(?:global[_ ]step|step|iteration|ite
 # a bare fraction and one number, nothing else on the line (karpathy's makemore: `print(f'{i:7d}/{max_steps:7d}:
 # {loss.item():.4f}')`, `      0/ 200000: 3.3167`): the counter and the loss, in a file of >= MIN_UNCOUNTED such lines
 FRAC_VALUE = r"^\s*(\d+)\s*/\s*\d+\s*:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|inf)))\s*$"
+_BARE = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|inf)))"
+# a count, a colon and two to four bare numbers (a GAN loop's `print('{}: {}\t{}'.format(step, loss_d, loss_g))`,
+# `0: inf  nan`, `10: 1.38  0.69`): the count and unnamed values, the first stored as `loss` and the others as
+# `column_2` ... (the log names none of them), in a file of >= MIN_UNCOUNTED such lines with rising counts
+COUNT_VALUES = rf"^\s*(\d+)\s*:\s*{_BARE}\s+{_BARE}(?:\s+{_BARE})?(?:\s+{_BARE})?\s*$"
 # an epoch fraction, then a bare batch fraction (MONAI research-contributions' SwinUNETR/UNETR trainers:
 # `print("Epoch {}/{} {}/{}".format(epoch, max_epochs, idx, len(loader)), "loss: ...")`, `Epoch 31/300 200/1000
 # loss: 0.2830 time 1.49s`): read as `Epoch 31/300 batch 200/1000` (see BATCH)
@@ -206,8 +211,13 @@ COUNTED_LOSS = rf"(?i:loss).*{STEP}|{STEP}.*(?i:loss)"
 UNCOUNTED_SHARE = (
     0.9  # ... when they are >= 90% of its loss lines (source or traceback lines quoting `loss` are the rest)
 )
-# (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log)
-UNCOUNTED_LOSS = r"(?i)loss\w*\s*:\s*\[?\s*[-+]?(?:\d|nan|inf)"
+# (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log; a name of
+# two words before `=` is no Python: MOERec's per-epoch `train loss = 1.2836`)
+UNCOUNTED_LOSS = r"(?i)(?:loss\w*\s*:|[a-z]\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
+# a loss named as the training's (`train loss = x`, `Training loss: x`): in a file of step-less loss lines that
+# names its training loss so, a loss line naming no phase is the other phase's (MOERec prints `loss: 1.4166,
+# Performance is better... saving the model`, its validation, after each epoch's `train loss = 1.2836`)
+TRAIN_NAMED_LOSS = r"(?i)\btrain(?:ing)?[ _]loss\b"
 # a loss line under a counter line (see `_head_counters`): `=` as well as `:`
 UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
@@ -241,7 +251,9 @@ def sniff(sample: SniffSample) -> float:
         + sniff_share(sample, LOSS_THEN_STEP)
         + sniff_share(sample, LOSS_AT + r"\s*[:=]\s*[-+]?[\d.nN]")
     )
-    fractions = sniff_share(sample, FRAC_VALUE)
+    # (on the raw lines: the launcher-prefix stripper takes a `10: ` for an srun rank label, see `_count_prefixes`)
+    raw = pl.Series(sample.text.splitlines()[: len(sample.lines)], dtype=pl.String)
+    fractions = sniff_share(sample, FRAC_VALUE) + _rising_count_values(raw)
     if fractions >= MIN_UNCOUNTED:
         n += fractions
     # lines that open with their epoch: a loop printing once per epoch when there are several (one such line
@@ -265,6 +277,28 @@ def sniff(sample: SniffSample) -> float:
     if n == 0 and sniff_share(sample, UNCOUNTED_LOSS) >= MIN_UNCOUNTED and not sniff_share(sample, COUNTED_LOSS):
         return MAX_CONFIDENCE  # loss lines and no counter on any: step-less records (see `parse`)
     return 0.2 if n else 0.0
+
+
+def _rising_count_values(texts: pl.Series) -> int:
+    """The number of COUNT_VALUES lines when there are >= MIN_UNCOUNTED and their counts rise strictly, else 0
+    (a list numbered from 0 that repeats its numbers, or a table of class indices and scores, is no loop)."""
+    counts = texts.str.extract(COUNT_VALUES, 1).drop_nulls().cast(pl.Int64, strict=False).drop_nulls()
+    if counts.len() < MIN_UNCOUNTED or not bool((counts.diff().drop_nulls() > 0).all()):
+        return 0
+    return counts.len()
+
+
+def _count_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
+    """COUNT_VALUES lines as printed: `prepared_lines` strips `0: `, `10: `, `20: ` as srun's `--label` rank
+    prefix; when the lines left are bare numbers and those "ranks" rise strictly through the file, they are a
+    loop's counts (an srun label repeats its few ranks), so the count goes back in front of its values."""
+    bare = pl.col("text").str.contains(rf"^\s*{_BARE}(?:\s+{_BARE}){{1,3}}\s*$") & pl.col("prefix_rank").is_not_null()
+    restored = pl.when(bare).then(pl.format("{}: {}", pl.col("prefix_rank"), pl.col("text"))).otherwise(pl.col("text"))
+    if not lines.select(bare.any()).item() or _rising_count_values(lines.select(restored).to_series()) == 0:
+        return lines
+    return lines.with_columns(
+        restored.alias("text"), pl.when(bare).then(None).otherwise(pl.col("prefix_rank")).alias("prefix_rank")
+    )
 
 
 def _step(token: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -421,6 +455,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         .str.replace_all(QUOTED_NUMBER, "${1}")
         .str.replace(LOSS_AT, "${1}")
         .str.replace(FRAC_VALUE, "loss: ${2}")
+        .str.replace(COUNT_VALUES, "loss: ${2} column_2: ${3} column_3: ${4} column_4: ${5}")
         .str.replace(STEP, " ")
         .str.replace(TRAIN_FRAC, " ")
         .str.replace(NUM_COUNTER, " ")
@@ -453,6 +488,7 @@ def parse(src: SourceFile) -> ParseResult:
         lines = lines.with_columns(
             text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
         )
+    lines = _count_prefixes(lines)
     if lines.select(text.str.contains(EPOCH_FRAC_BATCH).any()).item():
         lines = lines.with_columns(text.str.replace(EPOCH_FRAC_BATCH, "${1} ${2}/${3} batch ${4}/${5}"))
     token = pl.coalesce(
@@ -467,9 +503,12 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(EPOCH_BATCH, 2),
         text.str.extract(NUM_COUNTER, 1),
         text.str.extract(FRAC_VALUE, 1),
+        pl.when(pl.lit(_rising_count_values(lines.get_column("text")) > 0)).then(text.str.extract(COUNT_VALUES, 1)),
     )
-    # `i/n: x` lines (see FRAC_VALUE) are loss lines when the file has several
-    fractions = text.str.contains(FRAC_VALUE)
+    # `i/n: x` lines (see FRAC_VALUE) are loss lines when the file has several, and so are rising `i: x y` ones
+    fractions = text.str.contains(FRAC_VALUE) | (
+        pl.lit(_rising_count_values(lines.get_column("text")) > 0) & text.str.contains(COUNT_VALUES)
+    )
     bare = lines.select(fractions.sum()).item() >= MIN_UNCOUNTED
     lossy_lines = lines.filter(
         (text.str.contains(LOSSY) | (fractions & pl.lit(bare))) & ~text.str.contains(FINAL_SUMMARY)
@@ -516,7 +555,10 @@ def parse(src: SourceFile) -> ParseResult:
     )
     cand = lossy_lines.filter(
         pl.col("step").is_not_null() | no_counter | (pl.lit(uncounted) & text.str.contains(UNCOUNTED_LOSS))
-    ).with_columns(no_counter.alias("_no_counter"), (before_loss.str.contains(EVAL_WORDS) | no_counter).alias("_eval"))
+    ).with_columns(
+        no_counter.alias("_no_counter"),
+        (before_loss.str.contains(EVAL_WORDS) | no_counter | _other_phase(lossy_lines, uncounted)).alias("_eval"),
+    )
     values = _values(cand, pl.col("_eval"))
     # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
     lossy = (
@@ -565,6 +607,20 @@ def parse(src: SourceFile) -> ParseResult:
         mode="done",
         extra_events=pl.concat(extra, how="diagonal_relaxed") if extra else None,
     )
+
+
+def _other_phase(lossy_lines: pl.DataFrame, uncounted: bool) -> pl.Expr:
+    """In a file of step-less loss lines (see `parse`) of which some name the training's loss (TRAIN_NAMED_LOSS),
+    the lines naming no phase are the evaluation's: only when there are no more of them than training lines (a
+    loop printing its per-batch `loss: x` beside an epoch's `train loss = y` summary has many more)."""
+    text = pl.col("text")
+    if not uncounted:
+        return pl.lit(False)
+    named = lossy_lines.get_column("text").str.contains(TRAIN_NAMED_LOSS)
+    plain = lossy_lines.get_column("text").str.contains(UNCOUNTED_LOSS) & ~named
+    if not named.any() or int(plain.sum()) > int(named.sum()):
+        return pl.lit(False)
+    return text.str.contains(UNCOUNTED_LOSS) & ~text.str.contains(TRAIN_NAMED_LOSS) & ~text.str.contains(EVAL_WORDS)
 
 
 def _hidden_nans(records: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame | None:
