@@ -281,6 +281,9 @@ class HardSpikeParams:
     group_gap: int = 5  # why: flags closer than 5 steps are one incident (DETECTION-ANCHORS §2.3)
     layer_ratio_min: float = 2.0  # why: a layer is named as the spike's location only if it rose >= 2x its own baseline
     bump_max_records: int = 2  # why: a loss-only bump under loss_ratio_critical of at most 2 records above the band, back in band on the next, is one or two hard batches (a per-step batch loss does that now and then); 3+ records is a moderate spike
+    bump_tail_min_records: int = 5  # why: a loss bump of loss_ratio_critical or more is judged against the run's own tail only when >= 5 other records stand >= bump_tail_from_z + 1 over their baseline: a heavy tail sampled well enough to extrapolate (a Gaussian-noise run of 100k records has ~3 there, an LLM loss curve none)
+    bump_tail_from_z: float = 3.0  # why: ... the tail's decay per robust sigma is read from the records at >= 3 and >= 4 sigma (log-linear: an exponential tail, the per-batch losses of small batches; a Gaussian one falls faster, so this overstates nothing there)
+    bump_tail_expected: float = 0.5  # why: ... and a one- or two-record bump back at once whose z the run's own tail reaches by chance at least every other run like it (expected count >= 0.5 at that z) is the run's ordinary hardest batch, a note however high its ratio (a 500-epoch per-batch colorization loss: 26 records at >= 4 sigma, its 2.4x batch at 5.4 sigma expected 1.3 times); an injected 6 sigma step on that run is expected 0.4 times and stays an incident
     bump_lasting_records: int = 5  # why: a hard batch in a loss averaged over the logging interval or smoothed echoes over 2-3 records at joint_z (a real Megatron Mixtral-8x7B loss curve, extended in benchmarks/injected.py: 34 runs of 3 records at joint_z in 68,605 records, none of 4); 5+ consecutive records at joint_z is a stretch the loss stayed up, no one-batch bump
     scan_records: int = 5  # why: a bump of 5+ records whose *median* robust z stands out (windows of 5, 9 and 17 records: scan_records x 1, 2, 4 less the shared ends) is no one-batch draw however few of its records pass z_threshold; a median ignores the one or two hard batches a mean would carry
     scan_z: float = 5.0  # why: ... the window's median z must clear scan_z standard errors of such a median on this run: 1.2533/sqrt(k) for independent noise, or the run's own robust spread of the k-record median z when its noise is autocorrelated (a smoothed or interval-averaged loss); 5 as z_threshold (iid: under 1 chance window in 3 million)
@@ -523,6 +526,7 @@ class SignedJumpParams:
         50  # why: the records before a value that define its range and noise (the hard-spike baseline's window)
     )
     min_records: int = 8  # why: a range and a MAD from fewer than 8 records is no baseline to call a value impossible
+    game_blips_min: int = 3  # why: on one side of a GAN's pair, 3 or more single-record jumps each back in range on the next record are the game's one-batch blips (a discriminator misjudging a batch), as recurring_count grad-norm blips are a norm's tail: notes; a lone one stays an incident
 
 
 @dataclass

@@ -36,8 +36,9 @@ from spikeforensics.rundata import RunData
 SIGNALS = ("loss", "grad_norm")
 
 
-def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
-    """Rows that stand out on their own (`single`) or enough to count when the other signal agrees (`joint`)."""
+def _candidates(frame: pl.DataFrame, signal: str, params, mid_run: bool = False) -> pl.DataFrame:
+    """Rows that stand out on their own (`single`) or enough to count when the other signal agrees (`joint`).
+    `mid_run`: the log is an excerpt from the middle of training (see the short-series range below)."""
     hp = params.hard_spike
     loss = signal == "loss"
     floor = hp.loss_ratio_floor if loss else hp.grad_ratio_floor
@@ -61,14 +62,27 @@ def _candidates(frame: pl.DataFrame, signal: str, params) -> pl.DataFrame:
         # the grad norm at its critical 10x (a per-batch grad norm doubles by chance; 10x is DOMAIN's exploded one)
         jump = rise_left >= math.log(crit)
         joint = rise_left >= math.log(joint_ratio if loss else crit)
+        # and in an excerpt from mid-training, a value that does not pass the excerpt's own range by the floor
+        # ratio (the highest value of the records before it) is a level the excerpt has already shown: RTM3D's
+        # per-interval 2.17 after a first 2.13 is the batch noise of a 7-record paste, not a spike. (A log from
+        # the start of training shows its untrained loss first: a later return to that level is a spike.)
+        both = both & ~(pl.col("value") <= pl.col("_seen") * floor).fill_null(False)
+        jump = jump & ~(pl.col("value") <= pl.col("_seen") * floor).fill_null(False)
     # a rise of one or two print quanta is no evidence, whatever its z: a loss printed to 4 decimals at 1e-4
     # (a converged fine-tune) steps 1e-4 -> 2e-4, "2x" and dozens of sigma of the floor
     beyond = (pl.col("value") - pl.min_horizontal("left", "base").exp()) > 2 * _quantum(frame, hp.short_series_records)
     # lazily, with only the columns `_flags` and `detect` read: the filtered copy of the whole baseline
     # frame (18 columns) is never made
+    # (the highest finite value of the records before each, over all of them but the jumps themselves: taken
+    # before the first record is filtered; a diverging excerpt's second 2x jump to the first one's height counts)
+    ordinary = pl.col("value").is_finite() & ~(rise_left >= math.log(crit)).fill_null(False)
+    seen = pl.when(ordinary).then(pl.col("value")).cum_max().shift(1).over("rank")
     return (
         _with_scan(frame, hp, loss)
         .lazy()
+        .with_columns(
+            seen.alias("_seen") if mid_run and frame.height < hp.short_series_records else pl.lit(None).alias("_seen")
+        )
         .filter(pl.col("left").is_not_null())
         .with_columns(
             ((both | jump) & beyond).alias("single"),
@@ -175,13 +189,14 @@ def _flags(cands: dict, params) -> pl.DataFrame:
 def detect(run: RunData, params) -> list[Finding]:
     hp = params.hard_spike
     flagged, tracks = [], []
+    mid_run = not run.starts_at_start(hp.start_max_step)
     for per_rank in (False, True):
         cands = {}
         for signal in SIGNALS:
             frame, derived = signals.with_baseline(run, signal, params, per_rank=per_rank)
             if frame.height == 0 or (per_rank and not signals.has_ranks(frame)):
                 continue
-            cands[signal] = _candidates(frame, signal, params).with_columns(
+            cands[signal] = _candidates(frame, signal, params, mid_run).with_columns(
                 pl.lit(per_rank).alias("per_rank"), pl.lit(derived).alias("derived")
             )
             track_cols = frame.select("rank", "pos", "step", "y", "left", "sigma")  # what a Track keeps
@@ -286,9 +301,11 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     if f.severity == "info" or f.facts.get("early_rise") or f.facts.get("sustained_bump") or signals_hit != {"loss"}:
         return False
     peak = max((e.ratio or 0.0) for e in f.evidence if e.signal == "loss")
-    if not 0 < peak < hp.loss_ratio_critical:
+    if not 0 < peak:
         return False
     loss = run.series("loss").filter(pl.col("attempt") == f.attempt).sort("t")
+    # (a log without step numbers: the record index is the step, as `robust.prepare` numbers it)
+    loss = loss.with_columns(pl.col("step").fill_null(pl.col("t")))
     span = loss.filter(pl.col("step").is_between(f.step_start, f.step_end))
     if loss.height < hp.short_series_records or span.height == 0:
         return False  # a short excerpt: no band to come back to
@@ -309,7 +326,28 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     runs = inside.sort("t").with_columns(up.alias("_up"), (~up).cum_sum().alias("_run")).filter("_up")
     if runs.height and int(runs.group_by("_run").len().get_column("len").max()) >= hp.bump_lasting_records:
         return False
-    return high <= hp.bump_max_records and nxt.item(0, "value") <= band  # one or two records, back at once
+    if not (high <= hp.bump_max_records and nxt.item(0, "value") <= band):  # one or two records, back at once
+        return False
+    # at loss_ratio_critical or more, only when the run's own tail reaches that z by chance (see `_tail_expected`)
+    return peak < hp.loss_ratio_critical or _tail_expected(frame, inside, hp) >= hp.bump_tail_expected
+
+
+def _tail_expected(frame: pl.DataFrame, inside: pl.DataFrame, hp) -> float:
+    """How many records of the run's own noise are expected at or above the bump's highest z (`inside`: the
+    bump's records): the counts of the run's other records at >= bump_tail_from_z and one sigma above it give
+    the tail's decay per sigma (log-linear), extrapolated to that z. 0 when the tail is too thin to read
+    (fewer than bump_tail_min_records at the upper level) or does not fall."""
+    z_peak = inside.get_column("z").fill_nan(None).max()
+    if z_peak is None:
+        return 0.0
+    own = inside.select("attempt", "step")
+    others = frame.join(own, on=["attempt", "step"], how="anti").get_column("z").fill_nan(None).drop_nulls()
+    lo = int((others >= hp.bump_tail_from_z).sum())
+    hi = int((others >= hp.bump_tail_from_z + 1).sum())
+    if hi < hp.bump_tail_min_records or lo <= hi:
+        return 0.0
+    decay = math.log(lo / hi)  # per robust sigma
+    return hi * math.exp(-decay * (float(z_peak) - (hp.bump_tail_from_z + 1)))
 
 
 def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = False) -> list[Finding]:

@@ -68,6 +68,11 @@ def detect(run: RunData, params) -> list[Finding]:
             last_i = int(group.get_column("_i").max())
             after = part.filter(pl.col("_i") > last_i)
             back = after.filter(pl.col("value").is_between(peak["lo"], peak["hi"]))
+            # the next record is no jump any more: not `jump_z` deviations past the range on the jump's side
+            reach = hp.jump_z * peak["sigma"]
+            up = peak["value"] > peak["hi"]
+            inside = pl.col("value") <= peak["hi"] + reach if up else pl.col("value") >= peak["lo"] - reach
+            back_next = after.height > 0 and bool(after.head(1).select(inside).item())
             recovery = (
                 "unknown"
                 if after.height == 0
@@ -105,7 +110,25 @@ def detect(run: RunData, params) -> list[Finding]:
                         "recovery_loss": recovery,
                         "signed_loss": True,
                         "lead_signal": "unknown",
+                        "one_record": group.height == 1 and back_next,
                     },
                 )
             )
-    return out
+    return _game_blips(out, run, hp)
+
+
+def _game_blips(found: list[Finding], run: RunData, hp) -> list[Finding]:
+    """One side of a GAN's pair whose jumps are single records, each back inside the range on the next record,
+    `game_blips_min` times or more in the run: the game's one-batch blips (a discriminator's per-batch loss jumps
+    40-60x on a batch it misjudges and is back at once: BicycleGAN's `D:` 71 times over 5x in 979 records while the
+    reconstruction loss keeps falling), notes. A jump that lasts, or a lone one, stays an incident."""
+    if run.loss_without_ratio() != "adversarial":
+        return found
+    blips = [f for f in found if f.facts.get("one_record")]
+    if len(blips) < hp.game_blips_min:
+        return found
+    for f in blips:
+        f.severity = "info"
+        f.facts["game_blip"] = True
+        f.summary += f"; back in range on the next record, one of {len(blips)} such one-batch blips of the game (note)"
+    return found

@@ -41,8 +41,12 @@ from spikeforensics.ingest.base import (
 
 NAME = "cyclegan"
 NUM = r"[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
-LINE = rf"^\(epoch: (?P<epoch>\d+), iters: (?P<iters>\d+), time: {NUM}, data: {NUM}\)(?P<body>.*)$"
+# (the trainer's 2017 versions print no `data:` time: `(epoch: 1, iters: 100, time: 0.746) D_A: 0.281 ...`)
+LINE = rf"^\(epoch: (?P<epoch>\d+), iters: (?P<iters>\d+), time: {NUM}(?:, data: {NUM})?\)(?P<body>.*)$"
 PAIR = rf"(?P<k>[A-Za-z_]\w*): (?P<v>{NUM_TOKEN})(?:\s|$)"
+# one value per domain (ComboGAN's `print_current_errors`: `D: 0.111, 0.105, 0.111, 0.130 | G: ... | Cyc: ... |`,
+# a list per loss over its N domains): `D` of domain i (from 1) is stored as `loss_d_i`
+LIST_PAIR = rf"(?P<k>[A-Za-z_]\w*): (?P<v>{NUM_TOKEN}(?:,\s*{NUM_TOKEN})+)"
 
 
 def sniff(sample: SniffSample) -> float:
@@ -93,7 +97,15 @@ def parse(src: SourceFile) -> ParseResult:
         pl.lit("train").alias("record_kind"),
         pl.lit(None, dtype=pl.Datetime("us")).alias("time"),
     )
-    pairs = find_pairs(hit.select("line", pl.col("body").alias("text")), PAIR)
+    body = hit.select("line", pl.col("body").alias("text"))
+    listed = (
+        find_pairs(body, LIST_PAIR)
+        .with_columns(pl.col("v").str.split(","))
+        .with_columns(pl.int_ranges(1, pl.col("v").list.len() + 1).alias("_i"))
+        .explode("v", "_i")
+        .select("line", (pl.col("k") + "_" + pl.col("_i").cast(pl.String)).alias("k"), pl.col("v").str.strip_chars())
+    )
+    pairs = pl.concat([find_pairs(body, PAIR).select("line", "k", "v"), listed])
     values = parse_numbers(
         pairs.with_columns(("loss_" + pl.col("k")).str.to_lowercase().alias("name")), raw="v", out="value"
     )

@@ -143,6 +143,10 @@ LOSS_INDEX = r"(?:^|\s)([A-Za-z_]\w*(?i:loss)\w*)\[\s*(\d+)\s*\]\s*:"
 # the lowest counter word: `Batch 100/15582`, `batch: 10` (its total, when printed, in group 2)
 BATCH = r"(?i)\bbatch\b\]?\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?"
 EPOCH = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)"
+# a line that is only an epoch header (attention-is-all-you-need-pytorch's `[ Epoch 0 ]` above its `  - (Training)
+# loss: 5.12, accuracy: 3.7 %` and `  - (Validation) loss: ...` lines): the counter of the loss line under it (see
+# `_head_counters`; only when such heads are the file's shape)
+EPOCH_HEADER = r"(?i)^\W*epoch\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?\W*$"
 # `Epoch:[0/2](1000/293491) loss:6.268` (baby-llama2-chinese and the pretrain scripts copied from it): the
 # parenthesised fraction after an epoch is the batch within it
 EPOCH_PAREN = r"(?i)\bepoch\b\s*[:=]?\s*\[?\s*(\d+)\s*(?:/\s*\d+)?\s*\]?\s*\(\s*(\d+)\s*/\s*(\d+)\s*\)"
@@ -204,6 +208,7 @@ QUOTED_NUMBER = r"""['"]([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[Nn]a[Nn]|-?[Ii]
 # a scalar printed through its wrapper: `np.float64(0.40)`, `np.int32(2)`, `tensor(2.31, device='cuda:0')`
 WRAPPED = r"(?:np\.|numpy\.)?(?:(?:float|int|uint|bfloat|half)\d*|tensor)\(\s*([-+]?[\w.+-]+)\s*(?:,[^()]*)?\)"
 MAX_CONFIDENCE = 0.35
+HEAD_REACH = 3  # a record's counter may stand up to 3 non-blank lines above its loss line (see `_head_counters`)
 MIN_UNCOUNTED = 3  # loss lines of a file without any counter that make it a log of step-less records
 # a loss line with a counter on it (a counter elsewhere, DeepSpeed's `global_step=10` timer lines beside
 # RWKV's step-less `Epoch 0, Loss: 1.01` prints, does not make the loss lines counted)
@@ -267,7 +272,14 @@ def sniff(sample: SniffSample) -> float:
         solid = pl.Series(sample.lines, dtype=pl.String).str.strip_chars()
         solid = solid.filter(solid != "")
         counted = solid.str.contains(STEP) & ~solid.str.contains(LOSSY)
-        n += int((counted.shift(1).fill_null(False) & solid.str.contains(UNCOUNTED_LOSS_ANY)).sum())
+        valued = solid.str.contains(UNCOUNTED_LOSS_ANY)
+        above = pl.Series([False] * len(solid), dtype=pl.Boolean)
+        for back in range(1, HEAD_REACH + 1):  # a counter line within reach, no loss value in between
+            between = pl.Series([False] * len(solid), dtype=pl.Boolean)
+            for k in range(1, back):
+                between = between | valued.shift(k).fill_null(False)
+            above = above | (counted.shift(back).fill_null(False) & ~between)
+        n += int((above & valued).sum())
     if n < 2:  # bracketed counters, on the raw lines (the prefix stripper may have taken them)
         raw = sample.text.splitlines()[: len(sample.lines) + 1]
         n += int(pl.Series(raw, dtype=pl.String).str.contains(BRACKET_RECORD).sum()) if raw else 0
@@ -339,13 +351,22 @@ def _raw_bracket(src: SourceFile, wanted: pl.Series) -> pl.Expr:
 def _head_counters(lines: pl.DataFrame, token: pl.Expr) -> pl.DataFrame:
     """(line, _head): a record printed over two lines, the counter on the first and the loss on the next
     (torchcv: `Train Epoch: 2<TAB>Train Iteration: 3300<TAB>Time 91.554s / 100iters` then `Learning rate =
-    [0.001, 0.01]<TAB>Loss = 213.2 (ave = 149.9)`): for each line, the counter token of the non-blank line
-    before it when that line names no loss (a line's own counter, where it has one, wins)."""
+    [0.001, 0.01]<TAB>Loss = 213.2 (ave = 149.9)`), or a few lines below it (a TensorFlow loop's block
+    `iteration=1`, `<TAB> nan in per_replica_images from dataset :  {0: False, 1: False}`, `<TAB> averaged_loss =
+    nan`): for each line, the counter token of the nearest non-blank line at most HEAD_REACH lines before it that
+    names no loss, with no loss value printed in between (a line's own counter, where it has one, wins)."""
     text = pl.col("text")
     solid = lines.filter(text.str.strip_chars() != "").select(
-        "line", pl.when(~text.str.contains(LOSSY)).then(token).alias("_tok")
+        "line",
+        pl.when(~text.str.contains(LOSSY)).then(token).alias("_tok"),
+        text.str.contains(UNCOUNTED_LOSS_ANY).alias("_valued"),
     )
-    return solid.select("line", pl.col("_tok").shift(1).alias("_head")).filter(pl.col("_head").is_not_null())
+    # a loss value closes its block: the next loss line needs a counter of its own
+    solid = solid.with_columns(pl.col("_valued").shift(1).fill_null(False).cum_sum().alias("_block"))
+    filled = solid.with_columns(pl.col("_tok").forward_fill(limit=HEAD_REACH - 1).over("_block").alias("_fill"))
+    return filled.select("line", pl.col("_fill").shift(1).over("_block").alias("_head")).filter(
+        pl.col("_head").is_not_null()
+    )
 
 
 def _epoch_composed(epoch: pl.Expr, n: pl.Expr, i: pl.Expr, e0: float) -> pl.Expr:
@@ -516,13 +537,20 @@ def parse(src: SourceFile) -> ParseResult:
     later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
     heads = (  # read only when some loss line has no counter of its own
-        _head_counters(lines, token) if wanted.len() else pl.DataFrame(schema={"line": pl.Int64, "_head": pl.String})
+        _head_counters(lines, pl.coalesce(token, text.str.extract(EPOCH_HEADER, 1)))
+        if wanted.len()
+        else pl.DataFrame(schema={"line": pl.Int64, "_head": pl.String})
     )
     lossy_lines = lossy_lines.with_columns(_raw_bracket(src, wanted)).join(heads, on="line", how="left")
     # the two-line shape is the file's, or none of it: a loss line that merely follows another logger's
     # counter line (RWKV's `Epoch 0, Loss: 0.98` per batch, one in ten after DeepSpeed's `global_step=10`
     # timer line) is no such record
-    loose = lossy_lines.filter(token.is_null() & text.str.contains(UNCOUNTED_LOSS_ANY))
+    # (an evaluation's loss line takes the step of the training record before it: it needs no counter)
+    loose = lossy_lines.filter(
+        token.is_null()
+        & text.str.contains(UNCOUNTED_LOSS_ANY)
+        & ~text.str.extract(r"(?i)^(.*?)loss", 1).str.contains(EVAL_NAMED).fill_null(False)
+    )
     if loose.height and loose.get_column("_head").is_not_null().mean() < UNCOUNTED_SHARE:
         lossy_lines = lossy_lines.with_columns(pl.lit(None, dtype=pl.String).alias("_head"))
     # the line before's counter only for a line with none of its own, `Batch i/n` or `(i/n)` counted (see `later`)
@@ -547,6 +575,7 @@ def parse(src: SourceFile) -> ParseResult:
     # record with no step (CONTRACT: step null where the log prints none), in file order. Also in a mixed log
     # (RWKV's `Epoch 0, Loss: 1.01, Positive Score: ...` beside DeepSpeed's `step=N` lines), when such lines
     # are nearly all of the loss lines left (a traceback's `loss.backward()` lines are the rest)
+    lossy_lines = _drop_repeats(lossy_lines)
     shaped = lossy_lines.get_column("text").str.contains(UNCOUNTED_LOSS)
     uncounted = (
         int(shaped.sum()) >= MIN_UNCOUNTED
@@ -607,6 +636,23 @@ def parse(src: SourceFile) -> ParseResult:
         mode="done",
         extra_events=pl.concat(extra, how="diagonal_relaxed") if extra else None,
     )
+
+
+def _drop_repeats(lossy_lines: pl.DataFrame) -> pl.DataFrame:
+    """Without the lines that print again the loss of the step-less line just before them, in a file whose other
+    loss lines are all step-less: ColorNet's `train.py` appends `loss: 0.283438444` for every batch and, at each
+    epoch's first batch, `Train Epoch:1<TAB>Percent:[0/6751 (0%)]<TAB>Loss:0.283438444` with the same value: one
+    batch printed twice, so the per-batch lines are the records (and the repeats no unparsed lines)."""
+    number = pl.col("text").str.extract(r"(?i)loss\w*\s*[:=]\s*\[?\s*([-+]?(?:\d[\d.eE+-]*|nan|inf))", 1)
+    marked = lossy_lines.with_columns(
+        (pl.col("step").is_not_null() & pl.col("step").is_null().shift(1) & (number == number.shift(1)))
+        .fill_null(False)
+        .alias("_repeat")
+    )
+    repeat, stepless = marked.get_column("_repeat"), marked.get_column("step").is_null()
+    if not repeat.any() or int(stepless.sum()) < MIN_UNCOUNTED or not (stepless | repeat).all():
+        return lossy_lines
+    return marked.filter(~pl.col("_repeat")).drop("_repeat")
 
 
 def _other_phase(lossy_lines: pl.DataFrame, uncounted: bool) -> pl.Expr:

@@ -126,6 +126,7 @@ GUARD_LITERALS = [
     "kipping the step",
     "kipping optimizer",
     "kip step",
+    "ignored a value of",  # YOLACT's MovingAverage (`MAVG_IGNORED`)
     "kipped ",  # a skipped batch or update (`USER_SKIP`: the regex decides)
     "kipping ",
     "KIPPED ",
@@ -185,6 +186,10 @@ GRADS_INVALID_STOP = r"(?i)gradients at all steps are invalid"
 # ESPnet CTC: `5/42 samples got nan grad. These were ignored for CTC loss.`, `All samples in this
 # mini-batch got nan grad. Returning nan value instead of CTC loss`
 SAMPLES_NAN_GRAD = r"(?i)samples?(?: in this mini-batch)? got nan grad"
+# YOLACT `train.py`: `Warning: Moving average ignored a value of inf` (`MovingAverage.append` drops a non-finite
+# loss term from its printed average; the iteration's update is skipped when the loss is not finite): a
+# non-finite loss, skipped
+MAVG_IGNORED = r"(?i)moving average ignored a value of (-?(?:nan|inf))\b"
 # user prints that an optimizer step was skipped (`Gradient overflow. Skipping step` without
 # a scale, `skipping step due to inf/nan`, `Skipped optimizer step: non-finite grad norm`);
 # DeepSpeed's own `OVERFLOW! ... Skipping step` is an overflow (handled above)
@@ -316,6 +321,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         text.str.extract(LOSS_INVALID, 1).alias("_linv"),
         text.str.contains(GRADS_INVALID_STOP).alias("_gstop"),
         text.str.contains(SAMPLES_NAN_GRAD).alias("_snan"),
+        text.str.extract(MAVG_IGNORED, 1).alias("_mavg"),
         (
             text.str.contains(USER_SKIP)
             & ~text.str.contains(SKIP_NOT_NONFINITE)
@@ -424,6 +430,18 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         )
     )
     rest = rest.filter(pl.col("_gnan").is_null() & ~pl.col("_gstop") & ~pl.col("_snan"))
+    mavg = rest.filter(pl.col("_mavg").is_not_null())
+    out.append(
+        _ret(
+            mavg,
+            "nan",
+            detail_expr(
+                strings={"metric": pl.lit("loss"), "value": pl.col("_mavg").str.to_lowercase(), "message": msg},
+                bools={"skipped": pl.lit(True)},
+            ),
+        )
+    )
+    rest = rest.filter(pl.col("_mavg").is_null())
     linv = rest.filter(pl.col("_linv").is_not_null())
     out.append(
         _ret(
