@@ -4,6 +4,7 @@ reaches by chance, the range of a short mid-run excerpt, and a GAN side's one-ba
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,3 +98,32 @@ def test_a_gan_sides_repeated_one_batch_blips_are_notes_and_a_lone_one_an_incide
     assert len(many) == 4 and all(f.severity == "info" and f.facts["game_blip"] for f in many)
     lone = signed_jump.detect(run_from(gan(1)), params)
     assert len(lone) == 1 and lone[0].severity == "critical"
+
+
+def memorising(floor: float, rise: float, seed: int = 0) -> dict:
+    """A loss falling from 4.3 to `floor`, then climbing to `rise` x that level over 100 records and staying."""
+    rng = np.random.default_rng(seed)
+    n = 600
+    step = np.arange(10, 10 * (n + 1), 10)
+    level = floor + (4.3 - floor) * np.exp(-np.arange(n) / 20)
+    level[300:400] *= np.linspace(1.0, rise, 100)  # a slow climb that stays
+    level[400:] *= rise
+    return {"step": step, "loss": level * np.exp(rng.normal(0, 0.03, n))}
+
+
+def test_a_drift_of_a_loss_near_zero_is_immaterial_and_one_at_scale_is_not(tmp_path):
+    from spikeforensics import api
+    from spikeforensics.detect import soft_drift
+
+    params = Params()
+    # GeoLLM's P-Tuning run (sample_logs/real/fresh18): 4.26 -> 0.009, then its smoothed loss 0.0092 -> 0.0144,
+    # a 1.6x rise of 0.12% of where it started
+    folder = Path(__file__).resolve().parents[1] / "sample_logs/real/fresh18"
+    case = folder / "hf-trainer-state-geollm-chatglm6b-ptuning-v2-sedimentology-healthy-3000"
+    api.ingest([case / "trainer_state.json"], run_id="g", store=tmp_path)
+    run = api.load_run("g", tmp_path)
+    assert warnings_plus(soft_drift.detect(run, params)) == []
+    relative = replace(params, soft_drift=replace(params.soft_drift, scale_share=0.0))
+    assert [f.kind for f in warnings_plus(soft_drift.detect(api.load_run("g", tmp_path), relative))] == ["soft_drift"]
+    # the same climb on a loss that stays at a quarter of its start (an LLM's 11 -> 2.5) is a drift
+    assert warnings_plus(soft_drift.detect(run_from(memorising(1.1, 1.6)), params))
