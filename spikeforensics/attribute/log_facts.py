@@ -44,8 +44,8 @@ FACTS: dict[str, tuple[str, str]] = {
         B,
         "the first non-finite loss or grad norm comes without a build-up: >= "
         "attribution.nan_rise_min_records finite records before it, and the last finite loss and "
-        "grad norm are within attribution.nan_rise_ratio x their median before it (an LR-driven "
-        "divergence climbs first)",
+        "grad norm are within attribution.nan_rise_ratio x their median before it (shown as evidence; "
+        "it clears no cause: the real corpus's sources name the LR most often for such a NaN)",
     ),
     "nan_never_finite": (
         B,

@@ -7,7 +7,7 @@ timm's `summary.csv` pasted without its header row, `200,4.4025,4.1356,7.76,24.4
     200,4.4025687376658125,4.13563300743103,7.760000015258789,24.43999983520508
 
 Every row holds 2 to 8 numbers (`nan`/`inf` included) under one separator (comma, semicolon, tab or spaces),
-the same count on every row. A first column of integers that rise strictly through the file is the counter
+the same count on every row, and some column holds real numbers (a table of integers is an index or counts). A first column of integers that rise strictly through the file is the counter
 (the step: timm's epoch); the first value after it is stored as `loss` and the others as `column_<n>`, n its
 column in the file, because a loop that logs its loss puts it first (timm's `train_loss`, the DQN's summed
 loss) and the file says nothing more. Without such a counter the rows are step-less records in file order
@@ -53,10 +53,22 @@ def _shape(texts: pl.Series) -> tuple[str, int] | None:
         rows = solid.filter(solid.str.contains(_row(sep)))
         if rows.len() < MIN_ROWS or rows.len() < MIN_SHARE * solid.len():
             continue
-        counts = _cells(rows, sep).list.len().unique()
-        if counts.len() == 1:
+        cells = _cells(rows, sep)
+        counts = cells.list.len().unique()
+        if counts.len() == 1 and _real_valued(cells):
             return sep, int(counts[0])
     return None
+
+
+def _real_valued(cells: pl.Series) -> bool:
+    """Some column holds real numbers (a point, an exponent, nan/inf) on at least half the rows: a loss is
+    real-valued, a table of integers (`wc -l` output, an index, counts) is no training log."""
+    width = cells.list.len().max()
+    real = r"(?i)[.e]|nan|inf"
+    return any(
+        float(cells.list.get(i, null_on_oob=True).str.contains(real).fill_null(False).mean()) >= 0.5
+        for i in range(width)
+    )
 
 
 def _cells(texts: pl.Series | pl.Expr, sep: str):
