@@ -3,6 +3,11 @@
 `RunData` holds the five data tables and the sources manifest of one run as polars
 frames. Detectors never read files: they take a `RunData` (or a hand-made one in
 tests, see `RunData.from_frames`) and return findings.
+
+The long metrics table of a run loaded from a store is held as a lazy scan of its Parquet
+files when it has more than `EAGER_METRIC_ROWS` rows (issues 14/16: a 10M-step run's table is
+~4 GB in memory): `metrics` is then a `pl.LazyFrame`, so readers query it through
+`run.metrics.lazy()` (a no-op on a LazyFrame) and take out only the rows and columns they need.
 """
 
 from __future__ import annotations
@@ -27,10 +32,15 @@ ADVERSARIAL_SIDES = (
 TOTAL_LOSS = r"(?:^|_)(?:total_loss|loss_total)(?:_|$)"
 
 
+# why: ~80 bytes a row in memory, so up to ~160 MB eager; above, each query scans the Parquet files
+# (only the columns it reads, the row groups its filter keeps)
+EAGER_METRIC_ROWS = 2_000_000
+
+
 @dataclass
 class RunData:
     run_id: str
-    metrics: pl.DataFrame
+    metrics: pl.DataFrame | pl.LazyFrame  # lazy for a big run loaded from a store (EAGER_METRIC_ROWS)
     events: pl.DataFrame
     layers: pl.DataFrame
     batches: pl.DataFrame
@@ -40,11 +50,11 @@ class RunData:
 
     @classmethod
     def load(cls, store, run_id: str) -> RunData:
-        return cls(
-            run_id=run_id,
-            sources=store.sources(run_id),
-            **{t: store.table(run_id, t) for t in schema.DATA_TABLES},
-        )
+        tables = {t: store.table(run_id, t) for t in schema.DATA_TABLES if t != "metrics"}
+        metrics = store.scan(run_id, "metrics")
+        if metrics.select(pl.len()).collect().item() <= EAGER_METRIC_ROWS:
+            metrics = store.table(run_id, "metrics")
+        return cls(run_id=run_id, sources=store.sources(run_id), metrics=metrics, **tables)
 
     @classmethod
     def from_frames(cls, run_id: str = "test", **frames: pl.DataFrame) -> RunData:
@@ -124,7 +134,13 @@ class RunData:
 
     # -- metric series -----------------------------------------------------------
     def metric_names(self) -> list[str]:
-        return sorted(self.metrics.get_column("name").unique().to_list())
+        return sorted(self.metrics.lazy().select(pl.col("name").unique()).collect().get_column("name").to_list())
+
+    def metric_rows(self) -> int:
+        """Rows of the long metrics table (counted from the Parquet metadata when it is lazy)."""
+        if isinstance(self.metrics, pl.DataFrame):
+            return self.metrics.height
+        return int(self.metrics.select(pl.len()).collect().item())
 
     def has_metric(self, name: str) -> bool:
         name = self.resolve(name)
@@ -266,15 +282,28 @@ class RunData:
             rows = (
                 self.metrics.lazy()  # lazily: the filter copies only the columns kept, not the whole table
                 .filter((pl.col("name") == name) & (pl.col("source") == source) & pl.col("record").is_not_null())
-                .select("step", "attempt", "rank", "value", "line", "source", "time", "record")
+                .select("step", "attempt", "rank", "value", "line", "time", "record")
                 .collect()
             )
             if not per_rank and rows.get_column("rank").null_count() > 0:
                 rows = rows.filter(pl.col("rank").is_null())
             rows = rows.sort(["attempt", "record"])
-            out = rows.with_columns(
-                pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t")
-            ).select("t", "step", "attempt", "rank", "value", "line", "source", "time")
+            # one source by construction, and a rank or time column that is all null, are held as constants (a
+            # polars scalar column: no buffer per row), not as 16 or 8 bytes a row for the whole run
+            constant = [pl.lit(source, pl.String).alias("source")]
+            constant += [
+                pl.lit(None, rows.schema[c]).alias(c)
+                for c in ("rank", "time")
+                if rows.get_column(c).null_count() == rows.height
+            ]
+            attempt = rows.get_column("attempt")
+            if rows.height and attempt.null_count() == 0 and attempt.min() == attempt.max():  # one attempt
+                constant.append(pl.lit(attempt[0], pl.Int32).alias("attempt"))
+            out = (
+                rows.with_columns(pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t"))
+                .with_columns(constant)
+                .select("t", "step", "attempt", "rank", "value", "line", "source", "time")
+            )
             nulls = out.get_column("rank").null_count()
             if nulls in (0, out.height):  # the global and the per-rank view are the same rows: kept once
                 self._cache[("series", name_asked, not per_rank)] = out
@@ -362,7 +391,9 @@ class RunData:
 
     # -- other views -------------------------------------------------------------
     def ranks(self) -> list[int]:
-        found = set(self.metrics.get_column("rank").drop_nulls().unique().to_list())
+        found = set(
+            self.metrics.lazy().select(pl.col("rank").drop_nulls().unique()).collect().get_column("rank").to_list()
+        )
         found |= set(self.layers.get_column("rank").drop_nulls().unique().to_list())
         return sorted(found)
 

@@ -307,7 +307,7 @@ def coverage(
         records = {r["source"]: int(r["records"] or 0) for r in src.iter_rows(named=True)}
         unparsed = int(src.get_column("unparsed").fill_null(0).sum())
     else:  # a run built in memory: step records per source from the metrics
-        rec = run.metrics.filter(pl.col("record").is_not_null())
+        rec = run.metrics.lazy().filter(pl.col("record").is_not_null()).select("source", "attempt", "record").collect()
         per = rec.group_by("source", maintain_order=True).agg(pl.struct("attempt", "record").n_unique().alias("n"))
         records = {str(r["source"]): int(r["n"]) for r in per.iter_rows(named=True)}
         unparsed = 0
