@@ -314,11 +314,31 @@ class RunData:
                 .with_columns(constant)
                 .select("t", "step", "attempt", "rank", "value", "line", "source", "time")
             )
+            out = self._shared_columns(out)
             nulls = out.get_column("rank").null_count()
             if nulls in (0, out.height):  # the global and the per-rank view are the same rows: kept once
                 self._cache[("series", name_asked, not per_rank)] = out
         self._cache[key] = out
         return out
+
+    def _shared_columns(self, out: pl.DataFrame) -> pl.DataFrame:
+        """`out` with its `t`, `step`, `line` and `time` columns replaced by an equal column of a series built
+        before, when there is one: the metrics of one record (loss, grad norm, lr, loss scale of a JSONL line)
+        have the same positions, steps, lines and clock, so the cached series share those buffers (polars
+        columns are reference-counted) instead of holding one copy each (32 bytes a row per series)."""
+        pool = self._cache.setdefault(("shared-columns",), {})
+        same = []
+        for c in ("t", "step", "line", "time"):
+            col = out.get_column(c)
+            if col.len() == 0 or col.null_count() == col.len():  # empty, or all null (a constant already)
+                continue
+            kept = pool.setdefault(c, [])
+            prev = next((p for p in kept if p.len() == col.len() and p.dtype == col.dtype and p.equals(col)), None)
+            if prev is None:
+                kept.append(col)
+            else:
+                same.append(prev.alias(c))
+        return out.with_columns(same) if same else out
 
     def grad_norm_series(self) -> tuple[pl.DataFrame, bool]:
         """Global grad norm per step: the logged one, else derived from the per-layer dump.

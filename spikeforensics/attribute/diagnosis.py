@@ -292,9 +292,13 @@ def coverage(
     present = {"loss" if n == loss_name else n for n in run.metric_names()}
     series = {}
     for metric in (n for n in CANONICAL_METRICS if n in present):
+        # distinct (source, attempt, record): the distinct records of each (source, attempt), summed (an integer
+        # set per attempt, not a set of row-encoded structs: ~0.6 GB less at 5M steps)
         n = (
             rows.filter(pl.col("name") == metric)
-            .select(pl.struct("source", "attempt", "record").n_unique())
+            .group_by("source", "attempt")
+            .agg(pl.col("record").n_unique())
+            .select(pl.col("record").sum())
             .collect()
             .item()
         )
