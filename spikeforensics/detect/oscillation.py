@@ -41,9 +41,10 @@ def detect(run: RunData, params) -> list[Finding]:
         pl.col("resid").abs().alias("_abs"), pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i")
     )
     vol = robust.strided_rolling_median(data, "_abs", "_k", op.window).with_columns(pl.col("_med") * robust.MAD_SCALE)
-    data = data.join(vol, on=["_k", "_i"], how="left").with_columns(
-        pl.col("_med").forward_fill().backward_fill().over("_k").alias("vol")
-    )
+    # the scale joined onto the two key columns only, then set beside the others (a join of the whole frame
+    # copies every column of the run's loss timeline)
+    med = data.select("_k", "_i").join(vol, on=["_k", "_i"], how="left", maintain_order="left").get_column("_med")
+    data = data.with_columns(med).with_columns(pl.col("_med").forward_fill().backward_fill().over("_k").alias("vol"))
     typical = pl.col("vol").median().over("_k")
     # the absolute level is for a run that oscillates from the start (its typical volatility is itself
     # at that level, so no stretch can be 3x it); a run whose typical volatility is below it needs the
