@@ -223,8 +223,11 @@ class RunData:
             return bool(epoch.len()) and 0 <= float(epoch[0]) < 0.05
         if first_step <= start_max_step:
             return True
-        steps = self.series("loss").get_column("step").drop_nulls().unique().sort().head(2)
-        return steps.len() == 2 and first_step <= int(steps[1]) - int(steps[0])
+        # the two smallest distinct steps (a unique() of a long run's steps is a hash set of every one)
+        steps = self.series("loss").get_column("step").drop_nulls()
+        s0 = steps.min()
+        s1 = steps.filter(steps > s0).min() if s0 is not None else None
+        return s1 is not None and first_step <= int(s1) - int(s0)
 
     def loss_is_critic(self) -> bool:
         """The run's loss is an RL critic's (`schema.VALUE_LOSS`): its bootstrapped targets start near 0 and grow
@@ -434,11 +437,20 @@ class RunData:
         return self.events.filter(pl.col("kind").is_in(list(kinds)))
 
     def step_range(self) -> tuple[int | None, int | None, int]:
-        steps = (
-            self.metrics.lazy().filter(pl.col("record").is_not_null()).select("step").collect().get_column("step")
-        ).drop_nulls()
-        if steps.len() == 0:
-            steps = self.layers.get_column("step").drop_nulls()
-        if steps.len() == 0:
-            return None, None, 0
-        return int(steps.min()), int(steps.max()), int(steps.n_unique())
+        """(first, last, distinct steps) of the step records, else of the layer dump; computed once (every
+        incident asks), by a query that takes out no step column (a long run's has a row per metric)."""
+        key = ("step_range",)
+        if key not in self._cache:
+            step = pl.col("step").drop_nulls()
+            first, last, count = (
+                self.metrics.lazy()
+                .filter(pl.col("record").is_not_null())
+                .select(step.min(), step.max().alias("last"), step.n_unique().alias("n"))
+                .collect()
+                .row(0)
+            )
+            if not count:
+                steps = self.layers.get_column("step").drop_nulls()
+                first, last, count = (steps.min(), steps.max(), steps.n_unique()) if steps.len() else (None, None, 0)
+            self._cache[key] = (None, None, 0) if not count else (int(first), int(last), int(count))
+        return self._cache[key]
