@@ -129,7 +129,7 @@ def main() -> None:
     cpu = time.process_time() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
-    print(f"run {args.run}: {run.metrics.height:,} metric rows, {len(diagnosis['incidents'])} incidents")
+    print(f"run {args.run}: {run.metric_rows():,} metric rows, {len(diagnosis['incidents'])} incidents")
     print("| phase | calls | CPU s | RSS at start MB | peak inside MB | rise MB |")
     print("|---|---|---|---|---|---|")
     for label, r in phases.rows.items():

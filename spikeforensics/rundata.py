@@ -3,10 +3,16 @@
 `RunData` holds the five data tables and the sources manifest of one run as polars
 frames. Detectors never read files: they take a `RunData` (or a hand-made one in
 tests, see `RunData.from_frames`) and return findings.
+
+The long metrics table of a run loaded from a store is held as a lazy scan of its Parquet
+files when it has more than `EAGER_METRIC_ROWS` rows (issues 14/16: a 10M-step run's table is
+~4 GB in memory): `metrics` is then a `pl.LazyFrame`, so readers query it through
+`run.metrics.lazy()` (a no-op on a LazyFrame) and take out only the rows and columns they need.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 
@@ -27,10 +33,15 @@ ADVERSARIAL_SIDES = (
 TOTAL_LOSS = r"(?:^|_)(?:total_loss|loss_total)(?:_|$)"
 
 
+# why: ~80 bytes a row in memory, so up to ~160 MB eager; above, each query scans the Parquet files
+# (only the columns it reads, the row groups its filter keeps)
+EAGER_METRIC_ROWS = 2_000_000
+
+
 @dataclass
 class RunData:
     run_id: str
-    metrics: pl.DataFrame
+    metrics: pl.DataFrame | pl.LazyFrame  # lazy for a big run loaded from a store (EAGER_METRIC_ROWS)
     events: pl.DataFrame
     layers: pl.DataFrame
     batches: pl.DataFrame
@@ -40,11 +51,11 @@ class RunData:
 
     @classmethod
     def load(cls, store, run_id: str) -> RunData:
-        return cls(
-            run_id=run_id,
-            sources=store.sources(run_id),
-            **{t: store.table(run_id, t) for t in schema.DATA_TABLES},
-        )
+        tables = {t: store.table(run_id, t) for t in schema.DATA_TABLES if t != "metrics"}
+        metrics = store.scan(run_id, "metrics")
+        if metrics.select(pl.len()).collect().item() <= EAGER_METRIC_ROWS:
+            metrics = store.table(run_id, "metrics")
+        return cls(run_id=run_id, sources=store.sources(run_id), metrics=metrics, **tables)
 
     @classmethod
     def from_frames(cls, run_id: str = "test", **frames: pl.DataFrame) -> RunData:
@@ -124,7 +135,22 @@ class RunData:
 
     # -- metric series -----------------------------------------------------------
     def metric_names(self) -> list[str]:
-        return sorted(self.metrics.get_column("name").unique().to_list())
+        return sorted(self.metrics.lazy().select(pl.col("name").unique()).collect().get_column("name").to_list())
+
+    def engine(self):
+        """A context in which `collect()` runs on polars' streaming engine when the metrics table is lazy: a query
+        over the whole table (a group-by per record, a count per metric) then reads the Parquet files in morsels
+        instead of taking its columns out whole (at 1M steps, the events detector's per-record query: 1.1 GB
+        in memory, 0.46 GB streaming). A small, eager run keeps the default engine."""
+        if isinstance(self.metrics, pl.DataFrame):
+            return contextlib.nullcontext()
+        return pl.Config(engine_affinity="streaming")
+
+    def metric_rows(self) -> int:
+        """Rows of the long metrics table (counted from the Parquet metadata when it is lazy)."""
+        if isinstance(self.metrics, pl.DataFrame):
+            return self.metrics.height
+        return int(self.metrics.select(pl.len()).collect().item())
 
     def has_metric(self, name: str) -> bool:
         name = self.resolve(name)
@@ -197,8 +223,11 @@ class RunData:
             return bool(epoch.len()) and 0 <= float(epoch[0]) < 0.05
         if first_step <= start_max_step:
             return True
-        steps = self.series("loss").get_column("step").drop_nulls().unique().sort().head(2)
-        return steps.len() == 2 and first_step <= int(steps[1]) - int(steps[0])
+        # the two smallest distinct steps (a unique() of a long run's steps is a hash set of every one)
+        steps = self.series("loss").get_column("step").drop_nulls()
+        s0 = steps.min()
+        s1 = steps.filter(steps > s0).min() if s0 is not None else None
+        return s1 is not None and first_step <= int(s1) - int(s0)
 
     def loss_is_critic(self) -> bool:
         """The run's loss is an RL critic's (`schema.VALUE_LOSS`): its bootstrapped targets start near 0 and grow
@@ -266,20 +295,53 @@ class RunData:
             rows = (
                 self.metrics.lazy()  # lazily: the filter copies only the columns kept, not the whole table
                 .filter((pl.col("name") == name) & (pl.col("source") == source) & pl.col("record").is_not_null())
-                .select("step", "attempt", "rank", "value", "line", "source", "time", "record")
+                .select("step", "attempt", "rank", "value", "line", "time", "record")
                 .collect()
             )
             if not per_rank and rows.get_column("rank").null_count() > 0:
                 rows = rows.filter(pl.col("rank").is_null())
             rows = rows.sort(["attempt", "record"])
-            out = rows.with_columns(
-                pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t")
-            ).select("t", "step", "attempt", "rank", "value", "line", "source", "time")
+            # one source by construction, and a rank or time column that is all null, are held as constants (a
+            # polars scalar column: no buffer per row), not as 16 or 8 bytes a row for the whole run
+            constant = [pl.lit(source, pl.String).alias("source")]
+            constant += [
+                pl.lit(None, rows.schema[c]).alias(c)
+                for c in ("rank", "time")
+                if rows.get_column(c).null_count() == rows.height
+            ]
+            attempt = rows.get_column("attempt")
+            if rows.height and attempt.null_count() == 0 and attempt.min() == attempt.max():  # one attempt
+                constant.append(pl.lit(attempt[0], pl.Int32).alias("attempt"))
+            out = (
+                rows.with_columns(pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank").alias("t"))
+                .with_columns(constant)
+                .select("t", "step", "attempt", "rank", "value", "line", "source", "time")
+            )
+            out = self._shared_columns(out)
             nulls = out.get_column("rank").null_count()
             if nulls in (0, out.height):  # the global and the per-rank view are the same rows: kept once
                 self._cache[("series", name_asked, not per_rank)] = out
         self._cache[key] = out
         return out
+
+    def _shared_columns(self, out: pl.DataFrame) -> pl.DataFrame:
+        """`out` with its `t`, `step`, `line` and `time` columns replaced by an equal column of a series built
+        before, when there is one: the metrics of one record (loss, grad norm, lr, loss scale of a JSONL line)
+        have the same positions, steps, lines and clock, so the cached series share those buffers (polars
+        columns are reference-counted) instead of holding one copy each (32 bytes a row per series)."""
+        pool = self._cache.setdefault(("shared-columns",), {})
+        same = []
+        for c in ("t", "step", "line", "time"):
+            col = out.get_column(c)
+            if col.len() == 0 or col.null_count() == col.len():  # empty, or all null (a constant already)
+                continue
+            kept = pool.setdefault(c, [])
+            prev = next((p for p in kept if p.len() == col.len() and p.dtype == col.dtype and p.equals(col)), None)
+            if prev is None:
+                kept.append(col)
+            else:
+                same.append(prev.alias(c))
+        return out.with_columns(same) if same else out
 
     def grad_norm_series(self) -> tuple[pl.DataFrame, bool]:
         """Global grad norm per step: the logged one, else derived from the per-layer dump.
@@ -362,7 +424,9 @@ class RunData:
 
     # -- other views -------------------------------------------------------------
     def ranks(self) -> list[int]:
-        found = set(self.metrics.get_column("rank").drop_nulls().unique().to_list())
+        found = set(
+            self.metrics.lazy().select(pl.col("rank").drop_nulls().unique()).collect().get_column("rank").to_list()
+        )
         found |= set(self.layers.get_column("rank").drop_nulls().unique().to_list())
         return sorted(found)
 
@@ -373,11 +437,20 @@ class RunData:
         return self.events.filter(pl.col("kind").is_in(list(kinds)))
 
     def step_range(self) -> tuple[int | None, int | None, int]:
-        steps = (
-            self.metrics.lazy().filter(pl.col("record").is_not_null()).select("step").collect().get_column("step")
-        ).drop_nulls()
-        if steps.len() == 0:
-            steps = self.layers.get_column("step").drop_nulls()
-        if steps.len() == 0:
-            return None, None, 0
-        return int(steps.min()), int(steps.max()), int(steps.n_unique())
+        """(first, last, distinct steps) of the step records, else of the layer dump; computed once (every
+        incident asks), by a query that takes out no step column (a long run's has a row per metric)."""
+        key = ("step_range",)
+        if key not in self._cache:
+            step = pl.col("step").drop_nulls()
+            first, last, count = (
+                self.metrics.lazy()
+                .filter(pl.col("record").is_not_null())
+                .select(step.min(), step.max().alias("last"), step.n_unique().alias("n"))
+                .collect()
+                .row(0)
+            )
+            if not count:
+                steps = self.layers.get_column("step").drop_nulls()
+                first, last, count = (steps.min(), steps.max(), steps.n_unique()) if steps.len() else (None, None, 0)
+            self._cache[key] = (None, None, 0) if not count else (int(first), int(last), int(count))
+        return self._cache[key]

@@ -25,5 +25,6 @@ def diagnose_run(run: RunData, params: Params | None = None, rule_dirs: list[str
     from spikeforensics.detect import detect_incidents
 
     params = params or Params()
-    incidents, notes = detect_incidents(run, params)
-    return build_diagnosis(run, incidents, notes, params, rule_dirs)
+    with run.engine():
+        incidents, notes = detect_incidents(run, params)
+        return build_diagnosis(run, incidents, notes, params, rule_dirs)

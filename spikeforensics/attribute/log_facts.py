@@ -253,12 +253,17 @@ def _confined_nonfinite(run: RunData, params) -> dict:
     ap = params.attribution
     out = {"nonfinite_confined": False, "nonfinite_component": ""}
     loss_name = run.resolve("loss")
-    terms = run.metrics.filter(
-        pl.col("record").is_not_null()
-        & (pl.col("name") != loss_name)
-        & ~pl.col("name").str.contains(ap.component_exclude_pattern)
-        & ~pl.col("name").str.starts_with("eval")
-        & ~pl.col("name").str.starts_with("val")
+    terms = (
+        run.metrics.lazy()  # lazily: only the loss terms' rows and the columns read leave the long table
+        .filter(
+            pl.col("record").is_not_null()
+            & (pl.col("name") != loss_name)
+            & ~pl.col("name").str.contains(ap.component_exclude_pattern)
+            & ~pl.col("name").str.starts_with("eval")
+            & ~pl.col("name").str.starts_with("val")
+        )
+        .select("attempt", "record", "name", "value")
+        .collect()
     )
     if terms.height == 0:
         return out

@@ -54,6 +54,22 @@ def _records(run: RunData) -> pl.DataFrame:
     )
 
 
+class _Records:
+    """The training-step records (`_records`), queried when an event first needs them: most runs' events (a NaN
+    at a logged step) never do, and on a long run the query groups every metric row by its record (~0.5 GB
+    at 5M steps)."""
+
+    def __init__(self, run: RunData):
+        self.run = run
+        self._frame: pl.DataFrame | None = None
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        if self._frame is None:
+            self._frame = _records(self.run)
+        return self._frame
+
+
 def _fallback_step(run: RunData, records: pl.DataFrame) -> int:
     """Where an event without a step is placed: the last logged step, else the last record index, else 0
     (the nonfinite detector numbers a log without step counters by record index too)."""
@@ -140,7 +156,7 @@ def _floor(run: RunData, params, fallback: int) -> list[Finding]:
     ]
 
 
-def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
+def _all_overflow(run: RunData, params, records: _Records) -> list[Finding]:
     ep = params.events
     ov = run.events_of("overflow", "hysteresis")  # both are a step the fp16 scaler skipped
     if ov.height == 0:
@@ -153,7 +169,7 @@ def _all_overflow(run: RunData, params, records: pl.DataFrame) -> list[Finding]:
         if placed.height
         else int(ov.select(count).sum().item() or 0)
     )
-    logged = records.select("attempt", "step").unique().height
+    logged = records.frame.select("attempt", "step").unique().height
     denom = max(logged, skipped)
     stuck = _longest_same_scale_run(placed)
     # a scale already below 1 has halved far past any calibration (scalers start at 2^15-2^32): however
@@ -228,7 +244,7 @@ def _longest_same_scale_run(placed: pl.DataFrame) -> int:
     return int(sized.get_column("len").max()) if sized.height else 0
 
 
-def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> list[Finding]:
+def _hardware(run: RunData, params, records: _Records, fallback: int) -> list[Finding]:
     ep = params.events
     ev = run.events_of("xid", "ecc", "error")
     if ev.height == 0:
@@ -281,9 +297,10 @@ def _hardware(run: RunData, params, records: pl.DataFrame, fallback: int) -> lis
     ]
 
 
-def _after_last_record(ev: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
+def _after_last_record(ev: pl.DataFrame, records: _Records) -> pl.DataFrame:
     """The events after which no training-step record follows: in their own file a later line, in
     another file a later time; a run without step records has nothing after anything."""
+    records = records.frame
     if records.height == 0:
         return ev
     last = records.group_by("source").agg(pl.col("line").max().alias("_last_line"))
@@ -298,7 +315,7 @@ def _after_last_record(ev: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
     return ev.filter(after_own | after_clock).drop("_last_line")
 
 
-def _collective_timeout(run: RunData, records: pl.DataFrame, fallback: int) -> list[Finding]:
+def _collective_timeout(run: RunData, records: _Records, fallback: int) -> list[Finding]:
     """An NCCL watchdog timeout with no training record after it: the job was taken down on a hung
     collective (one rank stopped answering: a GPU or link fault, or a rank stuck elsewhere)."""
     ev = run.events_of("nccl_timeout")
@@ -412,11 +429,13 @@ def _json_code(detail) -> float | None:
 def detect(run: RunData, params) -> list[Finding]:
     if run.events.height == 0:
         return []
-    records = _records(run)
-    fallback = _fallback_step(run, records)
+    records = _Records(run)
+    # the fallback step places only events without a step (`_placed`, `_stopped`'s unplaced NaN)
+    unplaced = run.events.get_column("step").null_count() > 0
+    fallback = _fallback_step(run, records.frame) if unplaced else 0
     findings = _floor(run, params, fallback) + _all_overflow(run, params, records)
     hardware = _hardware(run, params, records, fallback)
-    findings += hardware + _stopped(run, params, fallback, records.height == 0)
+    findings += hardware + _stopped(run, params, fallback, unplaced and records.frame.height == 0)
     if not hardware:  # a hardware error that killed the job explains its watchdog timeouts too
         findings += _collective_timeout(run, records, fallback)
     return findings

@@ -200,8 +200,10 @@ def detect(run: RunData, params) -> list[Finding]:
                 pl.lit(per_rank).alias("per_rank"), pl.lit(derived).alias("derived")
             )
             track_cols = frame.select("rank", "pos", "step", "y", "left", "sigma")  # what a Track keeps
-            for rank in frame.get_column("rank").unique().to_list():
-                part = track_cols.filter(pl.col("rank").eq_missing(rank))
+            ranks = frame.get_column("rank").unique().to_list()
+            for rank in ranks:
+                # one rank (or none): every row is that track's (a filter keeping them all still copies them)
+                part = track_cols if len(ranks) == 1 else track_cols.filter(pl.col("rank").eq_missing(rank))
                 tracks.append(shape.Track.from_frame(part, signal, rank if per_rank else None))
         if cands:
             f = _flags(cands, params)

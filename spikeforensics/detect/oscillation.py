@@ -30,21 +30,30 @@ def detect(run: RunData, params) -> list[Finding]:
     if loss.height < op.min_records + op.window:
         return []
     key = pl.col("rank").cast(pl.String).fill_null("-")
+    # one track (the global rows, or a single rank): the windows per track are windows over all rows, so the
+    # key is a constant and no expression needs `.over` (on a long run, each grouping of every row by a string
+    # key costs more memory than the columns it computes)
+    one = loss.get_column("rank").n_unique() == 1
+    over = (lambda e: e) if one else (lambda e: e.over("_k"))
     data = (
-        loss.with_columns(key.alias("_k"))
+        loss.with_columns(pl.lit(loss.head(1).select(key).item()).alias("_k") if one else key.alias("_k"))
         .with_columns(
-            pl.col("y").rolling_median(op.detrend, min_samples=1, center=True).over("_k").alias("trend"),
+            over(pl.col("y").rolling_median(op.detrend, min_samples=1, center=True)).alias("trend"),
         )
         .with_columns((pl.col("y") - pl.col("trend")).alias("resid"))
     )
     data = data.with_columns(
-        pl.col("resid").abs().alias("_abs"), pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i")
+        pl.col("resid").abs().alias("_abs"), over(pl.int_range(pl.len(), dtype=pl.Int64)).alias("_i")
     )
     vol = robust.strided_rolling_median(data, "_abs", "_k", op.window).with_columns(pl.col("_med") * robust.MAD_SCALE)
-    data = data.join(vol, on=["_k", "_i"], how="left").with_columns(
-        pl.col("_med").forward_fill().backward_fill().over("_k").alias("vol")
+    # the scale joined onto the key columns only, then set beside the others (a join of the whole frame
+    # copies every column of the run's loss timeline)
+    keys = ["_i"] if one else ["_k", "_i"]
+    med = data.select(keys).join(vol.select(*keys, "_med"), on=keys, how="left", maintain_order="left")
+    data = data.with_columns(med.get_column("_med")).with_columns(
+        over(pl.col("_med").forward_fill().backward_fill()).alias("vol")
     )
-    typical = pl.col("vol").median().over("_k")
+    typical = over(pl.col("vol").median())
     # the absolute level is for a run that oscillates from the start (its typical volatility is itself
     # at that level, so no stretch can be 3x it); a run whose typical volatility is below it needs the
     # ratio (a mixup/cutmix per-batch loss swings ~13% as its normal noise and 1.5x that in places)

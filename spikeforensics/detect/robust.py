@@ -41,11 +41,22 @@ def prepare(series: pl.DataFrame) -> pl.DataFrame:
     series = series.with_columns(pl.col("step").fill_null(pl.col("t")))  # a log without step numbers: record index
     if not _in_order(series):  # a series already in order keeps its columns (shared, not copied)
         series = series.sort("rank", "t", nulls_last=True)
-    return series.with_columns(
-        pl.col("value").is_finite().fill_null(False).alias("finite"),
-        pl.when(pl.col("value").is_finite() & (pl.col("value") > 0)).then(pl.col("value").log()).alias("y"),
-        position(pl.col("attempt"), pl.col("step")).alias("pos"),
+    return share_pos(
+        series.with_columns(
+            pl.col("value").is_finite().fill_null(False).alias("finite"),
+            pl.when(pl.col("value").is_finite() & (pl.col("value") > 0)).then(pl.col("value").log()).alias("y"),
+            position(pl.col("attempt"), pl.col("step")).alias("pos"),
+        )
     )
+
+
+def share_pos(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `pos` holding the `step` column itself when they are equal (a run of one attempt: pos =
+    step), not a second buffer of 8 bytes a row."""
+    pos, step = frame.get_column("pos"), frame.get_column("step")
+    if frame.height and step.dtype == pos.dtype and pos.equals(step):
+        return frame.with_columns(step.alias("pos"))
+    return frame
 
 
 def _in_order(series: pl.DataFrame) -> bool:
@@ -78,6 +89,8 @@ def add_baseline(
     side = max(window - guard, 1)
     # a column without nulls is kept as it is (a filter that keeps every row still copies every column)
     data = frame.filter(pl.col(col).is_not_null()) if frame.get_column(col).null_count() else frame
+    if data is not frame and "pos" in data.columns and "step" in data.columns:
+        data = share_pos(data)  # the filter copied `pos` and `step` apart
     if data.height == 0:
         return data.with_columns(
             *(pl.lit(None, pl.Float64).alias(c) for c in ("left", "right", "base", "sigma", "z_left", "z_right", "z"))

@@ -29,7 +29,8 @@ class Track:
 
     @classmethod
     def from_frame(cls, frame: pl.DataFrame, signal: str, rank: int | None = None) -> Track:
-        frame = frame.sort("pos")
+        if not frame.get_column("pos").is_sorted():  # a timeline already in order is not copied by a sort
+            frame = frame.sort("pos")
         left = frame.get_column("left").fill_null(strategy="forward").fill_null(strategy="backward")
         return cls(
             signal=signal,

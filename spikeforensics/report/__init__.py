@@ -26,6 +26,8 @@ def write_reports(diagnosis: dict, run, html_path, json_path, md_path=None, max_
         written["markdown"] = md_path
     html_path = Path(html_path)
     html_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(html_path, render_html(diagnosis, run, max_points=max_points))
+    with run.engine():
+        html = render_html(diagnosis, run, max_points=max_points)
+    write_atomic(html_path, html)
     written["html"] = html_path
     return written

@@ -337,7 +337,9 @@ def _inputs(run) -> dict:
                 "examples": examples,
             }
         )
-    tables = {t: getattr(run, t).height for t in ("metrics", "events", "layers", "batches", "telemetry")}
+    tables = {"metrics": run.metric_rows()} | {
+        t: getattr(run, t).height for t in ("events", "layers", "batches", "telemetry")
+    }
     return {"files": files, "tables": tables}
 
 
