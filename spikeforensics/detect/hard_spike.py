@@ -330,26 +330,8 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
         return False
     if not (high <= hp.bump_max_records and nxt.item(0, "value") <= band):  # one or two records, back at once
         return False
-    # at loss_ratio_critical or more, only when the run's own tail reaches that z by chance (see `_tail_expected`)
-    return peak < hp.loss_ratio_critical or _tail_expected(frame, inside, hp) >= hp.bump_tail_expected
-
-
-def _tail_expected(frame: pl.DataFrame, inside: pl.DataFrame, hp) -> float:
-    """How many records of the run's own noise are expected at or above the bump's highest z (`inside`: the
-    bump's records): the counts of the run's other records at >= bump_tail_from_z and one sigma above it give
-    the tail's decay per sigma (log-linear), extrapolated to that z. 0 when the tail is too thin to read
-    (fewer than bump_tail_min_records at the upper level) or does not fall."""
-    z_peak = inside.get_column("z").fill_nan(None).max()
-    if z_peak is None:
-        return 0.0
-    own = inside.select("attempt", "step")
-    others = frame.join(own, on=["attempt", "step"], how="anti").get_column("z").fill_nan(None).drop_nulls()
-    lo = int((others >= hp.bump_tail_from_z).sum())
-    hi = int((others >= hp.bump_tail_from_z + 1).sum())
-    if hi < hp.bump_tail_min_records or lo <= hi:
-        return 0.0
-    decay = math.log(lo / hi)  # per robust sigma
-    return hi * math.exp(-decay * (float(z_peak) - (hp.bump_tail_from_z + 1)))
+    # at loss_ratio_critical or more, only when the run's own tail reaches that z by chance (see `robust.tail_expected`)
+    return peak < hp.loss_ratio_critical or robust.tail_expected(frame, inside, hp) >= hp.bump_tail_expected
 
 
 def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = False) -> list[Finding]:

@@ -275,3 +275,21 @@ def settled_step(frame: pl.DataFrame, smooth: int, factor: float) -> int | None:
     data = data.with_columns(pl.col("value").rolling_median(smooth, min_samples=1, center=True).alias("_s"))
     hit = data.filter(pl.col("_s") <= factor * med)
     return int((hit if hit.height else data).get_column("step")[0])
+
+
+def tail_expected(frame: pl.DataFrame, inside: pl.DataFrame, hp) -> float:
+    """How many records of the run's own noise are expected at or above the bump's highest z (`inside`: the
+    bump's records): the counts of the run's other records at >= bump_tail_from_z and one sigma above it give
+    the tail's decay per sigma (log-linear), extrapolated to that z. 0 when the tail is too thin to read
+    (fewer than bump_tail_min_records at the upper level) or does not fall."""
+    z_peak = inside.get_column("z").fill_nan(None).max()
+    if z_peak is None:
+        return 0.0
+    own = inside.select("attempt", "step")
+    others = frame.join(own, on=["attempt", "step"], how="anti").get_column("z").fill_nan(None).drop_nulls()
+    lo = int((others >= hp.bump_tail_from_z).sum())
+    hi = int((others >= hp.bump_tail_from_z + 1).sum())
+    if hi < hp.bump_tail_min_records or lo <= hi:
+        return 0.0
+    decay = math.log(lo / hi)  # per robust sigma
+    return hi * math.exp(-decay * (float(z_peak) - (hp.bump_tail_from_z + 1)))
