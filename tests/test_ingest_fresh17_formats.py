@@ -124,3 +124,68 @@ def test_an_epoch_header_line_counts_the_loss_lines_under_it(store):
     # `[ Epoch 0 ]`, `  - (Training)   loss:      nan, accuracy: 3.7 %`, `  - (Validation) loss: ...`
     assert [s for s, _ in series(metrics, "loss")] == [0, 1, 2, 3, 4]
     assert [s for s, _ in series(metrics, "eval_loss", train=False)] == [0, 1, 2, 3, 4]
+
+
+# An outside review of the session's readers (each input reproduces a fault it found)
+
+
+def test_a_per_class_table_inside_a_log_is_no_restarted_run(tmp_path, store):
+    lines = [f"step {s} loss {3.0 - s / 1000:.3f}" for s in range(100, 1100, 100)]
+    lines += [
+        "Per-class AP (class: AP50 AP75):",
+        "0: 0.512 0.733",
+        "1: 0.420 0.610",
+        "2: 0.388 0.590",
+        "3: 0.301 0.455",
+    ]
+    metrics, _, f = ingest(store, write(tmp_path, "train.log", "\n".join(lines) + "\n"))
+    assert train_steps(metrics) == list(range(100, 1100, 100)) and "column_2" not in metrics["name"].to_list()
+
+
+def test_a_count_colon_loop_that_resumes_stays_readable(tmp_path, store):
+    rows = [f"{i}: {1.38 - i / 1000:.3f}\t0.690" for i in range(0, 500, 10)]
+    rows += [f"{i}: {1.10 - i / 2000:.3f}\t0.690" for i in range(300, 600, 10)]
+    metrics, _, f = ingest(store, write(tmp_path, "gan.log", "\n".join(rows) + "\n"))
+    assert f.format == "generic_steps" and len(series(metrics, "loss")) == 80
+
+
+def test_a_headerless_table_keeps_its_rows_when_the_tail_differs(tmp_path, store):
+    rows = [f"{i},{2.0 - i / 1000:.4f},{0.5 + i / 10000:.4f}" for i in range(1000)]
+    tail = ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>', "RuntimeError: boom"]
+    metrics, _, f = ingest(store, write(tmp_path, "loss_log.csv", "\n".join(rows + tail) + "\n"))
+    assert f.format == "headerless_table" and len(series(metrics, "loss")) == 1000 and f.unparsed == 3
+
+
+def test_a_headerless_table_is_a_log_only_by_its_name(tmp_path, store):
+    from spikeforensics.ingest import IngestError
+
+    iris = "".join(f"{5.1 + i / 10:.1f},{3.5 - i / 20:.2f},1.4,0.2\n" for i in range(8))
+    with pytest.raises(IngestError):
+        ingest(store, write(tmp_path, "iris.csv", iris))
+    metrics, _, f = ingest(store, write(tmp_path, "loss_history.csv", iris), run="h")
+    assert f.format == "headerless_table"
+
+
+def test_another_named_loss_term_is_no_validation(tmp_path, store):
+    text = "".join(f"train loss: {2.0 - i / 10}\nkl loss: {0.5 - i / 10}\n" for i in range(3))
+    metrics, _, f = ingest(store, write(tmp_path, "out.log", text))
+    assert [v for _, v in series(metrics, "kl_loss")] == [0.5, 0.4, 0.3]
+    assert series(metrics, "eval_kl_loss", train=False) == []
+
+
+def test_prose_with_a_train_loss_is_no_log(tmp_path, store):
+    from spikeforensics.ingest import IngestError
+
+    text = (
+        "The train loss = 0.91 at the start of the run.\nAfter a while the train loss = 0.62 as expected.\n"
+        "At the end the train loss = 0.55 was reached.\nThen we measured the loss: 0.5 on held-out data.\n"
+    )
+    with pytest.raises(IngestError):
+        ingest(store, write(tmp_path, "notes.txt", text))
+
+
+def test_cyclegan_list_of_integers_is_read_once(tmp_path, store):
+    lines = ["(epoch: 1, iters: 100, time: 0.746) D: 1, 2 | G: 0, 0.5 |"] * 2
+    lines[1] = lines[1].replace("iters: 100", "iters: 200")
+    metrics, _, f = ingest(store, write(tmp_path, "loss_log.txt", "\n".join(lines) + "\n"))
+    assert sorted(set(metrics["name"].to_list()) - {"epoch"}) == ["loss_d_1", "loss_d_2", "loss_g_1", "loss_g_2"]

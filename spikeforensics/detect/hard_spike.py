@@ -189,7 +189,8 @@ def _flags(cands: dict, params) -> pl.DataFrame:
 def detect(run: RunData, params) -> list[Finding]:
     hp = params.hard_spike
     flagged, tracks = [], []
-    mid_run = not run.starts_at_start(hp.start_max_step)
+    # (a log without step numbers has no known start: its first records may be the untrained loss)
+    mid_run = run.step_range()[0] is not None and not run.starts_at_start(hp.start_max_step)
     for per_rank in (False, True):
         cands = {}
         for signal in SIGNALS:

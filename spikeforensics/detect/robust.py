@@ -279,17 +279,22 @@ def settled_step(frame: pl.DataFrame, smooth: int, factor: float) -> int | None:
 
 def tail_expected(frame: pl.DataFrame, inside: pl.DataFrame, hp) -> float:
     """How many records of the run's own noise are expected at or above the bump's highest z (`inside`: the
-    bump's records): the counts of the run's other records at >= bump_tail_from_z and one sigma above it give
-    the tail's decay per sigma (log-linear), extrapolated to that z. 0 when the tail is too thin to read
-    (fewer than bump_tail_min_records at the upper level) or does not fall."""
+    bump's records). The tail is read from two bands of the run's other records, [a, a+1) and [a+1, a+2) robust
+    sigma (a = bump_tail_from_z): their ratio is its decay per sigma (log-linear, an exponential tail), the
+    upper band's count with that decay its mass from a+1 on, extrapolated to the bump's z. Bands, not counts
+    above a level: other spikes far out (25 one-batch jumps at 40 sigma) are no part of the noise and must not
+    flatten the tail they are tested against. 0 when the upper band holds fewer than bump_tail_min_records or
+    the tail does not fall."""
     z_peak = inside.get_column("z").fill_nan(None).max()
     if z_peak is None:
         return 0.0
     own = inside.select("attempt", "step")
     others = frame.join(own, on=["attempt", "step"], how="anti").get_column("z").fill_nan(None).drop_nulls()
-    lo = int((others >= hp.bump_tail_from_z).sum())
-    hi = int((others >= hp.bump_tail_from_z + 1).sum())
-    if hi < hp.bump_tail_min_records or lo <= hi:
+    a = hp.bump_tail_from_z
+    low = int(others.is_between(a, a + 1, closed="left").sum())
+    high = int(others.is_between(a + 1, a + 2, closed="left").sum())
+    if high < hp.bump_tail_min_records or low <= high:
         return 0.0
-    decay = math.log(lo / hi)  # per robust sigma
-    return hi * math.exp(-decay * (float(z_peak) - (hp.bump_tail_from_z + 1)))
+    decay = math.log(low / high)  # per robust sigma
+    mass = high / (1.0 - math.exp(-decay))  # records expected at >= a + 1
+    return mass * math.exp(-decay * (float(z_peak) - (a + 1)))

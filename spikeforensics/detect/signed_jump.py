@@ -118,7 +118,7 @@ def detect(run: RunData, params) -> list[Finding]:
 
 
 def _game_blips(found: list[Finding], run: RunData, hp) -> list[Finding]:
-    """One side of a GAN's pair whose jumps are single records, each back inside the range on the next record,
+    """One side of a GAN's pair whose jumps are single records, the next record no jump any more,
     `game_blips_min` times or more in the run: the game's one-batch blips (a discriminator's per-batch loss jumps
     40-60x on a batch it misjudges and is back at once: BicycleGAN's `D:` 71 times over 5x in 979 records while the
     reconstruction loss keeps falling), notes. A jump that lasts, or a lone one, stays an incident."""
@@ -130,5 +130,7 @@ def _game_blips(found: list[Finding], run: RunData, hp) -> list[Finding]:
     for f in blips:
         f.severity = "info"
         f.facts["game_blip"] = True
-        f.summary += f"; back in range on the next record, one of {len(blips)} such one-batch blips of the game (note)"
+        f.summary += (
+            f"; over on the next record (no jump there), one of {len(blips)} such one-batch blips of the game (note)"
+        )
     return found

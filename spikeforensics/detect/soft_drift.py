@@ -140,20 +140,16 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     )
     whole_short = (pl.col("_lowq") - low_before_short >= dp.low_share * pl.col("_short")).fill_null(True)
     whole_long = (pl.col("_lowq") - low_before_long >= dp.low_share * pl.col("_long")).fill_null(True)
-    # material on the run's own scale: a loss that fell to near zero (a small corpus memorised: 4.3 -> 0.009)
-    # doubles on a few thousandths, a relative rise no one reads as a drift; its absolute rise must be at least
-    # `scale_share` of the highest level the smoothed loss held in the log
-    material = (pl.col("smooth").exp() - (pl.col("smooth") - pl.col("rise")).exp()) >= dp.scale_share * pl.col(
-        "smooth"
-    ).max().over("_k").exp()
-    short = (
-        (pl.col("_i") - span >= pl.col("_early"))
-        & (pl.col("_short") >= math.log1p(dp.loss_rise))
-        & (pl.col("_short") >= pl.col("_noise"))
-        & _lasts("_short", "_level")
-        & whole_short
+    flagged = data.filter(
+        (
+            (pl.col("_i") - span >= pl.col("_early"))
+            & (pl.col("_short") >= math.log1p(dp.loss_rise))
+            & (pl.col("_short") >= pl.col("_noise"))
+            & _lasts("_short", "_level")
+            & whole_short
+        )
+        | (_climbs(1 + dp.long_rise) & whole_long)
     )
-    flagged = data.filter(material & (short | (_climbs(1 + dp.long_rise) & whole_long)))
     return flagged.with_columns(pl.lit("loss").alias("signal"), (pl.col("smooth") - pl.col("rise")).alias("before"))
 
 

@@ -105,7 +105,14 @@ def parse(src: SourceFile) -> ParseResult:
         .explode("v", "_i")
         .select("line", (pl.col("k") + "_" + pl.col("_i").cast(pl.String)).alias("k"), pl.col("v").str.strip_chars())
     )
-    pairs = pl.concat([find_pairs(body, PAIR).select("line", "k", "v"), listed])
+    # (a list's first value also matches a single pair, `D: 1,` of `D: 1, 2`: the list's reading wins)
+    single = find_pairs(body, PAIR).select("line", "k", "v")
+    pairs = pl.concat(
+        [
+            single.join(listed.select("line", pl.col("k").str.replace(r"_\d+$", "")), on=["line", "k"], how="anti"),
+            listed,
+        ]
+    )
     values = parse_numbers(
         pairs.with_columns(("loss_" + pl.col("k")).str.to_lowercase().alias("name")), raw="v", out="value"
     )

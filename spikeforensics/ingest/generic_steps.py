@@ -208,6 +208,10 @@ QUOTED_NUMBER = r"""['"]([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[Nn]a[Nn]|-?[Ii]
 # a scalar printed through its wrapper: `np.float64(0.40)`, `np.int32(2)`, `tensor(2.31, device='cuda:0')`
 WRAPPED = r"(?:np\.|numpy\.)?(?:(?:float|int|uint|bfloat|half)\d*|tensor)\(\s*([-+]?[\w.+-]+)\s*(?:,[^()]*)?\)"
 MAX_CONFIDENCE = 0.35
+COUNT_VALUES_MIN = (
+    10  # `N: v1 v2` lines that make a file of them (see `_rising_count_values`): a numbered list is shorter
+)
+COUNT_VALUES_RISING = 0.9  # ... whose counts rise on 90% of consecutive pairs (a resume goes back: a new attempt)
 HEAD_REACH = 3  # a record's counter may stand up to 3 non-blank lines above its loss line (see `_head_counters`)
 MIN_UNCOUNTED = 3  # loss lines of a file without any counter that make it a log of step-less records
 # a loss line with a counter on it (a counter elsewhere, DeepSpeed's `global_step=10` timer lines beside
@@ -217,12 +221,16 @@ UNCOUNTED_SHARE = (
     0.9  # ... when they are >= 90% of its loss lines (source or traceback lines quoting `loss` are the rest)
 )
 # (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log; a name of
-# two words before `=` is no Python: MOERec's per-epoch `train loss = 1.2836`)
-UNCOUNTED_LOSS = r"(?i)(?:loss\w*\s*:|[a-z]\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
+# two words opening the line before `=` is no Python: MOERec's per-epoch `train loss = 1.2836`; within a
+# sentence, `The train loss = 0.91 at the start`, it is prose)
+UNCOUNTED_LOSS = r"(?i)(?:loss\w*\s*:|^\W*[a-z]+\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # a loss named as the training's (`train loss = x`, `Training loss: x`): in a file of step-less loss lines that
 # names its training loss so, a loss line naming no phase is the other phase's (MOERec prints `loss: 1.4166,
 # Performance is better... saving the model`, its validation, after each epoch's `train loss = 1.2836`)
 TRAIN_NAMED_LOSS = r"(?i)\btrain(?:ing)?[ _]loss\b"
+# ... the loss alone, no other word naming it (`loss: 1.4166, Performance is better...`; a `kl loss: 0.5` beside
+# `train loss: 2.0` is another training term, not the other phase)
+UNNAMED_LOSS = r"(?i)^\W*loss\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # a loss line under a counter line (see `_head_counters`): `=` as well as `:`
 UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
@@ -292,12 +300,16 @@ def sniff(sample: SniffSample) -> float:
 
 
 def _rising_count_values(texts: pl.Series) -> int:
-    """The number of COUNT_VALUES lines when there are >= MIN_UNCOUNTED and their counts rise strictly, else 0
-    (a list numbered from 0 that repeats its numbers, or a table of class indices and scores, is no loop)."""
-    counts = texts.str.extract(COUNT_VALUES, 1).drop_nulls().cast(pl.Int64, strict=False).drop_nulls()
-    if counts.len() < MIN_UNCOUNTED or not bool((counts.diff().drop_nulls() > 0).all()):
+    """The number of COUNT_VALUES lines when they are the file's shape, else 0: at least COUNT_VALUES_MIN of them,
+    at least half of its non-blank lines, their counts rising on at least COUNT_VALUES_RISING of consecutive
+    pairs (a resumed loop goes back once or twice). A per-class table (`0: 0.512 0.733` under `Per-class AP`) or
+    a short numbered list inside a log is no loop."""
+    solid = texts.filter(texts.str.strip_chars() != "")
+    counts = solid.str.extract(COUNT_VALUES, 1).drop_nulls().cast(pl.Int64, strict=False).drop_nulls()
+    if counts.len() < COUNT_VALUES_MIN or counts.len() < 0.5 * solid.len():
         return 0
-    return counts.len()
+    rises = counts.diff().drop_nulls()
+    return counts.len() if float((rises > 0).mean()) >= COUNT_VALUES_RISING else 0
 
 
 def _count_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
@@ -657,16 +669,16 @@ def _drop_repeats(lossy_lines: pl.DataFrame) -> pl.DataFrame:
 
 def _other_phase(lossy_lines: pl.DataFrame, uncounted: bool) -> pl.Expr:
     """In a file of step-less loss lines (see `parse`) of which some name the training's loss (TRAIN_NAMED_LOSS),
-    the lines naming no phase are the evaluation's: only when there are no more of them than training lines (a
+    the lines printing a loss that no word names (UNNAMED_LOSS) are the evaluation's: only when there are no more of them than training lines (a
     loop printing its per-batch `loss: x` beside an epoch's `train loss = y` summary has many more)."""
     text = pl.col("text")
     if not uncounted:
         return pl.lit(False)
     named = lossy_lines.get_column("text").str.contains(TRAIN_NAMED_LOSS)
-    plain = lossy_lines.get_column("text").str.contains(UNCOUNTED_LOSS) & ~named
+    plain = lossy_lines.get_column("text").str.contains(UNNAMED_LOSS)
     if not named.any() or int(plain.sum()) > int(named.sum()):
         return pl.lit(False)
-    return text.str.contains(UNCOUNTED_LOSS) & ~text.str.contains(TRAIN_NAMED_LOSS) & ~text.str.contains(EVAL_WORDS)
+    return text.str.contains(UNNAMED_LOSS) & ~text.str.contains(EVAL_WORDS)
 
 
 def _hidden_nans(records: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame | None:

@@ -14,10 +14,15 @@ loss) and the file says nothing more. Without such a counter the rows are step-l
 (CONTRACT: step null where the log prints none). A paste's opening and closing backtick are no part of a row.
 
 Its sniffer is unsure (0.3): every reader that knows the file's shape wins, and a file with any word in it
-is no bare table.
+is no bare table. As the table names nothing, only its file's name can say it is a log (`loss`, `log`, `train`,
+`metric`, `summary`, `progress`, `history`, `stat`, `curve`, `result` in it, or a `.log`/`.out`/`.txt` file):
+`iris.csv` or `predictions.csv` in a run folder is data. The shape is decided on the file's first 400
+non-blank lines; rows of another width or other lines after them are unparsed, not a reason to drop the file.
 """
 
 from __future__ import annotations
+
+import re
 
 import polars as pl
 
@@ -37,6 +42,9 @@ MIN_COLUMNS, MAX_COLUMNS = 2, 8
 MIN_ROWS = 5  # rows of the sniffed head: a handful of number pairs is no log yet
 MIN_SHARE = 0.95  # of the head's non-blank lines (a banner line or two may open the file)
 CONFIDENCE = 0.3
+SHAPE_LINES = 400  # the non-blank lines the shape is decided on (about what the sniffer sees)
+# a file name that says it holds a log (see `sniff`)
+LOG_NAME = r"(?i)loss|log|train|metric|summary|progress|history|stat|curve|result|\.(?:log|out|txt)$"
 
 
 def _row(sep: str) -> str:
@@ -77,6 +85,11 @@ def _cells(texts: pl.Series | pl.Expr, sep: str):
 
 
 def sniff(sample: SniffSample) -> float:
+    # a table that names nothing is a training log only by its file's name (`loss_log.txt`, `train.log`,
+    # `summary.csv`, a paste saved as `*.log`): a data file of numbers (iris measurements, `predictions.csv`,
+    # a year and a temperature) found in a run folder must not become the run's loss
+    if not re.search(LOG_NAME, sample.path.name):
+        return 0.0
     # on the raw lines: a `0: ` the launcher-prefix stripper takes for an srun rank is part of the row (and makes
     # it no bare table: `0: 0.5 0.6` per-class scores)
     raw = pl.Series(sample.text.splitlines()[: len(sample.lines)], dtype=pl.String)
@@ -87,7 +100,10 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     if lines.get_column("prefix_rank").is_not_null().any():
         return ParseResult()  # a launcher's rank prefix (or a `N: ` count) on a line: no bare table
-    shape = _shape(lines.get_column("text"))
+    # the shape of the head the sniffer judged (the first SHAPE_LINES non-blank lines): rows of another width
+    # further down, a traceback at the end, are unparsed lines, not a reason to drop the file
+    head = lines.get_column("text")
+    shape = _shape(head.filter(head.str.strip_chars() != "").head(SHAPE_LINES))
     if shape is None:
         return ParseResult()
     sep, width = shape
