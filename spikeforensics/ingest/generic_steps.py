@@ -277,17 +277,10 @@ def sniff(sample: SniffSample) -> float:
     if _rising(epochs):
         n += epochs.len()
     if n < 2:  # the counter on one line, the loss on the next (see `_head_counters`)
-        solid = pl.Series(sample.lines, dtype=pl.String).str.strip_chars()
-        solid = solid.filter(solid != "")
-        counted = solid.str.contains(STEP) & ~solid.str.contains(LOSSY)
-        valued = solid.str.contains(UNCOUNTED_LOSS_ANY)
-        above = pl.Series([False] * len(solid), dtype=pl.Boolean)
-        for back in range(1, HEAD_REACH + 1):  # a counter line within reach, no loss value in between
-            between = pl.Series([False] * len(solid), dtype=pl.Boolean)
-            for k in range(1, back):
-                between = between | valued.shift(k).fill_null(False)
-            above = above | (counted.shift(back).fill_null(False) & ~between)
-        n += int((above & valued).sum())
+        lines = pl.DataFrame({"text": sample.lines}, schema={"text": pl.String}).with_row_index("line")
+        heads = _head_counters(lines, pl.col("text").str.extract(STEP, 1))
+        valued = lines.filter(pl.col("text").str.contains(UNCOUNTED_LOSS_ANY)).select(pl.col("line").cast(pl.Int64))
+        n += valued.join(heads.with_columns(pl.col("line").cast(pl.Int64)), on="line").height
     if n < 2:  # bracketed counters, on the raw lines (the prefix stripper may have taken them)
         raw = sample.text.splitlines()[: len(sample.lines) + 1]
         n += int(pl.Series(raw, dtype=pl.String).str.contains(BRACKET_RECORD).sum()) if raw else 0
