@@ -476,6 +476,8 @@ class EventsParams:
     )
     all_overflow_min_steps: int = 33  # why: ... over more steps than a scaler starting at 2^32 needs to find its level (32 halvings): not calibration
     all_overflow_stuck_skips: int = 3  # why: ... or fewer steps when >= 3 consecutive skipped steps keep one loss scale: a dynamic scaler halves by its 2nd consecutive overflow (hysteresis 2, DeepSpeed/Megatron), so a scale that does not fall is static or at its floor, not calibrating
+    guard_min_skips: int = 3  # why: a trainer's gradient-norm guard skipping every logged step convicts only over 3+ skipped steps (as all_overflow_stuck_skips): one or two skipped steps are the guard doing its job on a spike
+    guard_norm_spread: float = 2.0  # why: ... and only when the skipped norms stay within 2x of each other: ordinary norms above a threshold set too tight; a guard skipping a climbing norm (10x, 100x) is stopping an explosion
     floor_formats_pattern: str = r'"source_format":\s*"deepspeed"|"inferred_from":\s*"(?:loss_scale|skipped_iters)"'  # why: the overflow events of the scalers whose default min_loss_scale is 1 (DeepSpeed; Megatron, whose events are inferred from its loss-scale column): only there is a scale of 1 the floor (fairseq halves on to 1e-4; apex and torch have no minimum)
     hardware_xid_codes: tuple = (
         48,

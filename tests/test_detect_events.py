@@ -95,6 +95,26 @@ def test_a_short_run_whose_skips_keep_one_scale_convicts_but_halving_skips_do_no
     assert two == []
 
 
+def test_a_norm_guard_skipping_every_step_at_steady_norms_convicts_as_a_tight_threshold():
+    # minFM#4: `Step N: detected nan/inf/spiky gradient (norm=2.19); skipping optimizer step.` on every step
+    c = curves(4)
+    steady = [
+        ev("skipped_step", int(s), i, reason="user_skip", value=str(2.16 + 0.01 * i)) for i, s in enumerate(c["step"])
+    ]
+    found = events.detect(events_run(steady, c), Params())
+    assert [(f.kind, f.severity, f.facts["cause"], f.facts["guard_skips"]) for f in found] == [
+        ("clip_rate_anomaly", "critical", "guard_skips_every_step", 4)
+    ]
+    # a guard skipping a norm that climbs 10x is stopping an explosion, not set too tight
+    climbing = [
+        ev("skipped_step", int(s), i, reason="user_skip", value=str(2.0 * 10**i)) for i, s in enumerate(c["step"])
+    ]
+    assert events.detect(events_run(climbing, c), Params()) == []
+    # two skips among forty logged steps: the guard doing its job
+    c40 = curves(40)
+    assert events.detect(events_run(steady[:2], c40), Params()) == []
+
+
 def test_hardware_error_then_nothing_convicts_and_a_later_record_clears_it():
     c = curves(20)
     dead = events_run(

@@ -11,6 +11,11 @@ unstable"), each a critical finding:
 - **every logged step overflowing** (`loss_scale_collapse`, `cause` = `all_steps_overflow`):
   overflow-skipped steps make up >= `all_overflow_frac` of the logged steps, over more steps
   than a scaler's calibration takes (or at a scale already below 1, past any calibration).
+- **every logged step skipped by a gradient-norm guard** (`clip_rate_anomaly`, `cause` =
+  `guard_skips_every_step`): a trainer's own guard (`detected nan/inf/spiky gradient (norm=2.19);
+  skipping optimizer step`) skips >= `all_overflow_frac` of the logged steps, >= `guard_min_skips` of
+  them, at finite norms that stay within `guard_norm_spread` of each other: ordinary norms above a
+  threshold set too tight, not a spike, so no update is applied.
 - **a hardware error, then nothing** (`hardware_error`, `cause` = `hardware_death`): an `xid`
   event with a hardware code, an `ecc` event, or an `error` whose message names ECC / an Xid,
   with no training-step record after it (same file: a later line; another file: a later
@@ -212,6 +217,57 @@ def _all_overflow(run: RunData, params, records: _Records) -> list[Finding]:
                 "onset_step": lo,
                 "decisive_event": True,
                 "same_scale_skips": stuck,
+            },
+        )
+    ]
+
+
+def _guard_skips(run: RunData, params, records: _Records) -> list[Finding]:
+    ep = params.events
+    sk = run.events_of("skipped_step")
+    if sk.height == 0:
+        return []
+    sk = sk.with_columns(_num("value").alias("_norm")).filter(
+        pl.col("step").is_not_null() & pl.col("_norm").is_finite() & (pl.col("_norm") > 0)
+    )
+    per_step = sk.group_by("attempt", "step").agg(pl.col("_norm").max()).sort("attempt", "step")
+    skipped = per_step.height
+    if skipped < ep.guard_min_skips:
+        return []
+    logged = records.frame.select("attempt", "step").unique()
+    denom = max(pl.concat([logged, per_step.select("attempt", "step")]).unique().height, skipped)
+    lo_norm, hi_norm = per_step.get_column("_norm").min(), per_step.get_column("_norm").max()
+    if skipped < ep.all_overflow_frac * denom or hi_norm > ep.guard_norm_spread * lo_norm:
+        return []
+    lo, hi = int(per_step.get_column("step").min()), int(per_step.get_column("step").max())
+    return [
+        Finding(
+            kind="clip_rate_anomaly",
+            step_start=lo,
+            step_end=hi,
+            peak_step=lo,
+            severity="critical",
+            score=float(skipped),
+            evidence=[
+                Evidence(
+                    signal="guard_skips",
+                    step=lo,
+                    value=float(skipped),
+                    baseline=float(denom),
+                    ratio=round(skipped / denom, 4),
+                    note=f"{skipped} of {denom} logged steps skipped by a gradient-norm guard at norms "
+                    f"{lo_norm:.4g}-{hi_norm:.4g}",
+                )
+            ],
+            summary=f"every logged step is skipped: {skipped} of {denom} steps skipped by the trainer's gradient-norm "
+            f"guard at steady, finite norms ({lo_norm:.4g}-{hi_norm:.4g}): no update is applied",
+            facts={
+                "cause": "guard_skips_every_step",
+                "guard_skips": skipped,
+                "skipped_norm_min": lo_norm,
+                "skipped_norm_max": hi_norm,
+                "onset_step": lo,
+                "decisive_event": True,
             },
         )
     ]
@@ -433,7 +489,7 @@ def detect(run: RunData, params) -> list[Finding]:
     # the fallback step places only events without a step (`_placed`, `_stopped`'s unplaced NaN)
     unplaced = run.events.get_column("step").null_count() > 0
     fallback = _fallback_step(run, records.frame) if unplaced else 0
-    findings = _floor(run, params, fallback) + _all_overflow(run, params, records)
+    findings = _floor(run, params, fallback) + _all_overflow(run, params, records) + _guard_skips(run, params, records)
     hardware = _hardware(run, params, records, fallback)
     findings += hardware + _stopped(run, params, fallback, unplaced and records.frame.height == 0)
     if not hardware:  # a hardware error that killed the job explains its watchdog timeouts too

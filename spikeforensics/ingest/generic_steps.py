@@ -191,6 +191,12 @@ KEY_COMMA = r"\b((?:[A-Za-z_]\w*)?(?i:loss)\w*),\s+([-+]?(?:\d|(?i:nan|inf)))"
 # a loop whose objective is printed as RMSE / MSE with no `loss` on the line (DeepRecommender's
 # `[0,  1000] RMSE: nan`): that is the loss it trains on
 RMSE_NAMES = ("rmse", "mse")
+# a loop that names its summed objective `total` and no term `loss` (SIBA-Jittor's `[Epoch 0/60] [batch 0/321]
+# [lr 0.0001] [total 0.349915] [joint 0.005893] [intensity 0.323806] [sobel 0.258607]`): on a counted line that
+# names no loss, a real-valued `total` is the loss (read as `total_loss`); `total 1200` (a count) or `total
+# time: 3.2` (another key) is not
+TOTAL_AS_LOSS = r"(?i)\btotal(\s*[:=]?\s*[-+]?\d*\.\d)"
+TOTAL_COUNTER = r"(?i)\b(?:global[_ ]step|steps?|iteration|iter|it|batch|epoch)\b"
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
 # a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
 GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
@@ -250,8 +256,23 @@ def _ascii_punctuation(sample: SniffSample) -> SniffSample:
     return SniffSample(sample.path, sample.text.translate(fix), [line.translate(fix) for line in sample.lines])
 
 
+def _total_is_loss(text: pl.Expr) -> pl.Expr:
+    """A counted line naming no loss, whose real-valued `total` is its loss (see TOTAL_AS_LOSS): read as `total_loss`."""
+    named = text.str.contains(TOTAL_AS_LOSS) & text.str.contains(TOTAL_COUNTER) & ~text.str.contains(r"(?i)loss")
+    return pl.when(named).then(text.str.replace(TOTAL_AS_LOSS, "total_loss${1}")).otherwise(text)
+
+
+def _total_loss_lines(sample: SniffSample) -> SniffSample:
+    """The sample with TOTAL_AS_LOSS lines read as `parse` reads them (`_total_is_loss`)."""
+    if "total" not in sample.text.lower():
+        return sample
+    lines = pl.DataFrame({"text": sample.lines}, schema={"text": pl.String})
+    fixed = lines.select(_total_is_loss(pl.col("text"))).get_column("text").to_list()
+    return SniffSample(sample.path, sample.text, fixed)
+
+
 def sniff(sample: SniffSample) -> float:
-    sample = _ascii_punctuation(sample)
+    sample = _total_loss_lines(_ascii_punctuation(sample))
     n = (
         sniff_share(
             sample,
@@ -514,7 +535,7 @@ def parse(src: SourceFile) -> ParseResult:
         lines = lines.with_columns(
             text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
         )
-    lines = _count_prefixes(lines)
+    lines = _count_prefixes(lines).with_columns(_total_is_loss(text).alias("text"))
     if lines.select(text.str.contains(EPOCH_FRAC_BATCH).any()).item():
         lines = lines.with_columns(text.str.replace(EPOCH_FRAC_BATCH, "${1} ${2}/${3} batch ${4}/${5}"))
     token = pl.coalesce(

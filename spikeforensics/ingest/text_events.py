@@ -196,8 +196,11 @@ MAVG_IGNORED = r"(?i)moving average ignored a value of (-?(?:nan|inf))\b"
 # a user guard's `Iter 40: SKIPPED non-finite batch (loss 1.23, norm nan) -- weights untouched` (mlx-lm#1658): a
 # skipped batch or update is a skipped step too
 USER_SKIP = r"(?i)\bskip(?:ping|ped)? (?:the |this |an |a |optimizer |current |non-?finite |nan |inf |bad )*(?:step|batch|update)\b"
-# the non-finite norm such a line names (`norm nan`): the skipped step's grad norm
-SKIP_NORM = r"(?i)\bnorm\W{0,3}(nan|inf|infinity)\b"
+# the norm such a line names (`norm nan`; minFM's `detected nan/inf/spiky gradient (norm=2.1966...); skipping
+# optimizer step`): the skipped step's grad norm. A non-finite one makes the line a `nan` event; a finite one
+# is a guard's threshold at work (the step stays a `skipped_step` that carries the norm)
+SKIP_NORM = rf"(?i)\bnorm\W{{0,3}}(nan|inf|infinity|{NUM})(?:\W|$)"
+NONFINITE_WORD = r"(?i)^[-+]?(?:nan|inf|infinity)$"
 # the step such a line names (`Iter 40: SKIPPED ...`, `step 1200: skipping step`): the event's own step
 SKIP_STEP = r"(?i)\b(?:iter|iteration|step)\s*[:#=]?\s*(\d+)\b"
 # a skip for want of memory or for an over-long input (fairseq's `ran out of memory, skipping batch`, a too-long
@@ -460,7 +463,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             skip,
             # a skip that names a non-finite grad norm is that value, skipped (as ESPnet's `grad norm is nan`)
-            pl.when(pl.col("_snorm").is_not_null()).then(pl.lit("nan")).otherwise(pl.lit(SKIP_KIND)),
+            pl.when(pl.col("_snorm").str.contains(NONFINITE_WORD)).then(pl.lit("nan")).otherwise(pl.lit(SKIP_KIND)),
             detail_expr(
                 strings={
                     "reason": pl.lit("user_skip"),
