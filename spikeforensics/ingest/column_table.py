@@ -11,6 +11,11 @@
              100      2.10e+00    2.44e+00      2.73e-02    2.44e-02      6.64e-02    7.71e-02    1.0e-03
     OpenAI Spinning Up `progress.txt` (tab-separated; `LossQ` -> `loss_q`, `LossPi` -> `loss_pi`):
         Epoch	AverageEpRet	StdEpRet	...	LossPi	LossQ	Time
+    CatBoost `catboost_info/learn_error.tsv` / `test_error.tsv` (tab-separated, every metric by its CatBoost name;
+    the objective is the loss, the first objective name of the header: `MultiClass` here; `test_error.tsv` holds
+    the eval set's values):
+        iter	Accuracy	MultiClass
+        0	0.7179479451	2.6956357
     fastai (`fit`, console or a notebook table copied as text):
         epoch     train_loss  valid_loss  accuracy  time
         0         2.331       2.125       0.312     00:10
@@ -49,16 +54,28 @@ NAME_TOKEN = r"[A-Za-z_][\w./()-]*"
 # (a header commented out with `#`, as `numpy.savetxt` and DeePMD-kit's `lcurve.out` write it, is a header)
 HEADER = rf"^\s*(?:#\s*)?{NAME_TOKEN}(?:\s+{NAME_TOKEN}){{2,}}\s*$"
 ROW = r"^\s*\d+(?:/\d+)?\s+\S+\s+\S"
+# ... or a CatBoost row, which may hold one metric only (`test_error.tsv` of an objective alone: `0<TAB>0.6851`)
+CATBOOST_ROW = r"^\s*\d+\t\S"
 COUNTERS = ("epoch", "step", "iter", "iteration", "it", "global_step", "steps", "epochs")
 # a header that holds a loss (`box_loss`, `train_loss`), or YOLOv5/YOLOv7's, whose loss columns have bare
 # names: `Epoch gpu_mem box obj cls total labels img_size` (`total` is the sum of the three: the loss)
-LOSSY_HEADER = r"(?i)loss|\bgpu_mem\s+box\s|\brmse_trn\b"
+# CatBoost's objectives (catboost/private/libs/options/enums.h ELossFunction, the trainable ones), the loss column
+# of its `learn_error.tsv` under an `iter` header
+CATBOOST_OBJECTIVES = (
+    "Logloss", "CrossEntropy", "MultiClass", "MultiClassOneVsAll", "RMSE", "MAE", "Quantile", "MAPE", "Poisson",
+    "Huber", "Lq", "Expectile", "Tweedie", "LogLinQuantile", "RMSEWithUncertainty", "MultiRMSE", "MultiLogloss",
+    "MultiCrossEntropy", "YetiRank", "YetiRankPairwise", "PairLogit", "PairLogitPairwise", "QueryRMSE",
+    "QuerySoftMax", "QueryCrossEntropy", "LogCosh", "Cox", "SurvivalAft", "Focal",
+)  # fmt: skip
+CATBOOST_HEADER = rf"^\s*iter\t(?:[^\t]+\t)*(?:{'|'.join(CATBOOST_OBJECTIVES)})(?:\t|$)"
+LOSSY_HEADER = rf"(?i)loss|\bgpu_mem\s+box\s|\brmse_trn\b|(?-i:{CATBOOST_HEADER})"
 YOLO_LOSS_NAMES = {"box": "box_loss", "obj": "obj_loss", "cls": "cls_loss", "total": "loss"}
 # the tqdm bar a row is drawn with (`... 768:   6%|###8    | 15/234 [00:23<04:56, 1.36s/it]`): the batch i of n
 # within the row's epoch
 TQDM_COUNT = r"\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\["
 MAX_GAP = 200  # lines between a header and its first row, or two rows (tqdm redraws, validation lines in between)
 CONFIDENCE = 0.5
+CATBOOST_CONFIDENCE = 0.9
 
 
 def sniff(sample: SniffSample) -> float:
@@ -66,12 +83,15 @@ def sniff(sample: SniffSample) -> float:
     if not headers:
         return 0.0
     lines = pl.Series(sample.lines, dtype=pl.String)
-    is_header = lines.str.contains(HEADER) & lines.str.contains(LOSSY_HEADER)
-    is_row = lines.str.contains(ROW)
+    is_header = (lines.str.contains(HEADER) & lines.str.contains(LOSSY_HEADER)) | lines.str.contains(CATBOOST_HEADER)
+    is_row = lines.str.contains(ROW) | lines.str.contains(CATBOOST_ROW)
     if not is_header.any() or not is_row.any():
         return 0.0
     first_header = int(is_header.arg_true()[0])
-    return CONFIDENCE if bool(is_row.slice(first_header + 1).any()) else 0.0
+    if not bool(is_row.slice(first_header + 1).any()):
+        return 0.0
+    # CatBoost's own file names its objective (an `iter<TAB>Logloss` pair is also a `step: value`-like row shape)
+    return CATBOOST_CONFIDENCE if bool(lines.str.contains(CATBOOST_HEADER).any()) else CONFIDENCE
 
 
 def _header_names(tokens: pl.Expr, values: pl.Expr) -> pl.Expr:
@@ -93,13 +113,28 @@ def _counter(rows: pl.DataFrame) -> pl.Expr:
     return step_int(pl.when(i.is_not_null() & n.is_not_null()).then((first - e0) * n + i).otherwise(first))
 
 
+def _catboost_eval_file(file_name: str) -> bool:
+    return file_name.lower().startswith("test_error")
+
+
+def _objective_is_loss(file_name: str) -> pl.Expr:
+    """In a CatBoost header, its first objective name is the loss (`eval_loss` in `test_error.tsv`, the eval set's)."""
+    first = pl.element().is_in(CATBOOST_OBJECTIVES) & (pl.element().is_in(CATBOOST_OBJECTIVES).cum_sum() == 1)
+    loss = "eval_loss" if _catboost_eval_file(file_name) else "loss"
+    return pl.when(first).then(pl.lit(loss)).otherwise(pl.element())
+
+
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     names = text.str.replace(r"^\s*#", "").str.extract_all(r"\S+")  # (a `#`-commented header's names)
-    headers = lines.filter(text.str.contains(HEADER) & text.str.contains(LOSSY_HEADER)).select(
+    headers = lines.filter(
+        (text.str.contains(HEADER) & text.str.contains(LOSSY_HEADER)) | text.str.contains(CATBOOST_HEADER)
+    ).select(
         pl.col("line").alias("_hline"),
-        pl.when(text.str.contains(r"(?i)loss"))
+        pl.when(text.str.contains(CATBOOST_HEADER))
+        .then(names.list.eval(_objective_is_loss(src.path.name)))
+        .when(text.str.contains(r"(?i)loss"))
         .then(names)
         .otherwise(names.list.eval(pl.element().replace(YOLO_LOSS_NAMES)))
         .alias("_names"),
@@ -107,7 +142,7 @@ def parse(src: SourceFile) -> ParseResult:
     if headers.height == 0:
         return ParseResult()
     rows = (
-        lines.filter(text.str.contains(ROW))
+        lines.filter(text.str.contains(ROW) | text.str.contains(CATBOOST_ROW))
         .sort("line")
         .join_asof(headers.sort("_hline"), left_on="line", right_on="_hline", strategy="backward")
     )
@@ -130,7 +165,11 @@ def parse(src: SourceFile) -> ParseResult:
         "prefix_rank",
         extract_time(text).alias("time"),
         pl.when(first_name.is_in(list(COUNTERS))).then(counter).alias("step"),
-        pl.lit("train").alias("record_kind"),
+        # (CatBoost's `test_error.tsv` is the eval set's, every row an eval record)
+        pl.when(pl.lit(_catboost_eval_file(src.path.name)) & text.str.contains(CATBOOST_ROW))
+        .then(pl.lit("eval"))
+        .otherwise(pl.lit("train"))
+        .alias("record_kind"),
     )
     pairs = rows.select("line", pl.col("_names").alias("k"), pl.col("_vals").alias("v")).explode("k", "v")
     pairs = pairs.filter(~pl.col("k").str.to_lowercase().is_in(list(COUNTERS)))

@@ -48,6 +48,10 @@ NAME = "csv_metrics"
 # bound keeps a parse of any length near the JSONL figures).
 CHUNK_BYTES = 16 << 20
 QUOTE_SCAN_BYTES = 16 << 20  # block size of the scan for a quote character
+# a CSV counted by `epoch` alone has several rows per epoch when at least this share of its consecutive rows
+# repeat the epoch (a per-batch table repeats it on all but one row per epoch); a per-epoch table repeats it
+# never, and an epoch going back (a run appended to the file) is a reset, not a repeat
+APPENDED_RUN_REPEATS = 0.5
 
 
 def sniff(sample: SniffSample) -> float:
@@ -196,11 +200,16 @@ def _epoch_steps(frame: pl.DataFrame, epoch_col: str, state: _FileState) -> pl.E
     chunk strictly rising: Keras' `CSVLogger`, a per-epoch table): the epoch. Several rows per epoch (a per-batch
     table such as NequIP's `metrics_batch_train.csv`, with or without a batch column; one epoch of batches in a
     run that crashed in it): the run's row count, 1, 2, ... across the file (rows are batches in order), the
-    epoch kept as a metric. Decided once, on the file's first chunk."""
+    epoch kept as a metric. Decided once, on the file's first chunk: several rows per epoch when at least
+    APPENDED_RUN_REPEATS of consecutive rows repeat the epoch (a run appended to a per-epoch file starts again at
+    its first epoch: a reset, kept as printed, a new attempt)."""
     epoch = T.numeric(frame, epoch_col)
     if state.rows_per_epoch is None:
         seen = frame.select(epoch.alias("e")).drop_nulls().get_column("e")
-        state.rows_per_epoch = not (seen.len() == 0 or bool((seen.diff().drop_nulls() > 0).all()))
+        # (an epoch going back now and then is a run appended to the file, Keras' `CSVLogger(append=True)`: its rows
+        # are still one per epoch, a new attempt from the reset; several rows per epoch repeat the epoch row after row)
+        steps = seen.diff().drop_nulls()
+        state.rows_per_epoch = bool(steps.len()) and float((steps == 0).mean()) >= APPENDED_RUN_REPEATS
     if not state.rows_per_epoch:
         return epoch
     return _row_steps(frame, state)

@@ -70,6 +70,8 @@ Its sniffer is deliberately unsure (at most 0.35) so that every specific parser 
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from spikeforensics import schema
@@ -110,6 +112,8 @@ NUM_COUNTER = r"(?i)(?:^|[\s,;|\[(])(\d+)\s+(?:iters?|iterations?|steps?|batches
 TQDM_BAR = r"^.*?\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
 # the bar alone, when the text before it is the bar's description holding the loss (`Train Epoch: 1 Loss: 5.872
 # Acc@1 3.611: 100%|###| 10010/10010 [3:06:24<00:00, 1.12s/it]`)
+# the total of a tqdm bar's count (`| 125/125 [01:33<00:00, ...]`)
+TQDM_TOTAL = r"\|\s*\d+/(\d+)\s*\["
 BAR_ONLY = r"\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
 LOCATION = r"\((?:[\w.-]+\.py|[A-Za-z_][\w.]*):\d+\)"
 LOSSES_TOTAL = r"(?i)(\blosses:[^\]]*?)\btotal\b"
@@ -161,7 +165,11 @@ EPOCH_FRAC = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*\d+"
 EPOCH_BATCH = r"^\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]"
 # a line that opens with its epoch, no total and no other counter (simple-nmt's verbose-2 summary
 # `Epoch 1 - |param|=6.01e+02 |g_param|=3.32e+05 loss=4.9263e+00 ppl=137.87`): a loop printing once per epoch
-EPOCH_LEAD = r"(?i)^\W*epoch\s*[:=#]?\s*\d+(?:[^\d./]|$)"
+# (after a logging timestamp and level, `2023-05-15 22:50:17,398 INFO:Epoch 1: Train Loss=0.0717, Val Loss=0.0766`)
+EPOCH_LEAD = (
+    r"(?i)^\W*(?:\d{2,4}[-/]\d{2}[-/]\d{2,4}[ T][\d:.,]+\W*(?:(?:info|debug|warn|warning|notice)\W*)?)?"
+    r"epoch\s*[:=#]?\s*\d+(?:[^\d./]|$)"
+)
 # the loss named before its counter (`Loss at step 100 : 187.92`: nfmcclure/tensorflow_cookbook's
 # `print('Loss at step {} : {}'.format(i+1, loss_val))`): the `at step N` between name and value is dropped
 LOSS_AT = r"(?i)\b(\w*loss\w*)\s+(?:at|@)\s+(?:global[_ ]step|step|iteration|iter|it|batch|epoch)\b\s*[:=#]?\s*\d+"
@@ -197,11 +205,17 @@ RMSE_NAMES = ("rmse", "mse")
 # time: 3.2` (another key) is not
 TOTAL_AS_LOSS = r"(?i)\btotal(\s*[:=]?\s*[-+]?\d*\.\d)"
 TOTAL_COUNTER = r"(?i)\b(?:global[_ ]step|steps?|iteration|iter|it|batch|epoch)\b"
+# the SSD family's MultiBox terms named by a letter (RFBNet / M2Det `Epoch:1 || epochiter: 5/489|| Totel iter 5 ||
+# L: 4.0048 C: 10.7443 ||Batch time: ...`; FaceBoxes `Loc: 2.1 Cla: 3.4`): localisation and confidence loss,
+# `loss_l` / `loss_c` as their code names them (loss = loss_l + loss_c), on a counted line naming no loss
+MULTIBOX_TERMS = r"\b(L|Loc):\s*([-+]?(?:\d|[Nn]a[Nn]|[Ii]nf)\S*)\s+(C|Cla):\s*"
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
 # a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
 GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
-IS_PAIR = rf"(?:^|[,;|:(]\s*)(?P<k>[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*){{0,3}}) (?i:is) (?P<v>{NUM_TOKEN})"
-IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed) |\s+so far$"
+# (also after a sentence's full stop: BigDL's `... Throughput is 2190.889 records/second. Loss is NaN. Current
+# learning rate is 0.0011.`)
+IS_PAIR = rf"(?:^|[,;|:(]\s*|\.\s+)(?P<k>[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*){{0,3}}) (?i:is) (?P<v>{NUM_TOKEN})"
+IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed|current) |\s+so far$"
 # what follows a loss name on a record line (sniffer): `loss: 2.3`, `loss [nan]`, `loss so far is 0.1`
 # a loss value, then a counter word with its number, later on the line (one count per line with
 # the shapes above: a line that has both is counted twice, which only ever confirms a record)
@@ -257,14 +271,21 @@ def _ascii_punctuation(sample: SniffSample) -> SniffSample:
 
 
 def _total_is_loss(text: pl.Expr) -> pl.Expr:
-    """A counted line naming no loss, whose real-valued `total` is its loss (see TOTAL_AS_LOSS): read as `total_loss`."""
-    named = text.str.contains(TOTAL_AS_LOSS) & text.str.contains(TOTAL_COUNTER) & ~text.str.contains(r"(?i)loss")
-    return pl.when(named).then(text.str.replace(TOTAL_AS_LOSS, "total_loss${1}")).otherwise(text)
+    """A counted line naming no loss, whose real-valued `total` is its loss (see TOTAL_AS_LOSS): read as `total_loss`;
+    one whose MultiBox terms are named by a letter (see MULTIBOX_TERMS): read as `loss_l` / `loss_c`."""
+    counted = text.str.contains(TOTAL_COUNTER) & ~text.str.contains(r"(?i)loss")
+    return (
+        pl.when(counted & text.str.contains(TOTAL_AS_LOSS))
+        .then(text.str.replace(TOTAL_AS_LOSS, "total_loss${1}"))
+        .when(counted & text.str.contains(MULTIBOX_TERMS))
+        .then(text.str.replace(MULTIBOX_TERMS, "loss_l: ${2} loss_c: "))
+        .otherwise(text)
+    )
 
 
 def _total_loss_lines(sample: SniffSample) -> SniffSample:
     """The sample with TOTAL_AS_LOSS lines read as `parse` reads them (`_total_is_loss`)."""
-    if "total" not in sample.text.lower():
+    if "total" not in sample.text.lower() and not re.search(MULTIBOX_TERMS, sample.text):
         return sample
     lines = pl.DataFrame({"text": sample.lines}, schema={"text": pl.String})
     fixed = lines.select(_total_is_loss(pl.col("text"))).get_column("text").to_list()
@@ -682,17 +703,33 @@ def _drop_repeats(lossy_lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def _other_phase(lossy_lines: pl.DataFrame, uncounted: bool) -> pl.Expr:
-    """In a file of step-less loss lines (see `parse`) of which some name the training's loss (TRAIN_NAMED_LOSS),
+    """In a file of step-less loss lines (see `parse`): tqdm bars alternating training / validation (`_validation_bars`); else, of which some name the training's loss (TRAIN_NAMED_LOSS),
     the lines printing a loss that no word names (UNNAMED_LOSS) are the evaluation's: only when there are no more of them than training lines (a
     loop printing its per-batch `loss: x` beside an epoch's `train loss = y` summary has many more)."""
     text = pl.col("text")
     if not uncounted:
         return pl.lit(False)
+    validation_bars = _validation_bars(lossy_lines)
+    if validation_bars is not None:
+        return validation_bars
     named = lossy_lines.get_column("text").str.contains(TRAIN_NAMED_LOSS)
     plain = lossy_lines.get_column("text").str.contains(UNNAMED_LOSS)
     if not named.any() or int(plain.sum()) > int(named.sum()):
         return pl.lit(False)
     return text.str.contains(UNNAMED_LOSS) & ~text.str.contains(EVAL_WORDS)
+
+
+def _validation_bars(lossy_lines: pl.DataFrame) -> pl.Expr | None:
+    """Step-less loss lines that are the final states of tqdm bars alternating between two totals (AllenNLP's
+    console: `accuracy: 0.13, loss: 5.1068 ||: 100%|###| 125/125 [...]` for the epoch's training, then `... 31/31
+    [...]` for its validation): the bars of the smaller total are the validation's, when the two alternate line
+    by line (a validation pass after each training pass). None when the lines are not such pairs."""
+    totals = lossy_lines.get_column("text").str.extract(TQDM_TOTAL, 1).cast(pl.Int64, strict=False)
+    if totals.null_count() or totals.len() < 2 * MIN_UNCOUNTED or totals.n_unique() != 2:
+        return None
+    if not bool((totals.diff().drop_nulls() != 0).all()):
+        return None
+    return pl.col("text").str.extract(TQDM_TOTAL, 1).cast(pl.Int64, strict=False) == int(totals.min())
 
 
 def _hidden_nans(records: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame | None:
