@@ -306,10 +306,11 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     peak = max((e.ratio or 0.0) for e in f.evidence if e.signal == "loss")
     if not 0 < peak:
         return False
-    loss = run.series("loss").filter(pl.col("attempt") == f.attempt).sort("t")
+    # the whole series in record order, across attempts: a counter that restarts every epoch (VinVL's `Epoch: [1],
+    # step: [2300]`, an attempt per epoch of 44 records) leaves each attempt too short for a band, the run is not
     # (a log without step numbers: the record index is the step, as `robust.prepare` numbers it)
-    loss = loss.with_columns(pl.col("step").fill_null(pl.col("t")))
-    span = loss.filter(pl.col("step").is_between(f.step_start, f.step_end))
+    loss = run.series("loss").sort("t").with_columns(pl.col("step").fill_null(pl.col("t")))
+    span = loss.filter((pl.col("attempt") == f.attempt) & pl.col("step").is_between(f.step_start, f.step_end))
     if loss.height < hp.short_series_records or span.height == 0:
         return False  # a short excerpt: no band to come back to
     t0, t1 = int(span.get_column("t").min()), int(span.get_column("t").max())
@@ -329,7 +330,11 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     runs = inside.sort("t").with_columns(up.alias("_up"), (~up).cum_sum().alias("_run")).filter("_up")
     if runs.height and int(runs.group_by("_run").len().get_column("len").max()) >= hp.bump_lasting_records:
         return False
-    if not (high <= hp.bump_max_records and nxt.item(0, "value") <= band):  # one or two records, back at once
+    # back at once: the next record in the band, or well inside the run's own noise (under bump_back_z robust sigma
+    # over both sides: a per-batch loss whose noise spans 10x passes a 1.3x band on half its records)
+    nxt_z = frame.filter((pl.col("t") == nxt.item(0, "t")) & (pl.col("attempt") == nxt.item(0, "attempt")))
+    calm_next = nxt_z.height > 0 and (nxt_z.item(0, "z") is not None) and nxt_z.item(0, "z") < hp.bump_back_z
+    if not (high <= hp.bump_max_records and (nxt.item(0, "value") <= band or calm_next)):  # one or two records
         return False
     # at loss_ratio_critical or more, only when the run's own tail reaches that z by chance (see `robust.tail_expected`)
     return peak < hp.loss_ratio_critical or robust.tail_expected(frame, inside, hp) >= hp.bump_tail_expected
