@@ -57,6 +57,7 @@ ROW = r"^\s*\d+(?:/\d+)?\s+\S+\s+\S"
 # ... or a CatBoost row, which may hold one metric only (`test_error.tsv` of an objective alone: `0<TAB>0.6851`)
 CATBOOST_ROW = r"^\s*\d+\t\S"
 COUNTERS = ("epoch", "step", "iter", "iteration", "it", "global_step", "steps", "epochs")
+STEP_COUNTERS = ("global_step", "step", "steps", "iteration", "iter", "it")  # preferred over an epoch column
 # a header that holds a loss (`box_loss`, `train_loss`), or YOLOv5/YOLOv7's, whose loss columns have bare
 # names: `Epoch gpu_mem box obj cls total labels img_size` (`total` is the sum of the three: the loss)
 # CatBoost's objectives (catboost/private/libs/options/enums.h ELossFunction, the trainable ones), the loss column
@@ -102,11 +103,18 @@ def _header_names(tokens: pl.Expr, values: pl.Expr) -> pl.Expr:
     return pl.when(tokens.list.len() > values.list.len()).then(joined.str.extract_all(r"\S+")).otherwise(tokens)
 
 
+def _counter_index() -> pl.Expr:
+    """Which column holds the step: a step or iteration column wherever it sits (3D-ResNets' `train_batch.log`:
+    `epoch<TAB>batch<TAB>iter<TAB>loss<TAB>...`, `iter` the global one), else the first column."""
+    steplike = pl.col("_names").list.eval(pl.element().str.to_lowercase().is_in(STEP_COUNTERS))
+    return pl.when(steplike.list.any()).then(steplike.list.arg_max()).otherwise(0).cast(pl.Int64)
+
+
 def _counter(rows: pl.DataFrame) -> pl.Expr:
-    """The row's step: its first value (`3`, `3/100` -> 3). A row drawn as a tqdm bar within an epoch
+    """The row's step: the value of its step column (`_cidx`, see `_counter_index`; `3`, `3/100` -> 3). A row drawn as a tqdm bar within an epoch
     (`0/299 ... 15/234 [...]`: YOLO prints one redraw per batch) is batch i of n in epoch E: (E - e0) * n + i,
     e0 = 0 when the file prints an epoch 0, else 1 (as `generic_steps` composes `Batch i/n`)."""
-    first = pl.col("_vals").list.first().str.extract(r"^(\d+)", 1).cast(pl.Float64, strict=False)
+    first = pl.col("_vals").list.get(pl.col("_cidx")).str.extract(r"^(\d+)", 1).cast(pl.Float64, strict=False)
     i = pl.col("text").str.extract(TQDM_COUNT, 1).cast(pl.Float64, strict=False)
     n = pl.col("text").str.extract(TQDM_COUNT, 2).cast(pl.Float64, strict=False)
     e0 = 0.0 if rows.select(((first == 0) & i.is_not_null()).any()).item() else 1.0
@@ -158,7 +166,8 @@ def parse(src: SourceFile) -> ParseResult:
     if rows.height == 0:
         return ParseResult()
     rows = rows.with_columns(pl.col("_vals").list.head(pl.col("_names").list.len()))
-    first_name = pl.col("_names").list.first().str.to_lowercase()
+    rows = rows.with_columns(_counter_index().alias("_cidx"))
+    first_name = pl.col("_names").list.get(pl.col("_cidx")).str.to_lowercase()
     counter = _counter(rows)
     records = rows.select(
         "line",

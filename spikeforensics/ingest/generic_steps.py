@@ -128,6 +128,9 @@ BRACKET = r"^\s*\[(\d+)\]\s+[A-Za-z]"
 RAW_BRACKET = r"^(?:(?:\+?> ?)+)?\s*\[(\d+)\]\s+[A-Za-z]"
 # `[N/M]` opening the line (a per-iteration print of deep-text-recognition-benchmark's loop: `[38/300000] lr: 0.1
 # 0.1 single_train_elapsed_time: 0.23 train_loss: nan`) and `epoch E[N]` (e2e-mlt `epoch 0[500], loss: 54.610`)
+# carpedm20/DCGAN-tensorflow's `"[%8d Epoch:[%2d/%2d] [%4d/%4d] time: %4.4f, d_loss: %.8f, g_loss: %.8f"`: the
+# global counter in a bracket left open, before the epoch and the batch i/n
+OPEN_COUNTER = r"^\[\s*(\d+)\s+(?i:epoch)\b"
 BRACKET_FRAC = r"^\s*\[\s*(\d+)\s*/\s*\d+\s*\]\s+[A-Za-z]"
 EPOCH_BRACKET = r"(?i)\bepoch\s*\d+\s*\[\s*(\d+)\s*\]"
 # karpathy/char-rnn (Torch7) `1/21150 (epoch 0.002), train_loss =    nan, grad/param norm =    nan, time/batch = 2.80s`
@@ -253,6 +256,8 @@ TRAIN_NAMED_LOSS = r"(?i)\btrain(?:ing)?[ _]loss\b"
 UNNAMED_LOSS = r"(?i)^\W*loss\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # a loss line under a counter line (see `_head_counters`): `=` as well as `:`
 UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
+# a line that is only an evaluation section's title (`Evaluation:`, `Validation`, `Testing...`)
+EVAL_SECTION = r"(?i)^\W*(?:evaluation|evaluating|validation|validating|valid|eval|test|testing)\W*$"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
 CATCH_ALL = True
 
@@ -268,6 +273,24 @@ def _ascii_punctuation(sample: SniffSample) -> SniffSample:
         return sample
     fix = str.maketrans({"：": ":", "，": ","})
     return SniffSample(sample.path, sample.text.translate(fix), [line.translate(fix) for line in sample.lines])
+
+
+def _eval_section(lines: pl.DataFrame) -> pl.DataFrame:
+    """`lines` with `_in_eval`: the block of same-shaped lines right under a line that is only an evaluation
+    section's title (Knover's `Evaluation:`, then `<TAB>step 1:lm_loss: 4.0102, ppl: 55.1562, loss: 4.0102` per eval
+    batch, 15,483 of them). The block ends at the first line of another shape (digits aside): training goes on, or
+    a new run."""
+    text = pl.col("text")
+    if not lines.select(text.str.contains(EVAL_SECTION).any()).item():
+        return lines.with_columns(pl.lit(False).alias("_in_eval"))
+    shape = text.str.replace_all(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", "0").str.slice(0, 12)
+    marked = lines.with_columns(text.str.contains(EVAL_SECTION).cum_sum().alias("_sec"), shape.alias("_shape"))
+    marked = marked.with_columns(pl.int_range(pl.len()).over("_sec").alias("_row"))
+    marked = marked.with_columns(pl.when(pl.col("_row") == 1).then(pl.col("_shape")).max().over("_sec").alias("_first"))
+    other = ((pl.col("_row") >= 1) & (pl.col("_shape") != pl.col("_first"))).fill_null(True).cast(pl.Int32)
+    marked = marked.with_columns(other.cum_sum().over("_sec").alias("_other"))
+    in_eval = (pl.col("_sec") > 0) & (pl.col("_row") >= 1) & (pl.col("_other") == 0)
+    return marked.with_columns(in_eval.alias("_in_eval")).drop("_sec", "_shape", "_row", "_first", "_other")
 
 
 def _total_is_loss(text: pl.Expr) -> pl.Expr:
@@ -297,7 +320,7 @@ def sniff(sample: SniffSample) -> float:
     n = (
         sniff_share(
             sample,
-            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|"
+            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{OPEN_COUNTER}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|"
             rf"{EPOCH_BRACKET}|{FRAC_EPOCH}|{ZH_COUNTER}|{EPOCH_FRAC_BATCH}){LOSS_TAIL}",
         )
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
@@ -556,13 +579,14 @@ def parse(src: SourceFile) -> ParseResult:
         lines = lines.with_columns(
             text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
         )
-    lines = _count_prefixes(lines).with_columns(_total_is_loss(text).alias("text"))
+    lines = _eval_section(_count_prefixes(lines).with_columns(_total_is_loss(text).alias("text")))
     if lines.select(text.str.contains(EPOCH_FRAC_BATCH).any()).item():
         lines = lines.with_columns(text.str.replace(EPOCH_FRAC_BATCH, "${1} ${2}/${3} batch ${4}/${5}"))
     token = pl.coalesce(
         text.str.extract(STEP_FIRST, 1),
         text.str.extract(STEP, 1),
         text.str.extract(TRAIN_FRAC, 1),
+        text.str.extract(OPEN_COUNTER, 1),
         text.str.extract(BRACKET, 1),
         text.str.extract(BRACKET_FRAC, 1),
         text.str.extract(EPOCH_BRACKET, 1),
@@ -633,7 +657,12 @@ def parse(src: SourceFile) -> ParseResult:
         pl.col("step").is_not_null() | no_counter | (pl.lit(uncounted) & text.str.contains(UNCOUNTED_LOSS))
     ).with_columns(
         no_counter.alias("_no_counter"),
-        (before_loss.str.contains(EVAL_WORDS) | no_counter | _other_phase(lossy_lines, uncounted)).alias("_eval"),
+        (
+            before_loss.str.contains(EVAL_WORDS)
+            | no_counter
+            | _other_phase(lossy_lines, uncounted)
+            | pl.col("_in_eval")
+        ).alias("_eval"),
     )
     values = _values(cand, pl.col("_eval"))
     # the loss that makes a line a record: not `loss_scale` (`Attempted loss scale: 64` is an fp16 event)
