@@ -520,6 +520,8 @@ class StallParams:
     loss_fall_ratio: float = 0.99  # why: "the loss does not fall": the median of the last third of those records >= 99% of the first third's (a rounded-to-0 print of a real, small LR would still show the loss falling)
     skipped_tail_records: int = 2  # why: one record whose interval skipped its updates can be a transient (a skipped overflow step); every update of the last 2 or more records skipped, the loss not falling, is a trainer that has stopped applying updates
     decayed_frac: float = 0.01  # why: zeros that end the log after the LR fell to under 1% of its peak are a schedule decaying to 0 (llm.c's default ends at 0: its last steps print lr:0.000000), not an LR stuck at 0
+    decayed_quanta: float = 1.0  # why: ... or came down to one unit of its print (a linear decay of 2e-5 printed with 6 decimals ends 0.000001, then 0.000000: the schedule reached the print's resolution, not a frozen LR) ...
+    decayed_print_frac: float = 0.1  # why: ... when that unit is under 10% of the peak (an LR printed to 1e-4 that sits at 1e-4 from the start is no decay)
 
 
 @dataclass

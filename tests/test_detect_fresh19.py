@@ -48,3 +48,32 @@ def test_the_same_bump_on_a_calm_loss_stays_an_incident():
 def test_paddleseg_encnet_80k_iterations_is_healthy(store):
     real_case(store, "fresh19", "paddleseg-encnet-cityscapes-r101-80k-iters-healthy-4gpu")
     assert api.diagnose(api.load_run("r", store))["verdict"]["status"] == "healthy"
+
+
+def test_a_hard_batch_echoed_by_the_next_record_is_a_note_on_a_heavy_tail():
+    cols = per_epoch_batches()
+    at = 20 * 44 + 10
+    cols["loss"][at], cols["loss"][at + 1], cols["loss"][at + 2] = 0.02, 0.008, 0.002  # 10x, 4x, then back
+    run = run_from({"step": cols["step"], "loss": cols["loss"]}, attempt=cols["attempt"])
+    hit = [f for f in hard_spike.detect(run, Params()) if f.attempt == 20 and f.step_start <= 1100 <= f.step_end]
+    assert hit and all(f.severity == "info" for f in hit)
+
+
+def test_an_lr_decayed_to_the_last_digit_of_its_print_is_no_stall():
+    from spikeforensics.detect import stall
+
+    n = 300
+    step = np.arange(1, n + 1)
+    lr = np.round(2e-5 * (1 - step / (n - 20)).clip(0), 6)  # linear to 0, printed with 6 decimals: ..., 1e-06, 0.0
+    loss = np.linspace(0.010, 0.011, n)  # not falling
+    assert (lr == 0).sum() >= 20 and lr[lr > 0].min() == 1e-06
+    assert stall.detect(run_from({"step": step, "loss": loss, "lr": lr}), Params()) == []
+    frozen = np.where(step > 150, 0.0, 2e-5)  # an LR that drops from its peak straight to 0 is a stall
+    assert [f.kind for f in stall.detect(run_from({"step": step, "loss": loss, "lr": frozen}), Params())] == [
+        "no_progress"
+    ]
+
+
+def test_vinvl_batch_loss_30_epochs_is_healthy(store):
+    real_case(store, "fresh19", "custom-vinvl-paddle-coco-retrieval-30-epochs-batch-loss-heavy-tail-healthy-132k")
+    assert api.diagnose(api.load_run("r", store))["verdict"]["status"] == "healthy"

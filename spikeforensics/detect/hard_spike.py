@@ -330,14 +330,28 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     runs = inside.sort("t").with_columns(up.alias("_up"), (~up).cum_sum().alias("_run")).filter("_up")
     if runs.height and int(runs.group_by("_run").len().get_column("len").max()) >= hp.bump_lasting_records:
         return False
-    # back at once: the next record in the band, or well inside the run's own noise (under bump_back_z robust sigma
-    # over both sides: a per-batch loss whose noise spans 10x passes a 1.3x band on half its records)
-    nxt_z = frame.filter((pl.col("t") == nxt.item(0, "t")) & (pl.col("attempt") == nxt.item(0, "attempt")))
-    calm_next = nxt_z.height > 0 and (nxt_z.item(0, "z") is not None) and nxt_z.item(0, "z") < hp.bump_back_z
-    if not (high <= hp.bump_max_records and (nxt.item(0, "value") <= band or calm_next)):  # one or two records
+    if high <= hp.bump_max_records and _back(loss, frame, t1 + 1, band, hp):  # one or two records, back at once
+        # at loss_ratio_critical or more, only when the run's own tail reaches that z by chance (`robust.tail_expected`)
+        return peak < hp.loss_ratio_critical or robust.tail_expected(frame, inside, hp) >= hp.bump_tail_expected
+    # a hard batch whose next record echoes it (a per-batch loss's 0.083, then 0.022, then back at 0.0017): two
+    # records, back on the one after, judged by the run's own tail whatever its ratio
+    return (
+        high + 1 <= hp.bump_max_records
+        and _back(loss, frame, t1 + 2, band, hp)
+        and robust.tail_expected(frame, inside, hp) >= hp.bump_tail_expected
+    )
+
+
+def _back(loss: pl.DataFrame, frame: pl.DataFrame, t: int, band: float, hp) -> bool:
+    """The record at position `t` is back: under the band, or well inside the run's own noise (under bump_back_z
+    robust sigma over both sides: a per-batch loss whose noise spans 10x passes a 1.3x band on half its records)."""
+    row = loss.filter(pl.col("t") == t)
+    if row.height == 0 or not math.isfinite(row.item(0, "value")):
         return False
-    # at loss_ratio_critical or more, only when the run's own tail reaches that z by chance (see `robust.tail_expected`)
-    return peak < hp.loss_ratio_critical or robust.tail_expected(frame, inside, hp) >= hp.bump_tail_expected
+    if row.item(0, "value") <= band:
+        return True
+    z = frame.filter((pl.col("t") == t) & (pl.col("attempt") == row.item(0, "attempt"))).get_column("z")
+    return z.len() > 0 and z[0] is not None and z[0] < hp.bump_back_z
 
 
 def _recurring(findings: list[Finding], run: RunData, params, long_run: bool = False) -> list[Finding]:

@@ -37,13 +37,22 @@ def _median(values: pl.Series) -> float | None:
 def _decayed_to_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
     """The zero stretch ends the log and the LR came down to it: the end of a schedule that decays to 0
     (llm.c, cosine/linear to zero), its last steps printed as 0.000000. Not a frozen run: the LR before it
-    was positive and had decayed to under `stall.decayed_frac` of its peak."""
+    was positive and had decayed to under `stall.decayed_frac` of its peak, or to the last digit of its print
+    (`stall.decayed_quanta` units of it, under `stall.decayed_print_frac` of its peak)."""
     if lr.filter(pl.col("t") > zero_run["t1"]).height:
         return False
     before = lr.filter((pl.col("t") < zero_run["t0"]) & pl.col("value").is_finite()).sort("t").get_column("value")
     if before.len() == 0 or not before.max() > 0:
         return False
-    return 0 < before[-1] <= sp.decayed_frac * before.max()
+    if 0 < before[-1] <= sp.decayed_frac * before.max():
+        return True
+    # ... or to the print's last digit: a linear decay of 2e-5 printed with 6 decimals (VinVL's `lr: 0.000001`, then
+    # `lr: 0.000000`) shows its last positive value at one unit of the print, 5% of its peak
+    steps = before.diff().abs().filter(before.diff().abs() > 0)
+    quantum = float(steps.min()) if steps.len() else 0.0
+    # (with float rounding room: 2e-05 - 1.9e-05 is 9.99999999999999e-07, one unit of the print)
+    unit = sp.decayed_quanta * quantum * (1 + 1e-6)
+    return 0 < before[-1] <= unit and before[-1] < sp.decayed_print_frac * before.max()
 
 
 def detect(run: RunData, params) -> list[Finding]:
