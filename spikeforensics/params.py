@@ -522,6 +522,8 @@ class StallParams:
     decayed_frac: float = 0.01  # why: zeros that end the log after the LR fell to under 1% of its peak are a schedule decaying to 0 (llm.c's default ends at 0: its last steps print lr:0.000000), not an LR stuck at 0
     decayed_quanta: float = 1.0  # why: ... or came down to one unit of its print (a linear decay of 2e-5 printed with 6 decimals ends 0.000001, then 0.000000: the schedule reached the print's resolution, not a frozen LR) ...
     decayed_print_frac: float = 0.1  # why: ... when that unit is under 10% of the peak (an LR printed to 1e-4 that sits at 1e-4 from the start is no decay)
+    collapse_ratio: float = 1e-4  # why: a loss at 1/10,000 of its first record or less ...
+    collapse_within: int = 5  # why: ... within its first 5 records (a few updates), staying there to the end: no model learns four orders of magnitude that fast (OLMo#692: 12.18 -> 1.8e-06 -> 0.0); a fine-tune that memorises its data takes hundreds of steps to fall that far
 
 
 @dataclass

@@ -77,3 +77,20 @@ def test_an_lr_decayed_to_the_last_digit_of_its_print_is_no_stall():
 def test_vinvl_batch_loss_30_epochs_is_healthy(store):
     real_case(store, "fresh19", "custom-vinvl-paddle-coco-retrieval-30-epochs-batch-loss-heavy-tail-healthy-132k")
     assert api.diagnose(api.load_run("r", store))["verdict"]["status"] == "healthy"
+
+
+def test_a_loss_collapsing_four_orders_in_a_few_records_is_no_progress():
+    from spikeforensics.detect import stall
+
+    # OLMo#692 from scratch: 12.18, then 1.8e-06, then 0.0 (and it stays there)
+    olmo = run_from({"step": np.arange(1, 4), "loss": np.array([12.18, 1.8e-06, 0.0])})
+    found = stall.detect(olmo, Params())
+    assert [(f.kind, f.severity, f.facts["cause"], f.step_start) for f in found] == [
+        ("no_progress", "warning", "loss_collapse", 2)
+    ]
+    # a fine-tune memorising its data falls as far, over hundreds of records: no collapse
+    slow = run_from({"step": np.arange(1, 401), "loss": 2.0 * np.exp(-np.linspace(0, 11, 400))})
+    assert stall.detect(slow, Params()) == []
+    # a collapse that comes back up is no stuck loss either
+    back = run_from({"step": np.arange(1, 8), "loss": np.array([12.2, 1e-6, 0.0, 8.1, 7.5, 7.2, 7.0])})
+    assert stall.detect(back, Params()) == []

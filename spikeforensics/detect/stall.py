@@ -18,6 +18,12 @@ norm that stays non-finite under AMP, a guard that rejects every batch): `no_pro
 A loss printed as exactly 0 on every record of the log (`_loss_all_zero`): `no_progress`, `cause` =
 `loss_zero` (a masked non-finite loss, or every label masked out).
 
+A loss that collapses (`_loss_collapse`): within the first `stall.collapse_within` records it falls to
+`stall.collapse_ratio` of its first record or less and stays there to the end of the log (OLMo#692: 12.18,
+then 1.8e-06, then 0.0 from scratch). No model learns four orders of magnitude in a few updates: the loss
+no longer measures the task (labels leaking into the inputs, every target masked, a causal mask that lets a
+token see itself). `no_progress`, `cause` = `loss_collapse`.
+
 Pure: `detect(run, params)` reads the `lr` and loss series and the `skipped_step` events only.
 """
 
@@ -56,7 +62,11 @@ def _decayed_to_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
 
 
 def detect(run: RunData, params) -> list[Finding]:
-    return _lr_zero(run, params) + _skipped_to_the_end(run, params) + _loss_all_zero(run, params)
+    return (
+        _lr_zero(run, params)
+        + _skipped_to_the_end(run, params)
+        + (_loss_all_zero(run, params) or _loss_collapse(run, params))
+    )
 
 
 def _stall(lo: int, hi: int, records: int, summary: str, evidence: Evidence, facts: dict) -> Finding:
@@ -89,6 +99,37 @@ def _loss_all_zero(run: RunData, params) -> list[Finding]:
     )
     ev = Evidence(signal="loss", step=lo, value=0.0, baseline=None, note=f"loss = 0 on {loss.height} records")
     return [_stall(lo, hi, loss.height, summary, ev, {"cause": "loss_zero", "scope": "run"})]
+
+
+def _loss_collapse(run: RunData, params) -> list[Finding]:
+    """See the module docstring: the loss falls >= 1/collapse_ratio within collapse_within records and stays down."""
+    sp = params.stall
+    loss = run.series("loss").sort("t").filter(pl.col("value").is_finite())
+    if loss.height < 2 or run.loss_without_ratio():
+        return []
+    values = loss.get_column("value")
+    first = float(values[0])
+    if not first > 0:
+        return []
+    low = values <= first * sp.collapse_ratio
+    hit = low.arg_true()
+    if hit.len() == 0 or int(hit[0]) > sp.collapse_within or not bool(low.slice(int(hit[0])).all()):
+        return []
+    at = int(hit[0])
+    steps = loss.get_column("step")
+    lo = int(steps[at]) if steps[at] is not None else int(loss.get_column("t")[at])
+    hi = int(steps.drop_nulls().max()) if steps.drop_nulls().len() else int(loss.get_column("t").max())
+    n = loss.height - at
+    last = float(values[-1])
+    summary = (
+        f"the loss collapsed from {first:.4g} to {float(values[at]):.3g} within {at} record(s) and stays there "
+        f"({last:.3g} at the end, {n} records): no model learns that fast; the loss no longer measures the task"
+    )
+    ev = Evidence(
+        signal="loss", step=lo, value=float(values[at]), baseline=first, ratio=float(values[at]) / first,
+        note=f"loss {first:.4g} -> {float(values[at]):.3g} in {at} record(s)",
+    )  # fmt: skip
+    return [_stall(lo, hi, n, summary, ev, {"cause": "loss_collapse", "scope": "run"})]
 
 
 def _skipped_to_the_end(run: RunData, params) -> list[Finding]:
