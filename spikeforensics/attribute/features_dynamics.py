@@ -8,8 +8,9 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.attribute._feature_helpers import _at, _median, _onset
-from spikeforensics.attribute.context import RunContext, step_window
+from spikeforensics.attribute.context import RunContext, _flag_sorted, step_window
 from spikeforensics.detect.base import Incident
+from spikeforensics.frames import rows_where
 from spikeforensics.params import AttributionParams
 from spikeforensics.rundata import RunData
 
@@ -47,11 +48,16 @@ def _lr_schedule(lr: pl.DataFrame, attempt: int, ctx: RunContext, ap: Attributio
     return seq, decay_step, cut, warm_end
 
 
-def _next_ratio(loss: pl.DataFrame, attempt: int, onset: int, end: int) -> float | None:
+def _next_ratio(ctx: RunContext, attempt: int, onset: int, end: int) -> float | None:
     """The first finite loss after `end` / the last finite loss before `onset` (same attempt)."""
-    same = loss.filter((pl.col("attempt") == attempt) & pl.col("value").is_finite())
-    before = same.filter(pl.col("step") < onset).get_column("value")
-    after = same.filter(pl.col("step") > end).get_column("value")
+    # the attempt's finite records once per run (the loss itself when they are all of it), then slices of
+    # its sorted steps: per incident no copy of the whole loss
+    same = ctx.once(
+        ("loss_finite", attempt),
+        lambda: _flag_sorted(rows_where(ctx.loss, (pl.col("attempt") == attempt) & pl.col("value").is_finite())),
+    )
+    before = step_window(same, None, onset - 1).get_column("value")
+    after = step_window(same, end + 1, None).get_column("value")
     if before.len() == 0 or after.len() == 0 or before[-1] <= 0:
         return None
     return float(after[0]) / float(before[-1])
@@ -86,12 +92,12 @@ def dynamics_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribut
     after = _median(_at(ctx.loss, inc.attempt, inc.step_end + 1, inc.step_end + ap.plateau_window))
     if before and after is not None:
         out["plateau_after"] = after / before
-    out["loss_next_ratio"] = _next_ratio(ctx.loss, inc.attempt, on, inc.step_end)
+    out["loss_next_ratio"] = _next_ratio(ctx, inc.attempt, on, inc.step_end)
     if ctx.first_step is not None and ctx.last_step is not None and ctx.last_step > ctx.first_step:
         out["train_frac"] = (inc.peak_step - ctx.first_step) / (ctx.last_step - ctx.first_step)
         out["early"] = out["train_frac"] <= ap.early_frac and ctx.first_step <= start_max_step
         out["onset_frac"] = max(0.0, (on - ctx.first_step) / (ctx.last_step - ctx.first_step))
-    lr = ctx.once("lr_finite", lambda: ctx.lr.filter(pl.col("value").is_finite()))
+    lr = ctx.once("lr_finite", lambda: rows_where(ctx.lr, pl.col("value").is_finite()))
     if lr.height:
         # the attempt's LR by step, its decay and warmup: the same for every incident of that attempt
         seq, decay_step, cut, warm_end = ctx.once(

@@ -11,8 +11,9 @@ import math
 import polars as pl
 
 from spikeforensics.attribute._feature_helpers import _f, _median, _onset
-from spikeforensics.attribute.context import RunContext, step_level, step_window
+from spikeforensics.attribute.context import RunContext, _flag_sorted, step_level, step_window
 from spikeforensics.detect.base import Incident
+from spikeforensics.frames import rows_where
 from spikeforensics.params import AttributionParams, Params
 from spikeforensics.rundata import RunData
 
@@ -65,9 +66,10 @@ def precision_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribu
     if not ctx.fp16:  # a constant `loss scale: 1.0` (bf16/fp32 Megatron logs) says nothing
         return out
     scale = ctx.once(
-        "scale_positive", lambda: ctx.loss_scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+        "scale_positive",
+        lambda: _flag_sorted(rows_where(ctx.loss_scale, pl.col("value").is_finite() & (pl.col("value") > 0))),
     )
-    upto = scale.filter(pl.col("step") <= inc.step_end)
+    upto = step_window(scale, None, inc.step_end)  # a slice of the sorted steps, not a copy per incident
     if upto.height:
         low = float(upto.get_column("value").min())
         out["loss_scale_min"] = low

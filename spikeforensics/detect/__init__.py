@@ -77,6 +77,13 @@ def failure_finding(name: str, exc: BaseException, run: RunData | None = None) -
     )
 
 
+# cached detector frames whose last reader is the detector named: released once it has run (issues 14/16: the
+# grad-norm baseline alone is 0.13 GB at 2M records that the later detectors would carry). The grad-norm baseline
+# is read by hard_spike (with its recurrence and loss-answer helpers) and, in a run with a layer dump, by
+# layer_outlier, which then builds it again; a later reader always gets the same frame, only later.
+RELEASED_AFTER = {"hard_spike": ("sf-base:grad_norm", "sf-loss-answer")}
+
+
 def run_detectors(run: RunData, params) -> list[Finding]:
     """Every detector's findings, in step order; a detector error is kept as an info note that marks
     the detector as failed (`facts["detector_failed"]`)."""
@@ -87,6 +94,8 @@ def run_detectors(run: RunData, params) -> list[Finding]:
                 findings.extend(detect(part, params))
             except Exception as exc:  # noqa: BLE001 - one broken detector must not hide the others
                 findings.append(failure_finding(name, exc, part))
+            signals.release(part, RELEASED_AFTER.get(name, ()))
+        signals.release(part)
     findings = vanishing.absorb_spikes(findings, params)
     findings.sort(key=lambda f: (f.attempt, f.step_start, -severity_rank(f.severity)))
     return findings

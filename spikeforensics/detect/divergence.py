@@ -42,7 +42,9 @@ def _nonfinite_after(run: RunData, raw: pl.DataFrame, attempt: int, pos: int) ->
 def detect(run: RunData, params) -> list[Finding]:
     dp = params.divergence
     frame, _ = signals.with_baseline(run, "loss", params)
-    frame = signals.one_track(frame).filter(pl.col("left").is_not_null() & pl.col("sigma").is_not_null())
+    # only the columns read here, and no copy of the rows when every one has a baseline (issues 14/16)
+    frame = signals.one_track(frame).select("rank", "attempt", "t", "step", "pos", "value", "y", "left", "sigma")
+    frame = signals.rows_where(frame, pl.col("left").is_not_null() & pl.col("sigma").is_not_null())
     if frame.height == 0:
         return []
     raw, _ = signals.raw(run, "loss")
@@ -51,14 +53,13 @@ def detect(run: RunData, params) -> list[Finding]:
     # divergence inflates it around its own onset)
     window = signals.short_series_windows(frame, params)[0]
     noise = (pl.col("y") - pl.col("left")).abs().shift(1).rolling_median(window, min_samples=1) * robust.MAD_SCALE
-    f = frame.sort("attempt", "t").with_columns(noise.over("attempt").alias("noise"))
+    f = signals.in_order(frame, "attempt", "t").with_columns(noise.over("attempt").alias("noise"))
     thr = pl.col("left") + pl.max_horizontal(
         dp.band_z * pl.col("noise").fill_null(pl.col("sigma")), pl.lit(math.log(dp.band_ratio))
     )
     f = f.with_columns(thr.alias("thr")).with_columns(
         (pl.col("y") >= pl.col("thr")).alias("out"),
         pl.col("y").reverse().cum_min().reverse().over("attempt").alias("suffix_min"),
-        pl.int_range(pl.len()).reverse().over("attempt").alias("left_to_end"),
     )
     cand = f.filter(pl.col("out") & (pl.col("suffix_min") >= pl.col("thr")))
     findings = []

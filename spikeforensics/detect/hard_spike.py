@@ -31,6 +31,7 @@ import polars as pl
 
 from spikeforensics.detect import epoch_restarts, loss_answer, recurrence, robust, settling, shape, signals
 from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.frames import in_order, rows_where
 from spikeforensics.rundata import RunData
 
 SIGNALS = ("loss", "grad_norm")
@@ -50,8 +51,14 @@ def _candidates(frame: pl.DataFrame, signal: str, params, mid_run: bool = False)
     # z_threshold: a bump too long to be the noise's heavy tail, however small in ratio (a smooth loss 8% up
     # for 10 records); three records at 3.5 sigma are rarer by chance than one at 6
     up = (pl.col("z") >= hp.joint_z).fill_null(False)
-    run = (~up).cum_sum().over("rank")
-    sustained = up & (up.sum().over("rank", run) >= hp.sustained_records) & high.any().over("rank", run)
+    # the run a record that is not up opens (it and the up records after it) is told by the stretch of equal `up`
+    # values: a group per stretch (few on a long run), not per run (one per ordinary record: a window over as
+    # many groups as records); the opener's own `high` is the shifted one
+    stretch = up.rle_id().over("rank")
+    opener = high.shift(1).over("rank").fill_null(False)
+    sustained = (
+        up & (pl.len().over("rank", stretch) >= hp.sustained_records) & (high | opener).any().over("rank", stretch)
+    )
     both = (high & (rise_base >= math.log(floor))) | sustained | pl.col("_scan")
     jump = (pl.col("z_left") >= hp.z_threshold) & (rise_left >= math.log(crit))
     joint = (pl.col("z") >= hp.joint_z) & (rise_base >= math.log(joint_ratio))
@@ -77,21 +84,21 @@ def _candidates(frame: pl.DataFrame, signal: str, params, mid_run: bool = False)
     # before the first record is filtered; a diverging excerpt's second 2x jump to the first one's height counts)
     ordinary = pl.col("value").is_finite() & ~(rise_left >= math.log(crit)).fill_null(False)
     seen = pl.when(ordinary).then(pl.col("value")).cum_max().shift(1).over("rank")
+    scanned = _with_scan(frame, hp, loss).with_columns(
+        seen.alias("_seen") if mid_run and frame.height < hp.short_series_records else pl.lit(None).alias("_seen")
+    )
+    # the records with a past (a slice when they follow the first ones: no copy), then the flags, and the ratios
+    # of the few rows flagged only
+    judged = rows_where(scanned.select(*READ_COLUMNS), pl.col("left").is_not_null())
     return (
-        _with_scan(frame, hp, loss)
-        .lazy()
+        judged.lazy()
+        .with_columns(((both | jump) & beyond).alias("single"), (joint & beyond).alias("joint"))
+        .filter(pl.col("single") | pl.col("joint"))
         .with_columns(
-            seen.alias("_seen") if mid_run and frame.height < hp.short_series_records else pl.lit(None).alias("_seen")
-        )
-        .filter(pl.col("left").is_not_null())
-        .with_columns(
-            ((both | jump) & beyond).alias("single"),
-            (joint & beyond).alias("joint"),
             pl.lit(signal).alias("signal"),
             rise_left.exp().alias("ratio_left"),
             rise_base.exp().alias("ratio_base"),
         )
-        .filter(pl.col("single") | pl.col("joint"))
         .select(*CANDIDATE_COLUMNS, "single", "joint")
         .collect()
     )
@@ -156,6 +163,8 @@ def _with_scan(frame: pl.DataFrame, hp, enabled: bool = True) -> pl.DataFrame:
 
 CANDIDATE_COLUMNS = ("signal", "t", "step", "attempt", "rank", "pos", "value", "left", "base", "z", "z_left")
 CANDIDATE_COLUMNS += ("ratio_left", "ratio_base", "_scan")
+# the baseline columns `_candidates` reads
+READ_COLUMNS = ("t", "step", "attempt", "rank", "pos", "value", "y", "left", "base", "z", "z_left", "_scan", "_seen")
 
 
 def _quantum(frame: pl.DataFrame, min_values: int) -> float:
@@ -209,26 +218,7 @@ def detect(run: RunData, params) -> list[Finding]:
         if cands:
             f = _flags(cands, params)
             if f.height:
-                flagged.append(
-                    f.select(
-                        "signal",
-                        "per_rank",
-                        "derived",
-                        "t",
-                        "step",
-                        "attempt",
-                        "rank",
-                        "pos",
-                        "value",
-                        "left",
-                        "base",
-                        "z",
-                        "z_left",
-                        "ratio_left",
-                        "ratio_base",
-                        "_scan",
-                    )
-                )
+                flagged.append(f.select("signal", "per_rank", "derived", *CANDIDATE_COLUMNS[1:]))
     findings = _early_rise(run, params)
     flags = pl.concat(flagged, how="vertical_relaxed") if flagged else None
     if flags is not None and findings:  # flags inside the unstable start are that same event
@@ -308,8 +298,10 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
         return False
     # the whole series in record order, across attempts: a counter that restarts every epoch (VinVL's `Epoch: [1],
     # step: [2300]`, an attempt per epoch of 44 records) leaves each attempt too short for a band, the run is not
+    # (the four columns read, sorted only when out of order)
+    loss = in_order(run.series("loss").select("t", "step", "value", "attempt"), "t")
     # (a log without step numbers: the record index is the step, as `robust.prepare` numbers it)
-    loss = run.series("loss").sort("t").with_columns(pl.col("step").fill_null(pl.col("t")))
+    loss = loss.with_columns(pl.col("step").fill_null(pl.col("t")))
     span = loss.filter((pl.col("attempt") == f.attempt) & pl.col("step").is_between(f.step_start, f.step_end))
     if loss.height < hp.short_series_records or span.height == 0:
         return False  # a short excerpt: no band to come back to

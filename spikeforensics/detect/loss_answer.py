@@ -11,6 +11,7 @@ Pure: run data in, a frame out.
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 
 import polars as pl
 
@@ -24,10 +25,13 @@ def answer(run: RunData, params, steps: list[int]) -> pl.DataFrame | None:
     loss_effect_z above it (one record alone is as likely noise). None without a loss series."""
     bp = params.blips
     loss, _ = signals.with_baseline(run, "loss", params)
-    key = ("sf-loss-answer", id(loss))  # asked once per blip: the judged rows are prepared once
+    key = ("sf-loss-answer", astuple(params.series))  # asked once per blip: the judged rows are prepared once
     if key not in run._cache:
-        run._cache[key] = loss.filter(pl.col("left").is_not_null()).select(
-            "step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left"
+        run._cache[key] = (  # lazily: the filter copies the four columns kept, not the whole baseline frame
+            loss.lazy()
+            .filter(pl.col("left").is_not_null())
+            .select("step", "t", (pl.col("y") - pl.col("left")).alias("rise"), "z_left")
+            .collect()
         )
     rows = run._cache[key]
     if rows.height == 0 or not steps:

@@ -29,7 +29,7 @@ import math
 
 import polars as pl
 
-from spikeforensics.detect import robust
+from spikeforensics.detect import robust, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
@@ -43,12 +43,20 @@ def scale_timeline(run: RunData) -> tuple[pl.DataFrame, str]:
     """(frame with pos, step, attempt, scale), and where it came from."""
     s = run.series("loss_scale")
     if s.height:
-        return s.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).select(
-            robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
-            "step",
-            "attempt",
-            _snapped(pl.col("value")).alias("scale"),
-        ).sort("pos"), "loss_scale"
+        # lazily: the filter copies only the columns kept, not the whole series; a timeline already in `pos`
+        # order is not sorted again, and `pos` is the `step` column itself in a run of one attempt
+        out = (
+            s.lazy()
+            .filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+            .select(
+                robust.position(pl.col("attempt"), pl.col("step")).alias("pos"),
+                "step",
+                "attempt",
+                _snapped(pl.col("value")).alias("scale"),
+            )
+            .collect()
+        )
+        return robust.share_pos(signals.in_order(out, "pos")), "loss_scale"
     ev = _overflows(run)
     if ev.height == 0:
         return pl.DataFrame(schema={"pos": pl.Int64, "step": pl.Int64, "attempt": pl.Int32, "scale": pl.Float64}), ""
@@ -108,8 +116,9 @@ def detect(run: RunData, params) -> list[Finding]:
     # later (an excerpt, a resumed job's log) has no calibration to exempt
     log_first = run.step_range()[0]
     calibration = lp.calibration_steps if log_first is None or log_first <= params.hard_spike.start_max_step else 0
-    scale = scale.filter(pl.col("pos").is_not_null())  # a scale printed with no step cannot be placed
-    if scale.height:
+    scale = signals.rows_where(scale, pl.col("pos").is_not_null())  # a scale printed with no step cannot be placed
+    # a scale that never changes never fell: no halving, no collapse (its columns are not built)
+    if scale.height and scale.select(pl.col("scale").min() < pl.col("scale").max()).item():
         first_step = int(scale.get_column("step").min())
         settled = pl.col("step") >= first_step + calibration
         scale = scale.with_columns(pl.col("scale").log(2).alias("l2")).with_columns(

@@ -244,18 +244,24 @@ def _outbreaks(rows: pl.DataFrame, series: list[pl.DataFrame], gap: int) -> pl.D
     rows = rows.sort("pos")
     if not series:  # no loss or grad-norm records to tell (a layer dump or events only): the gap decides
         return robust.flag_groups(rows, gap)
-    finite = pl.concat([s.filter(pl.col("finite")).select("pos") for s in series]).unique().sort("pos")
-    marked = rows.with_columns(pl.col("pos").shift(1).alias("_prev")).join_asof(
-        finite.select(pl.col("pos").alias("_fin"), pl.col("pos").alias("_key")),
-        left_on="pos",
-        right_on="_key",
-        strategy="backward",
-        allow_exact_matches=False,
-    )
-    apart = (pl.col("pos") - pl.col("_prev") > gap) & (pl.col("_fin") > pl.col("_prev"))
-    return marked.with_columns(apart.fill_null(False).cast(pl.Int64).cum_sum().alias("group")).drop(
-        "_prev", "_fin", "_key"
-    )
+    # the last finite record before each row: per series (its `pos` alone, taken before the filter, and sorted
+    # only when it is not), then the latest of them; a union of the series' positions, de-duplicated and
+    # sorted, would hold a hash set and a sorted copy of every record of both
+    marked = rows.with_columns(pl.col("pos").shift(1).alias("_prev"))
+    last = []
+    for i, s in enumerate(series):
+        finite = s.select("pos", "finite").filter(pl.col("finite")).select(pl.col("pos").alias("_key"))
+        finite = finite.set_sorted("_key") if finite.get_column("_key").is_sorted() else finite.sort("_key")
+        marked = marked.join_asof(
+            finite.with_columns(pl.col("_key").alias(f"_fin{i}")),
+            left_on="pos",
+            right_on="_key",
+            strategy="backward",
+            allow_exact_matches=False,
+        ).drop("_key")
+        last.append(f"_fin{i}")
+    apart = (pl.col("pos") - pl.col("_prev") > gap) & (pl.max_horizontal(last) > pl.col("_prev"))
+    return marked.with_columns(apart.fill_null(False).cast(pl.Int64).cum_sum().alias("group")).drop("_prev", *last)
 
 
 def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding:

@@ -26,7 +26,8 @@ from spikeforensics.rundata import RunData
 def detect(run: RunData, params) -> list[Finding]:
     op = params.oscillation
     loss, _ = signals.raw(run, "loss")
-    loss = loss.filter(pl.col("y").is_not_null())
+    # the columns read here only, and no copy of the rows when every record has a log loss
+    loss = signals.rows_where(loss.select("t", "step", "attempt", "rank", "pos", "y"), pl.col("y").is_not_null())
     if loss.height < op.min_records + op.window:
         return []
     key = pl.col("rank").cast(pl.String).fill_null("-")
@@ -50,8 +51,10 @@ def detect(run: RunData, params) -> list[Finding]:
     # copies every column of the run's loss timeline)
     keys = ["_i"] if one else ["_k", "_i"]
     med = data.select(keys).join(vol.select(*keys, "_med"), on=keys, how="left", maintain_order="left")
-    data = data.with_columns(med.get_column("_med")).with_columns(
-        over(pl.col("_med").forward_fill().backward_fill()).alias("vol")
+    data = (
+        data.with_columns(med.get_column("_med"))
+        .with_columns(over(pl.col("_med").forward_fill().backward_fill()).alias("vol"))
+        .drop("trend", "resid", "_abs", "_med")  # (read no more)
     )
     typical = over(pl.col("vol").median())
     # the absolute level is for a run that oscillates from the start (its typical volatility is itself
@@ -67,7 +70,7 @@ def detect(run: RunData, params) -> list[Finding]:
     runs = hot.filter(pl.len().over("group") >= op.min_records)
     # the loss the run started from, when the log starts at the start of training (a relapse above it is
     # the model doing worse than untrained)
-    first = loss.sort("t").row(0, named=True)
+    first = signals.in_order(loss, "t").row(0, named=True)
     # (a relapse: `hard_spike.loss_ratio_critical` x that loss; a per-sample loss wanders above its first value)
     start_y = (
         first["y"] + math.log(params.hard_spike.loss_ratio_critical)

@@ -38,7 +38,7 @@ class Track:
             pos=frame.get_column("pos").to_numpy(),
             step=frame.get_column("step").to_numpy(),
             y=frame.get_column("y").to_numpy(),
-            left=left.to_numpy().astype(float),
+            left=np.asarray(left.to_numpy(), dtype=float),  # (a float column as it is: no copy)
             sigma=frame.get_column("sigma").to_numpy(),
         )
 

@@ -13,7 +13,10 @@ from dataclasses import astuple
 import polars as pl
 
 from spikeforensics.detect import robust
+from spikeforensics.frames import in_order, rows_where
 from spikeforensics.rundata import RunData
+
+__all__ = ["in_order", "rows_where"]  # (re-exported: the detectors call them as `signals.*`)
 
 DERIVED_NOTE = "derived from the per-layer dump (L2 over layers)"
 
@@ -22,8 +25,23 @@ def one_track(frame: pl.DataFrame) -> pl.DataFrame:
     """The rows of one track of a timeline: the global rows (rank null), or when the log has only rank-level
     rows, those of the lowest rank."""
     if frame.height and frame.get_column("rank").null_count() == 0:
-        return frame.filter(pl.col("rank") == frame.get_column("rank").min())
-    return frame.filter(pl.col("rank").is_null())
+        return rows_where(frame, pl.col("rank") == frame.get_column("rank").min())
+    return rows_where(frame, pl.col("rank").is_null())
+
+
+# the detectors' own cached frames (timelines, baselines, layer frames, the loss-answer rows): nothing after
+# detection reads them (attribution and the report read `RunData.series`)
+DETECTOR_FRAMES = ("sf-raw", "sf-base", "sf-layers", "sf-layer-base", "sf-loss-answer")
+
+
+def release(run: RunData, kinds: tuple[str, ...] | None = None) -> None:
+    """Drop the detectors' cached frames from `run`: all of them (`kinds` None) once every detector has run (the
+    timelines and baselines, most of a long run's memory, that attribution and the report would otherwise carry:
+    issues 14/16), else those of `kinds`, each a DETECTOR_FRAMES name, or `name:series` for one series' frames
+    (`sf-base:grad_norm`). A later caller computes them again, the same."""
+    wanted = [tuple(k.split(":")) for k in (DETECTOR_FRAMES if kinds is None else kinds)]
+    for key in [k for k in run._cache if isinstance(k, tuple) and any(k[: len(w)] == w for w in wanted)]:
+        del run._cache[key]
 
 
 def _floor(name: str, params) -> float:
@@ -69,24 +87,32 @@ def _derived_per_rank(run: RunData) -> pl.DataFrame:
 
 
 def with_baseline(run: RunData, name: str, params, per_rank: bool = False) -> tuple[pl.DataFrame, bool]:
-    """`raw()` plus the two-sided robust baseline columns (finite, positive values only)."""
+    """`raw()` plus the two-sided robust baseline columns (finite, positive values only). The cache holds them
+    without the two z columns, which each call computes again (the same values): a caller holds them while it
+    reads them, the run does not (issues 14/16: two float columns, 160 MB per baseline at 10M records)."""
     key = ("sf-base", name, per_rank, astuple(params.series))
-    if key in run._cache:
-        return run._cache[key]
+    if key not in run._cache:
+        run._cache[key] = _baseline(run, name, per_rank, params)
+    frame, derived = run._cache[key]
+    return frame.with_columns(robust.z_scores()), derived
+
+
+def _baseline(run: RunData, name: str, per_rank: bool, params) -> tuple[pl.DataFrame, bool]:
     frame, derived = raw(run, name, per_rank)
     window, guard, min_side = short_series_windows(frame, params)
     out = (
         robust.add_baseline(
-            frame,
+            # (no detector reads a baseline's log line or clock: a series with non-finite records, whose
+            # baseline is a filtered copy, does not copy those two columns)
+            frame.drop("line", "time", strict=False),
             window=window,
             guard=guard,
             min_side=min_side,
             mad_window=params.series.mad_window,
             sigma_floor=_floor(name, params),
-        ),
+        ).drop("z_left", "z"),
         derived,
     )
-    run._cache[key] = out
     return out
 
 

@@ -19,27 +19,36 @@ import polars as pl
 
 from spikeforensics.detect import robust, signals
 from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.frames import per_group
 from spikeforensics.rundata import RunData
 
 
 def _prep(frame: pl.DataFrame, dp) -> pl.DataFrame:
-    data = frame.filter(pl.col("y").is_not_null()).with_columns(
-        pl.col("rank").cast(pl.String).fill_null("-").alias("_k")
-    )
-    n = pl.len().over("_k")
+    # only the columns read from here on, and no copy of the rows when every record has a log value (a filter
+    # copies every column it keeps)
+    data = signals.rows_where(frame.select("step", "attempt", "rank", "pos", "y"), pl.col("y").is_not_null())
+    data = data.with_columns(pl.col("rank").cast(pl.String).fill_null("-").alias("_k"))
+    o = _per_track(data)
+    n = o(pl.len())
     return data.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).over("_k").alias("_i"),
+        o(pl.int_range(pl.len(), dtype=pl.Int64)).alias("_i"),
         pl.max_horizontal(pl.lit(dp.early_min), (n * dp.early_frac).cast(pl.Int64)).alias("_early"),
-        pl.col("y").rolling_median(dp.smooth, min_samples=1, center=True).over("_k").alias("smooth"),
+        o(pl.col("y").rolling_median(dp.smooth, min_samples=1, center=True)).alias("smooth"),
     )
+
+
+def _per_track(data: pl.DataFrame):
+    """`.over("_k")` (per track) for several tracks; with one, the expression as it is (`frames.per_group`)."""
+    return per_group(data, "rank", over="_k")
 
 
 def _with_noise(data: pl.DataFrame, dp) -> pl.DataFrame:
     """`_noise`: `loss_noise_c` sigma of a difference of two rolling medians of `smooth` records (the
     noise of one such median from the residuals around it; 1.77 = 1.25 x sqrt 2)."""
+    o = _per_track(data)
     return data.with_columns(
         (
-            (pl.col("y") - pl.col("smooth")).abs().median().over("_k")
+            o((pl.col("y") - pl.col("smooth")).abs().median())
             * robust.MAD_SCALE
             * dp.loss_noise_c
             * 1.77
@@ -54,10 +63,11 @@ def _with_climb(data: pl.DataFrame, dp, span: int) -> pl.DataFrame:
     noise makes), `_ahead` (the median of the next span) and the levels before (`_level` for a rise
     over one span, `_level_long` for the slow climb)."""
     later = pl.col("_i") >= pl.col("_early")
+    o = _per_track(data)
     data = data.with_columns(
-        (
-            pl.col("smooth") - pl.when(later).then(pl.col("smooth")).rolling_min(dp.long_span, min_samples=1).over("_k")
-        ).alias("_long"),
+        (pl.col("smooth") - o(pl.when(later).then(pl.col("smooth")).rolling_min(dp.long_span, min_samples=1))).alias(
+            "_long"
+        ),
     )
     # a drift lasts (DOMAIN: over 50 consecutive steps): the smoothed value over the next span stays, in its
     # median, above the midpoint of the rise. A rolling median wobbling 3 sigma for a few records and back
@@ -67,16 +77,16 @@ def _with_climb(data: pl.DataFrame, dp, span: int) -> pl.DataFrame:
     # no drift. "Before" is before the window the rise was measured over: the median of the 2 spans before
     # the span for the short rise, of the 2 spans before the `long_span` records for the slow climb (a climb
     # of 10% over 500 records is only a little above its level of 100 records ago: that is what slow means)
-    ahead = pl.col("smooth").reverse().shift(1).rolling_median(span, min_samples=max(1, span // 2)).reverse().over("_k")
+    ahead = o(pl.col("smooth").reverse().shift(1).rolling_median(span, min_samples=max(1, span // 2)).reverse())
     # (the level is a median of at least `smooth` records: with a record every 50 steps a span is one
     # record, and a median of 2 raw per-batch losses is no level)
     width = max(2 * span, dp.smooth)
-    level = pl.col("y").shift(span).rolling_median(width, min_samples=1).over("_k")
+    level = o(pl.col("y").shift(span).rolling_median(width, min_samples=1))
     # (a run shorter than that keeps the short rise's level: no long window before it to compare with)
     # the slow climb's "before" is the typical level of the `long_span` records before its window, not one
     # level at its start: a climb back from a dip that sits at the window's start is no climb
     level_long = pl.coalesce(
-        pl.col("y").shift(dp.long_span).rolling_median(max(width, dp.long_span), min_samples=1).over("_k"), level
+        o(pl.col("y").shift(dp.long_span).rolling_median(max(width, dp.long_span), min_samples=1)), level
     )
     # ... and a slow climb stands out of the gaps the run's own noise makes between its smoothed value
     # and the lowest smoothed value of the previous `long_span` records: that lowest value is the
@@ -97,7 +107,7 @@ def _with_climb(data: pl.DataFrame, dp, span: int) -> pl.DataFrame:
         ahead.alias("_ahead"),
         level.alias("_level"),
         level_long.alias("_level_long"),
-        floor_long.over("_k").alias("_floor_long"),
+        o(floor_long).alias("_floor_long"),
     )
 
 
@@ -122,21 +132,22 @@ def _climbs(min_rise: float) -> pl.Expr:
 def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     span = robust.rows_for_steps(loss, dp.loss_span)
     data = _with_climb(_with_noise(_prep(loss, dp), dp), dp, span)
-    data = data.with_columns((pl.col("smooth") - pl.col("smooth").shift(span).over("_k")).alias("_short"))
+    o = _per_track(data)
+    data = data.with_columns((pl.col("smooth") - o(pl.col("smooth").shift(span))).alias("_short"))
     data = data.with_columns(pl.max_horizontal("_short", "_long").alias("rise"))
     # a drift moves the whole loss, not only its mix: the lower quartile of the same records rises by at
     # least `low_share` of the median's rise. A per-batch loss that is bimodal (a diffusion loss: batches
     # that drew low noise levels sit 5x under the others) has a rolling median that jumps between the modes
     # when the share of one mode shifts a little, while its lower quartile stays in the lower mode
-    low = pl.col("y").rolling_quantile(0.25, window_size=dp.smooth, min_samples=1, center=True).over("_k")
+    low = o(pl.col("y").rolling_quantile(0.25, window_size=dp.smooth, min_samples=1, center=True))
     data = data.with_columns(low.alias("_lowq"))
-    low_before_short = pl.col("_lowq").shift(span).over("_k")
+    low_before_short = o(pl.col("_lowq").shift(span))
     # (the slow climb's lower quartile is judged against its typical level before the `long_span` window, as
     # `_level_long` is: the lowest lower quartile of 500 records is an extreme that any flip clears)
     low_later = pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("_lowq"))
     low_before_long = pl.coalesce(
-        low_later.shift(dp.long_span).rolling_median(dp.long_span, min_samples=1).over("_k"),
-        low_later.shift(span).rolling_median(dp.long_span, min_samples=1).over("_k"),  # a run too short for that
+        o(low_later.shift(dp.long_span).rolling_median(dp.long_span, min_samples=1)),
+        o(low_later.shift(span).rolling_median(dp.long_span, min_samples=1)),  # a run too short for that
     )
     whole_short = (pl.col("_lowq") - low_before_short >= dp.low_share * pl.col("_short")).fill_null(True)
     whole_long = (pl.col("_lowq") - low_before_long >= dp.low_share * pl.col("_long")).fill_null(True)
@@ -169,10 +180,11 @@ def _grad_flags(grad: pl.DataFrame, dp) -> pl.DataFrame:
     w = dp.level_window
     data = _prep(grad, dp)
     # one trailing median serves both windows: before_t = M[t], after_t = M[t + w]
-    data = data.with_columns(pl.col("y").rolling_median(w, min_samples=w).over("_k").alias("before"))
+    o = _per_track(data)
+    data = data.with_columns(o(pl.col("y").rolling_median(w, min_samples=w)).alias("before"))
     data = data.with_columns(
-        pl.col("before").shift(-w).over("_k").alias("after"),
-        (pl.col("y") - pl.col("smooth")).abs().median().over("_k").mul(robust.MAD_SCALE).alias("noise"),
+        o(pl.col("before").shift(-w)).alias("after"),
+        o((pl.col("y") - pl.col("smooth")).abs().median()).mul(robust.MAD_SCALE).alias("noise"),
     ).with_columns((pl.col("after") - pl.col("before")).alias("rise"))
     flagged = data.filter(
         (pl.col("_i") - w >= pl.col("_early"))

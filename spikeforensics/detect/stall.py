@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.detect import signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
@@ -135,9 +136,10 @@ def _loss_collapse(run: RunData, params) -> list[Finding]:
 def _skipped_to_the_end(run: RunData, params) -> list[Finding]:
     sp = params.stall
     skips = run.events_of("skipped_step").filter(pl.col("step").is_not_null())
-    loss = run.series("loss").sort("t")
+    loss = run.series("loss")
     if skips.height < sp.skipped_tail_records or loss.height <= sp.skipped_tail_records:
         return []
+    loss = signals.in_order(loss, "t")  # (sorted only when out of order: a sort copies every column)
     last_attempt = loss.get_column("attempt").max()
     tail = loss.filter(pl.col("attempt") == last_attempt)
     flags = tail.with_columns(
@@ -173,8 +175,9 @@ def _lr_zero(run: RunData, params) -> list[Finding]:
     if lr.height < sp.lr_zero_records:
         return []
     runs = (
-        lr.lazy()  # lazily: only t, step and value are sorted, not a copy of the whole series
-        .sort("t")
+        # only t, step and value, sorted only when out of order (a sort copies every column)
+        signals.in_order(lr.select("t", "step", "value"), "t")
+        .lazy()
         .with_columns((pl.col("value") == 0).fill_null(False).alias("_zero"))
         .with_columns(pl.col("_zero").rle_id().alias("_run"))
         .filter(pl.col("_zero"))

@@ -39,7 +39,10 @@ def _drops(frame: pl.DataFrame, by: str, vp) -> pl.DataFrame:
     n = pl.len().over(by)
     early = pl.max_horizontal(pl.lit(early_min), (n * vp.early_frac).cast(pl.Int64))
     idx = pl.int_range(pl.len(), dtype=pl.Int64).over(by)
-    data = frame.filter(pl.col("y").is_not_null()).with_columns(idx.alias("_i"), early.alias("_early"))
+    # only the columns read from here on (a filter copies every column it keeps)
+    keep = [c for c in (by, "rank", "layer", "step", "y") if c in frame.columns]
+    data = signals.rows_where(frame.select(keep), pl.col("y").is_not_null())
+    data = data.with_columns(idx.alias("_i"), early.alias("_early"))
     data = data.with_columns(
         pl.col("y").rolling_median(vp.smooth, min_samples=1, center=True).over(by).alias("smooth"),
         pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("y")).alias("_ry"),
