@@ -70,11 +70,10 @@ Its sniffer is deliberately unsure (at most 0.35) so that every specific parser 
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
 from spikeforensics import schema
+from spikeforensics.ingest._generic_phases import eval_section, total_is_loss, total_loss_lines, validation_bars
 from spikeforensics.ingest._lines import GLOG_PREFIX
 from spikeforensics.ingest.base import (
     ANSI_RE,
@@ -112,8 +111,6 @@ NUM_COUNTER = r"(?i)(?:^|[\s,;|\[(])(\d+)\s+(?:iters?|iterations?|steps?|batches
 TQDM_BAR = r"^.*?\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
 # the bar alone, when the text before it is the bar's description holding the loss (`Train Epoch: 1 Loss: 5.872
 # Acc@1 3.611: 100%|###| 10010/10010 [3:06:24<00:00, 1.12s/it]`)
-# the total of a tqdm bar's count (`| 125/125 [01:33<00:00, ...]`)
-TQDM_TOTAL = r"\|\s*\d+/(\d+)\s*\["
 BAR_ONLY = r"\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
 LOCATION = r"\((?:[\w.-]+\.py|[A-Za-z_][\w.]*):\d+\)"
 LOSSES_TOTAL = r"(?i)(\blosses:[^\]]*?)\btotal\b"
@@ -202,16 +199,6 @@ KEY_COMMA = r"\b((?:[A-Za-z_]\w*)?(?i:loss)\w*),\s+([-+]?(?:\d|(?i:nan|inf)))"
 # a loop whose objective is printed as RMSE / MSE with no `loss` on the line (DeepRecommender's
 # `[0,  1000] RMSE: nan`): that is the loss it trains on
 RMSE_NAMES = ("rmse", "mse")
-# a loop that names its summed objective `total` and no term `loss` (SIBA-Jittor's `[Epoch 0/60] [batch 0/321]
-# [lr 0.0001] [total 0.349915] [joint 0.005893] [intensity 0.323806] [sobel 0.258607]`): on a counted line that
-# names no loss, a real-valued `total` is the loss (read as `total_loss`); `total 1200` (a count) or `total
-# time: 3.2` (another key) is not
-TOTAL_AS_LOSS = r"(?i)\btotal(\s*[:=]?\s*[-+]?\d*\.\d)"
-TOTAL_COUNTER = r"(?i)\b(?:global[_ ]step|steps?|iteration|iter|it|batch|epoch)\b"
-# the SSD family's MultiBox terms named by a letter (RFBNet / M2Det `Epoch:1 || epochiter: 5/489|| Totel iter 5 ||
-# L: 4.0048 C: 10.7443 ||Batch time: ...`; FaceBoxes `Loc: 2.1 Cla: 3.4`): localisation and confidence loss,
-# `loss_l` / `loss_c` as their code names them (loss = loss_l + loss_c), on a counted line naming no loss
-MULTIBOX_TERMS = r"\b(L|Loc):\s*([-+]?(?:\d|[Nn]a[Nn]|[Ii]nf)\S*)\s+(C|Cla):\s*"
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
 # a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
 GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
@@ -256,8 +243,6 @@ TRAIN_NAMED_LOSS = r"(?i)\btrain(?:ing)?[ _]loss\b"
 UNNAMED_LOSS = r"(?i)^\W*loss\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # a loss line under a counter line (see `_head_counters`): `=` as well as `:`
 UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
-# a line that is only an evaluation section's title (`Evaluation:`, `Validation`, `Testing...`)
-EVAL_SECTION = r"(?i)^\W*(?:evaluation|evaluating|validation|validating|valid|eval|test|testing)\W*$"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
 CATCH_ALL = True
 
@@ -275,48 +260,8 @@ def _ascii_punctuation(sample: SniffSample) -> SniffSample:
     return SniffSample(sample.path, sample.text.translate(fix), [line.translate(fix) for line in sample.lines])
 
 
-def _eval_section(lines: pl.DataFrame) -> pl.DataFrame:
-    """`lines` with `_in_eval`: the block of same-shaped lines right under a line that is only an evaluation
-    section's title (Knover's `Evaluation:`, then `<TAB>step 1:lm_loss: 4.0102, ppl: 55.1562, loss: 4.0102` per eval
-    batch, 15,483 of them). The block ends at the first line of another shape (digits aside): training goes on, or
-    a new run."""
-    text = pl.col("text")
-    if not lines.select(text.str.contains(EVAL_SECTION).any()).item():
-        return lines.with_columns(pl.lit(False).alias("_in_eval"))
-    shape = text.str.replace_all(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", "0").str.slice(0, 12)
-    marked = lines.with_columns(text.str.contains(EVAL_SECTION).cum_sum().alias("_sec"), shape.alias("_shape"))
-    marked = marked.with_columns(pl.int_range(pl.len()).over("_sec").alias("_row"))
-    marked = marked.with_columns(pl.when(pl.col("_row") == 1).then(pl.col("_shape")).max().over("_sec").alias("_first"))
-    other = ((pl.col("_row") >= 1) & (pl.col("_shape") != pl.col("_first"))).fill_null(True).cast(pl.Int32)
-    marked = marked.with_columns(other.cum_sum().over("_sec").alias("_other"))
-    in_eval = (pl.col("_sec") > 0) & (pl.col("_row") >= 1) & (pl.col("_other") == 0)
-    return marked.with_columns(in_eval.alias("_in_eval")).drop("_sec", "_shape", "_row", "_first", "_other")
-
-
-def _total_is_loss(text: pl.Expr) -> pl.Expr:
-    """A counted line naming no loss, whose real-valued `total` is its loss (see TOTAL_AS_LOSS): read as `total_loss`;
-    one whose MultiBox terms are named by a letter (see MULTIBOX_TERMS): read as `loss_l` / `loss_c`."""
-    counted = text.str.contains(TOTAL_COUNTER) & ~text.str.contains(r"(?i)loss")
-    return (
-        pl.when(counted & text.str.contains(TOTAL_AS_LOSS))
-        .then(text.str.replace(TOTAL_AS_LOSS, "total_loss${1}"))
-        .when(counted & text.str.contains(MULTIBOX_TERMS))
-        .then(text.str.replace(MULTIBOX_TERMS, "loss_l: ${2} loss_c: "))
-        .otherwise(text)
-    )
-
-
-def _total_loss_lines(sample: SniffSample) -> SniffSample:
-    """The sample with TOTAL_AS_LOSS lines read as `parse` reads them (`_total_is_loss`)."""
-    if "total" not in sample.text.lower() and not re.search(MULTIBOX_TERMS, sample.text):
-        return sample
-    lines = pl.DataFrame({"text": sample.lines}, schema={"text": pl.String})
-    fixed = lines.select(_total_is_loss(pl.col("text"))).get_column("text").to_list()
-    return SniffSample(sample.path, sample.text, fixed)
-
-
 def sniff(sample: SniffSample) -> float:
-    sample = _total_loss_lines(_ascii_punctuation(sample))
+    sample = total_loss_lines(_ascii_punctuation(sample))
     n = (
         sniff_share(
             sample,
@@ -579,7 +524,7 @@ def parse(src: SourceFile) -> ParseResult:
         lines = lines.with_columns(
             text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
         )
-    lines = _eval_section(_count_prefixes(lines).with_columns(_total_is_loss(text).alias("text")))
+    lines = eval_section(_count_prefixes(lines).with_columns(total_is_loss(text).alias("text")))
     if lines.select(text.str.contains(EPOCH_FRAC_BATCH).any()).item():
         lines = lines.with_columns(text.str.replace(EPOCH_FRAC_BATCH, "${1} ${2}/${3} batch ${4}/${5}"))
     token = pl.coalesce(
@@ -732,33 +677,20 @@ def _drop_repeats(lossy_lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def _other_phase(lossy_lines: pl.DataFrame, uncounted: bool) -> pl.Expr:
-    """In a file of step-less loss lines (see `parse`): tqdm bars alternating training / validation (`_validation_bars`); else, of which some name the training's loss (TRAIN_NAMED_LOSS),
+    """In a file of step-less loss lines (see `parse`): tqdm bars alternating training / validation (`_generic_phases.validation_bars`); else, of which some name the training's loss (TRAIN_NAMED_LOSS),
     the lines printing a loss that no word names (UNNAMED_LOSS) are the evaluation's: only when there are no more of them than training lines (a
     loop printing its per-batch `loss: x` beside an epoch's `train loss = y` summary has many more)."""
     text = pl.col("text")
     if not uncounted:
         return pl.lit(False)
-    validation_bars = _validation_bars(lossy_lines)
-    if validation_bars is not None:
-        return validation_bars
+    bars = validation_bars(lossy_lines, MIN_UNCOUNTED)
+    if bars is not None:
+        return bars
     named = lossy_lines.get_column("text").str.contains(TRAIN_NAMED_LOSS)
     plain = lossy_lines.get_column("text").str.contains(UNNAMED_LOSS)
     if not named.any() or int(plain.sum()) > int(named.sum()):
         return pl.lit(False)
     return text.str.contains(UNNAMED_LOSS) & ~text.str.contains(EVAL_WORDS)
-
-
-def _validation_bars(lossy_lines: pl.DataFrame) -> pl.Expr | None:
-    """Step-less loss lines that are the final states of tqdm bars alternating between two totals (AllenNLP's
-    console: `accuracy: 0.13, loss: 5.1068 ||: 100%|###| 125/125 [...]` for the epoch's training, then `... 31/31
-    [...]` for its validation): the bars of the smaller total are the validation's, when the two alternate line
-    by line (a validation pass after each training pass). None when the lines are not such pairs."""
-    totals = lossy_lines.get_column("text").str.extract(TQDM_TOTAL, 1).cast(pl.Int64, strict=False)
-    if totals.null_count() or totals.len() < 2 * MIN_UNCOUNTED or totals.n_unique() != 2:
-        return None
-    if not bool((totals.diff().drop_nulls() != 0).all()):
-        return None
-    return pl.col("text").str.extract(TQDM_TOTAL, 1).cast(pl.Int64, strict=False) == int(totals.min())
 
 
 def _hidden_nans(records: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame | None:
