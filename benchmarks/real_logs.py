@@ -83,7 +83,7 @@ class CaseScore:
 
 
 # dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
-# (`fresh`: session 6, `fresh2`: session 7, ..., `fresh9`, `fresh10`, `fresh11`: session 14, `fresh12` to `fresh16`: session 15, `fresh17`, `fresh18`, `fresh19`: session 16, `fresh20`, `fresh21`: session 17), each a development set after its one scoring
+# (`fresh`: session 6, `fresh2`: session 7, ..., `fresh9`, `fresh10`, `fresh11`: session 14, `fresh12` to `fresh16`: session 15, `fresh17`, `fresh18`, `fresh19`: session 16, `fresh20`, `fresh21`, `fresh22`: session 17), each a development set after its one scoring
 SPLITS = (
     "dev",
     "sealed",
@@ -108,6 +108,7 @@ SPLITS = (
     "fresh19",
     "fresh20",
     "fresh21",
+    "fresh22",
 )
 ALL = SPLITS  # every set, each after its first look (a new set is scored once with --set before it joins)
 
