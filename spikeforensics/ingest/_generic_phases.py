@@ -23,6 +23,9 @@ TOTAL_COUNTER = r"(?i)\b(?:global[_ ]step|steps?|iteration|iter|it|batch|epoch)\
 # L: 4.0048 C: 10.7443 ||Batch time: ...`; FaceBoxes `Loc: 2.1 Cla: 3.4`): localisation and confidence loss,
 # `loss_l` / `loss_c` as their code names them (loss = loss_l + loss_c), on a counted line naming no loss
 MULTIBOX_TERMS = r"\b(L|Loc):\s*([-+]?(?:\d|[Nn]a[Nn]|[Ii]nf)\S*)\s+(C|Cla):\s*"
+# WeTTS's `Epoch 1 [TRAIN] progress 10/2754 loss 0.666556 ...`: a `progress i/n` fraction is the batch counter (read
+# as `batch i/n`)
+PROGRESS_FRAC = r"(?i)\bprogress\s*[:=]?\s*(\d+\s*/\s*\d+)"
 # the total of a tqdm bar's count (`| 125/125 [01:33<00:00, ...]`)
 TQDM_TOTAL = r"\|\s*\d+/(\d+)\s*\["
 # a line that is only an evaluation section's title (`Evaluation:`, `Validation`, `Testing...`)
@@ -49,7 +52,9 @@ def eval_section(lines: pl.DataFrame) -> pl.DataFrame:
 
 def total_is_loss(text: pl.Expr) -> pl.Expr:
     """A counted line naming no loss, whose real-valued `total` is its loss (see TOTAL_AS_LOSS): read as `total_loss`;
-    one whose MultiBox terms are named by a letter (see MULTIBOX_TERMS): read as `loss_l` / `loss_c`."""
+    one whose MultiBox terms are named by a letter (see MULTIBOX_TERMS): read as `loss_l` / `loss_c`; a `progress i/n`
+    fraction as `batch i/n` (see PROGRESS_FRAC)."""
+    text = text.str.replace(PROGRESS_FRAC, "batch ${1}")
     counted = text.str.contains(TOTAL_COUNTER) & ~text.str.contains(r"(?i)loss")
     return (
         pl.when(counted & text.str.contains(TOTAL_AS_LOSS))
@@ -62,7 +67,8 @@ def total_is_loss(text: pl.Expr) -> pl.Expr:
 
 def total_loss_lines(sample: SniffSample) -> SniffSample:
     """The sample with TOTAL_AS_LOSS lines read as `parse` reads them (`total_is_loss`)."""
-    if "total" not in sample.text.lower() and not re.search(MULTIBOX_TERMS, sample.text):
+    low = sample.text.lower()
+    if "total" not in low and "progress" not in low and not re.search(MULTIBOX_TERMS, sample.text):
         return sample
     lines = pl.DataFrame({"text": sample.lines}, schema={"text": pl.String})
     fixed = lines.select(total_is_loss(pl.col("text"))).get_column("text").to_list()

@@ -43,14 +43,15 @@ VALID = r"\| valid on '[^']*' subset \|"
 SUMMARY = r"\|\s*epoch \d+ \|"
 # json lines at the start of a line or behind a logger prefix (`... | train_inner | {...}`,
 # metaseq's `slurm_procid 0 : ... | train_inner | {...}`); `| train | {...}` is the epoch summary
-JSON = r'(?:^\s*|\|\s*)\{"epoch": \d+.*"(?:loss|valid_loss|train_loss)": '
-JSON_SUMMARY = r'\|\s*train\s*\|\s*\{"epoch"'
+# ... and behind fairseq-hydra-train's `[2020-12-19 17:52:20,233][train_inner][INFO] - {...}` (`[train]`: the summary)
+JSON = r'(?:^\s*|\|\s*|\]\s*-\s*)\{"epoch": \d+.*"(?:loss|valid_loss|train_loss)": '
+JSON_SUMMARY = r'\|\s*train\s*\|\s*\{"epoch"|\[train\]\[\w+\]\s*-\s*\{"epoch"'
 PAIR_EQ = rf"(?P<k>[A-Za-z_][\w]*)=(?P<v>{N})"
 PAIR_JSON = rf'"(?P<k>[A-Za-z_][\w]*)": "?(?P<v>{N})"?'
 FIELD_SP = rf"^\s*(?P<k>[A-Za-z_/][\w/ ]*?)\s+(?P<v>{N})\s*$"
 # the epoch a line belongs to: `epoch 008 |`, `epoch 009:  99 / 367`, `{"epoch": 9, ...`
 EPOCH = r'\bepoch"?:?\s*0*(\d+)\b'
-NOT_METRICS = ["num_updates", "epoch", "update", "best"]
+NOT_METRICS = ["num_updates", "train_num_updates", "epoch", "update", "best"]
 
 
 def sniff(sample: SniffSample) -> float:
@@ -59,7 +60,8 @@ def sniff(sample: SniffSample) -> float:
         [
             (rf"\bepoch \d+:?\s+\d+ / \d+ loss=|{VALID}", 0.9),
             (
-                r'\|\s*epoch \d+ \| (?:train )?loss |(?:^\s*|\| (?:train_inner|train|valid) \| )\{"epoch": .*"num_updates": ',
+                r"\|\s*epoch \d+ \| (?:train )?loss |(?:^\s*|\| (?:train_inner|train|valid) \| "
+                r'|\[(?:train_inner|train|valid)\]\[\w+\] - )\{"epoch": .*"num_updates": ',
                 0.85,
             ),
         ],
@@ -100,7 +102,8 @@ def parse(src: SourceFile) -> ParseResult:
     )
     pairs = pl.concat([p1, p2, p3.drop("_summary")], how="diagonal_relaxed")
     steps = (
-        pairs.filter(pl.col("k") == "num_updates")
+        # (a `| train |` json summary names it `train_num_updates`)
+        pairs.filter(pl.col("k").is_in(["num_updates", "train_num_updates"]))
         .select("line", step_int(pl.col("v").str.replace_all(",", "").cast(pl.Float64, strict=False)).alias("step"))
         .unique("line")
     )

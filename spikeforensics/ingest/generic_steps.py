@@ -139,7 +139,8 @@ BRACKET_RECORD = RAW_BRACKET + r".*?(?i:loss)\w*\]?\s*[:=]?\s*[-+]?[\d.nN]"
 # the raw file is read a second time for bracketed counters only up to this size (pastes and
 # small custom-loop logs; a big log with such lines keeps them as unparsed rather than doubling memory)
 RAW_REREAD_MAX_BYTES = 64 << 20
-EVAL_WORDS = r"(?i)\b(?:evaluation|evaluating|validation|validating|eval|valid|val|test|testing)\b"
+# (`[CV]`: WeNet / WeTTS name their validation pass cross-validation, `Epoch 0 [CV] progress 290/341 loss nan ...`)
+EVAL_WORDS = r"(?i)\b(?:evaluation|evaluating|validation|validating|eval|valid|val|test|testing)\b|\[CV\]"
 # the same words bounded by any non-letter (`valid_evaluation:`), for lines without a counter
 EVAL_NAMED = r"(?i)(?:^|[^a-z])(?:evaluation|evaluating|validation|validating|eval|valid|val|test|testing)(?:[^a-z]|$)"
 # `train_batch_loss[ 6510 ]:  1.57`: a loss name indexed by the step, then a colon
