@@ -1,6 +1,6 @@
 """Real-log benchmark: what spikeforensics reads and concludes on real public training logs.
 
-    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|...|fresh10|all] [--corpus sample_logs/real]
+    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|...|fresh22|all] [--corpus sample_logs/real]
                                    [--json OUT] [--write-readme] [--case ID ...] [-v]
 
 Every case folder of the corpus (`sample_logs/real/<set>/<case>/`, see its README) holds the
