@@ -50,10 +50,10 @@ def eval_section(lines: pl.DataFrame) -> pl.DataFrame:
     return marked.with_columns(in_eval.alias("_in_eval")).drop("_sec", "_shape", "_row", "_first", "_other")
 
 
-def total_is_loss(text: pl.Expr) -> pl.Expr:
-    """A counted line naming no loss, whose real-valued `total` is its loss (see TOTAL_AS_LOSS): read as `total_loss`;
-    one whose MultiBox terms are named by a letter (see MULTIBOX_TERMS): read as `loss_l` / `loss_c`; a `progress i/n`
-    fraction as `batch i/n` (see PROGRESS_FRAC)."""
+def rewrite_lines(text: pl.Expr) -> pl.Expr:
+    """The text as the grammar reads it: a `progress i/n` fraction as `batch i/n` (PROGRESS_FRAC); on a counted line
+    naming no loss, a real-valued `total` as `total_loss` (TOTAL_AS_LOSS) or letter-named MultiBox terms as
+    `loss_l` / `loss_c` (MULTIBOX_TERMS)."""
     text = text.str.replace(PROGRESS_FRAC, "batch ${1}")
     counted = text.str.contains(TOTAL_COUNTER) & ~text.str.contains(r"(?i)loss")
     return (
@@ -65,13 +65,14 @@ def total_is_loss(text: pl.Expr) -> pl.Expr:
     )
 
 
-def total_loss_lines(sample: SniffSample) -> SniffSample:
-    """The sample with TOTAL_AS_LOSS lines read as `parse` reads them (`total_is_loss`)."""
+def rewritten_sample(sample: SniffSample) -> SniffSample:
+    """The sample's lines as `parse` reads them (`rewrite_lines`), for the sniffer; the sample itself when no line
+    can need it."""
     low = sample.text.lower()
     if "total" not in low and "progress" not in low and not re.search(MULTIBOX_TERMS, sample.text):
         return sample
     lines = pl.DataFrame({"text": sample.lines}, schema={"text": pl.String})
-    fixed = lines.select(total_is_loss(pl.col("text"))).get_column("text").to_list()
+    fixed = lines.select(rewrite_lines(pl.col("text"))).get_column("text").to_list()
     return SniffSample(sample.path, sample.text, fixed)
 
 

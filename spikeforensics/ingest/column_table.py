@@ -111,9 +111,10 @@ def _counter_index() -> pl.Expr:
 
 
 def _counter(rows: pl.DataFrame) -> pl.Expr:
-    """The row's step: the value of its step column (`_cidx`, see `_counter_index`; `3`, `3/100` -> 3). A row drawn as a tqdm bar within an epoch
-    (`0/299 ... 15/234 [...]`: YOLO prints one redraw per batch) is batch i of n in epoch E: (E - e0) * n + i,
-    e0 = 0 when the file prints an epoch 0, else 1 (as `generic_steps` composes `Batch i/n`)."""
+    """The row's step: the value of its step column (`_cidx`, see `_counter_index`; `3`, `3/100` -> 3). A row
+    drawn as a tqdm bar within an epoch (`0/299 ... 15/234 [...]`: YOLO prints one redraw per batch) is batch i of
+    n in epoch E: (E - e0) * n + i, e0 = 0 when the file prints an epoch 0, else 1 (as `generic_steps` composes
+    `Batch i/n`)."""
     first = pl.col("_vals").list.get(pl.col("_cidx")).str.extract(r"^(\d+)", 1).cast(pl.Float64, strict=False)
     i = pl.col("text").str.extract(TQDM_COUNT, 1).cast(pl.Float64, strict=False)
     n = pl.col("text").str.extract(TQDM_COUNT, 2).cast(pl.Float64, strict=False)

@@ -73,7 +73,7 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics import schema
-from spikeforensics.ingest._generic_phases import eval_section, total_is_loss, total_loss_lines, validation_bars
+from spikeforensics.ingest._generic_phases import eval_section, rewrite_lines, rewritten_sample, validation_bars
 from spikeforensics.ingest._lines import GLOG_PREFIX
 from spikeforensics.ingest.base import (
     ANSI_RE,
@@ -123,11 +123,11 @@ COUNTER_KEYS = r"(?i)^(?:global[_ ]step|steps?|iteration|iter|it)$"
 # raw line, where a paste's `> ` may still stand before it
 BRACKET = r"^\s*\[(\d+)\]\s+[A-Za-z]"
 RAW_BRACKET = r"^(?:(?:\+?> ?)+)?\s*\[(\d+)\]\s+[A-Za-z]"
-# `[N/M]` opening the line (a per-iteration print of deep-text-recognition-benchmark's loop: `[38/300000] lr: 0.1
-# 0.1 single_train_elapsed_time: 0.23 train_loss: nan`) and `epoch E[N]` (e2e-mlt `epoch 0[500], loss: 54.610`)
 # carpedm20/DCGAN-tensorflow's `"[%8d Epoch:[%2d/%2d] [%4d/%4d] time: %4.4f, d_loss: %.8f, g_loss: %.8f"`: the
 # global counter in a bracket left open, before the epoch and the batch i/n
 OPEN_COUNTER = r"^\[\s*(\d+)\s+(?i:epoch)\b"
+# `[N/M]` opening the line (a per-iteration print of deep-text-recognition-benchmark's loop: `[38/300000] lr: 0.1
+# 0.1 single_train_elapsed_time: 0.23 train_loss: nan`) and `epoch E[N]` (e2e-mlt `epoch 0[500], loss: 54.610`)
 BRACKET_FRAC = r"^\s*\[\s*(\d+)\s*/\s*\d+\s*\]\s+[A-Za-z]"
 EPOCH_BRACKET = r"(?i)\bepoch\s*\d+\s*\[\s*(\d+)\s*\]"
 # karpathy/char-rnn (Torch7) `1/21150 (epoch 0.002), train_loss =    nan, grad/param norm =    nan, time/batch = 2.80s`
@@ -262,7 +262,7 @@ def _ascii_punctuation(sample: SniffSample) -> SniffSample:
 
 
 def sniff(sample: SniffSample) -> float:
-    sample = total_loss_lines(_ascii_punctuation(sample))
+    sample = rewritten_sample(_ascii_punctuation(sample))
     n = (
         sniff_share(
             sample,
@@ -525,7 +525,7 @@ def parse(src: SourceFile) -> ParseResult:
         lines = lines.with_columns(
             text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
         )
-    lines = eval_section(_count_prefixes(lines).with_columns(total_is_loss(text).alias("text")))
+    lines = eval_section(_count_prefixes(lines).with_columns(rewrite_lines(text).alias("text")))
     if lines.select(text.str.contains(EPOCH_FRAC_BATCH).any()).item():
         lines = lines.with_columns(text.str.replace(EPOCH_FRAC_BATCH, "${1} ${2}/${3} batch ${4}/${5}"))
     token = pl.coalesce(
@@ -678,9 +678,11 @@ def _drop_repeats(lossy_lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def _other_phase(lossy_lines: pl.DataFrame, uncounted: bool) -> pl.Expr:
-    """In a file of step-less loss lines (see `parse`): tqdm bars alternating training / validation (`_generic_phases.validation_bars`); else, of which some name the training's loss (TRAIN_NAMED_LOSS),
-    the lines printing a loss that no word names (UNNAMED_LOSS) are the evaluation's: only when there are no more of them than training lines (a
-    loop printing its per-batch `loss: x` beside an epoch's `train loss = y` summary has many more)."""
+    """The evaluation's lines in a file of step-less loss lines (see `parse`): the bars of the smaller total when
+    tqdm bars alternate training / validation (`_generic_phases.validation_bars`); else, when some lines name the
+    training's loss (TRAIN_NAMED_LOSS), the lines printing a loss that no word names (UNNAMED_LOSS), only when
+    there are no more of them than training lines (a loop printing its per-batch `loss: x` beside an epoch's
+    `train loss = y` summary has many more)."""
     text = pl.col("text")
     if not uncounted:
         return pl.lit(False)
