@@ -187,39 +187,41 @@ def _all_overflow(run: RunData, params, records: _Records) -> list[Finding]:
     steps = placed.get_column("step")
     lo = int(steps.min()) if steps.len() else 0
     hi = int(steps.max()) if steps.len() else 0
-    return [
-        Finding(
-            kind="loss_scale_collapse",
-            step_start=lo,
-            step_end=hi,
-            peak_step=lo,
-            severity="critical",
-            score=float(skipped),
-            evidence=[
-                Evidence(
-                    signal="overflow_skips",
-                    step=lo,
-                    value=float(skipped),
-                    baseline=float(denom),
-                    ratio=round(skipped / denom, 4) if denom else None,
-                    note=f"{skipped} overflow-skipped steps of {denom} logged",
-                )
-            ],
-            summary=f"every logged step overflows: {skipped} of {denom} steps skipped by the fp16 loss scaler"
-            + (
-                f" ({stuck} in a row at one loss scale: the scale is not falling)"
-                if stuck >= ep.all_overflow_stuck_skips
-                else ""
-            ),
-            facts={
-                "cause": "all_steps_overflow",
-                "overflow_skips": skipped,
-                "onset_step": lo,
-                "decisive_event": True,
-                "same_scale_skips": stuck,
-            },
-        )
-    ]
+    summary = f"every logged step overflows: {skipped} of {denom} steps skipped by the fp16 loss scaler" + (
+        f" ({stuck} in a row at one loss scale: the scale is not falling)"
+        if stuck >= ep.all_overflow_stuck_skips
+        else ""
+    )
+    note = f"{skipped} overflow-skipped steps of {denom} logged"
+    facts = {"cause": "all_steps_overflow", "overflow_skips": skipped, "same_scale_skips": stuck}
+    return [_every_step("loss_scale_collapse", "overflow_skips", lo, hi, skipped, denom, note, summary, facts)]
+
+
+def _every_step(
+    kind: str, signal: str, lo: int, hi: int, skipped: int, denom: int, note: str, summary: str, facts: dict
+) -> Finding:
+    """A critical finding that `skipped` of the run's `denom` logged steps (steps lo-hi) were skipped: the run
+    applied (almost) no update. Its facts carry `onset_step` and `decisive_event` (the events alone convict)."""
+    return Finding(
+        kind=kind,
+        step_start=lo,
+        step_end=hi,
+        peak_step=lo,
+        severity="critical",
+        score=float(skipped),
+        evidence=[
+            Evidence(
+                signal=signal,
+                step=lo,
+                value=float(skipped),
+                baseline=float(denom),
+                ratio=round(skipped / denom, 4) if denom else None,
+                note=note,
+            )
+        ],
+        summary=summary,
+        facts={**facts, "onset_step": lo, "decisive_event": True},
+    )
 
 
 def _guard_skips(run: RunData, params, records: _Records) -> list[Finding]:
@@ -234,43 +236,25 @@ def _guard_skips(run: RunData, params, records: _Records) -> list[Finding]:
     skipped = per_step.height
     if skipped < ep.guard_min_skips:
         return []
-    logged = records.frame.select("attempt", "step").unique()
-    denom = max(pl.concat([logged, per_step.select("attempt", "step")]).unique().height, skipped)
+    # (the skip warnings' steps count as logged: minFM prints a record only every few steps)
+    denom = pl.concat([records.frame.select("attempt", "step"), per_step.select("attempt", "step")]).unique().height
     lo_norm, hi_norm = per_step.get_column("_norm").min(), per_step.get_column("_norm").max()
     if skipped < ep.all_overflow_frac * denom or hi_norm > ep.guard_norm_spread * lo_norm:
         return []
     lo, hi = int(per_step.get_column("step").min()), int(per_step.get_column("step").max())
-    return [
-        Finding(
-            kind="clip_rate_anomaly",
-            step_start=lo,
-            step_end=hi,
-            peak_step=lo,
-            severity="critical",
-            score=float(skipped),
-            evidence=[
-                Evidence(
-                    signal="guard_skips",
-                    step=lo,
-                    value=float(skipped),
-                    baseline=float(denom),
-                    ratio=round(skipped / denom, 4),
-                    note=f"{skipped} of {denom} logged steps skipped by a gradient-norm guard at norms "
-                    f"{lo_norm:.4g}-{hi_norm:.4g}",
-                )
-            ],
-            summary=f"every logged step is skipped: {skipped} of {denom} steps skipped by the trainer's gradient-norm "
-            f"guard at steady, finite norms ({lo_norm:.4g}-{hi_norm:.4g}): no update is applied",
-            facts={
-                "cause": "guard_skips_every_step",
-                "guard_skips": skipped,
-                "skipped_norm_min": lo_norm,
-                "skipped_norm_max": hi_norm,
-                "onset_step": lo,
-                "decisive_event": True,
-            },
-        )
-    ]
+    norms = f"{lo_norm:.4g}-{hi_norm:.4g}"
+    note = f"{skipped} of {denom} logged steps skipped by a gradient-norm guard at norms {norms}"
+    summary = (
+        f"every logged step is skipped: {skipped} of {denom} steps skipped by the trainer's gradient-norm guard at "
+        f"steady, finite norms ({norms}): no update is applied"
+    )
+    facts = {
+        "cause": "guard_skips_every_step",
+        "guard_skips": skipped,
+        "skipped_norm_min": lo_norm,
+        "skipped_norm_max": hi_norm,
+    }
+    return [_every_step("clip_rate_anomaly", "guard_skips", lo, hi, skipped, denom, note, summary, facts)]
 
 
 def _longest_same_scale_run(placed: pl.DataFrame) -> int:
