@@ -55,8 +55,8 @@ def _decayed_to_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
         return True
     # ... or to the print's last digit: a linear decay of 2e-5 printed with 6 decimals (VinVL's `lr: 0.000001`, then
     # `lr: 0.000000`) shows its last positive value at one unit of the print, 5% of its peak
-    steps = before.diff().abs().filter(before.diff().abs() > 0)
-    quantum = float(steps.min()) if steps.len() else 0.0
+    moves = before.diff().abs()
+    quantum = float(moves.filter(moves > 0).min() or 0.0)
     # (with float rounding room: 2e-05 - 1.9e-05 is 9.99999999999999e-07, one unit of the print)
     unit = sp.decayed_quanta * quantum * (1 + 1e-6)
     return 0 < before[-1] <= unit and before[-1] < sp.decayed_print_frac * before.max()
