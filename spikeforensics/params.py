@@ -365,6 +365,15 @@ class BlipParams:
 
 
 @dataclass
+class ConvergedParams:
+    """A loss trained towards 0 (detect/converged.py): its late bumps are judged against where it started."""
+
+    start_median_records: int = 5  # why: the loss the run started from is the median of its first 5 records (one odd first print does not set it)
+    level_frac: float = 0.02  # why: a loss down to <= 2% of where it started has converged towards 0 (GE2E speaker verification 4.0 -> 0.01-0.04; a classification loss near 0); an LLM loss never gets there (10-11 -> 2-3: 20-30%), nor an ImageNet classifier's (6.9 -> ~1: 14%)
+    rise_frac: float = 0.02  # why: ... and a loss-only bump or drift there that stays within 2% of the starting loss above its baseline is per-batch noise at a tiny absolute loss (GE2E: single batches 3-5x the median, 0.01 -> 0.06, 1.5% of 4.0): a note; a loss that climbs back towards where it started is not
+
+
+@dataclass
 class CoverageParams:
     """What counts as "read" for the verdict (attribute/diagnosis.py)."""
 
@@ -549,6 +558,7 @@ class Params:
     signed_jump: SignedJumpParams = field(default_factory=SignedJumpParams)
     blips: BlipParams = field(default_factory=BlipParams)
     coverage: CoverageParams = field(default_factory=CoverageParams)
+    converged: ConvergedParams = field(default_factory=ConvergedParams)
 
     attribution: AttributionParams = field(default_factory=AttributionParams)
     tracing: TracingParams = field(default_factory=TracingParams)

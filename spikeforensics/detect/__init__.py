@@ -13,6 +13,7 @@ import traceback
 
 from spikeforensics.detect import (
     clipping,
+    converged,
     divergence,
     events,
     hard_spike,
@@ -89,12 +90,14 @@ def run_detectors(run: RunData, params) -> list[Finding]:
     the detector as failed (`facts["detector_failed"]`)."""
     findings: list[Finding] = []
     for part in _runs_in_log(run):
+        found: list[Finding] = []
         for name, detect in DETECTORS:
             try:
-                findings.extend(detect(part, params))
+                found.extend(detect(part, params))
             except Exception as exc:  # noqa: BLE001 - one broken detector must not hide the others
-                findings.append(failure_finding(name, exc, part))
+                found.append(failure_finding(name, exc, part))
             signals.release(part, RELEASED_AFTER.get(name, ()))
+        findings.extend(converged.quiet_converged_bumps(found, part, params))
         signals.release(part)
     findings = vanishing.absorb_spikes(findings, params)
     findings.sort(key=lambda f: (f.attempt, f.step_start, -severity_rank(f.severity)))
