@@ -269,7 +269,7 @@ class SoftDriftParams:
     grad_rise: float = 2.0  # why: grad norm level >= 2x the preceding level
     level_window: int = 100  # why: left/right windows of the level-shift test (ADTK LevelShiftAD)
     level_c: float = 6.0  # why: ADTK LevelShiftAD default c = 6 (in noise units)
-    early_frac: float = 0.05  # why: the first 5% of records (fast-falling loss) are never a drift
+    early_frac: float = 0.05  # why: the first 5% of records, and the records of the first 5% of the steps (a log printing every step at first and every 500 later), are the fast-falling loss and growing grad norm of the start, never a drift
     early_min: int = 50  # why: at least the first 50 records
     excerpt_climb_records: int = 3  # why: a log too short for the drift test (<= early_min loss records, a pasted excerpt) has no noise sample; its last 4 records rising in order (3 rises) happen by chance once in 4! = 24 orderings (p 0.04, as corroborate_chance's 0.05) ...
     excerpt_rise: float = 0.25  # why: ... and ending >= 25% above where that climb began: 5x DOMAIN's 5% drift, since a few records cannot tell a small-batch loss's wander (5-10%) from a drift; on the real corpus no healthy excerpt climbs 25% over its last 3+ records, the unhealthy ones 27% and more

@@ -503,8 +503,8 @@ def metric_target(col: str, kind: str) -> str:
     summary's `train_loss` is not mistaken for a step loss.
     """
     key = normalise_name(col)
-    if kind == "summary":
-        return key
+    if kind == "summary" or (kind == "eval" and METRIC_ALIASES.get(key) == "loss"):
+        return key  # (an evaluation row's `train/loss` is the model measured on the training set, no step's loss)
     if key in METRIC_ALIASES:
         return METRIC_ALIASES[key]
     if key.endswith("_step") and key[: -len("_step")] in METRIC_ALIASES:
@@ -557,10 +557,18 @@ def classify_rows(frame: pl.DataFrame, metric_cols: list[str], neutral: tuple[st
     signal_cols = [c for c in train_cols if re.search(TRAIN_SIGNAL, norm[c])]
     quality_cols = [c for c in train_cols if re.search(QUALITY_METRIC, norm[c])]
     quality_only = any_of(quality_cols) & ~any_of(signal_cols) if signal_cols and quality_cols else false
+    # a row with evaluation metrics and none of the training signals that the file's training rows (rows without
+    # evaluation metrics) print is an evaluation (AlgoPerf's `measurements.csv`: `global_step,grad_norm,loss`
+    # rows every step, and rows of `train/loss`, `validation/loss`, `test/loss`, `score` after each evaluation
+    # pass: that `train/loss` is the model measured on the training set, not a step's loss); a row printing a
+    # step's own signals beside a test metric (a per-epoch dict with `test_f1`) stays a training record
+    evaluates = any_of(eval_cols)
+    step_signals = [c for c in signal_cols if frame.select((present[c] & ~evaluates).any()).item()] if eval_cols else []
+    evaluation_row = evaluates & ~any_of(step_signals) if step_signals else false
     return (
         pl.when(any_of(summary_cols))
         .then(pl.lit("summary"))
-        .when(quality_only)
+        .when(quality_only | evaluation_row)
         .then(pl.lit("eval"))
         .when(any_of(train_cols))
         .then(pl.lit("train"))

@@ -263,10 +263,34 @@ def _chunk_wide(
         text = pl.concat_str([pl.col(c).fill_null("") for c in cols], separator=",")
         T.unparsed(result, raw.select("line", text.alias("text")))
     wide = wide.filter(pl.col("step").is_not_null())
-    wide = wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")).filter(
-        pl.col("record_kind").is_not_null()
-    )
+    wide = _blank_rows_as_nan(wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")), metric_cols)
+    wide = wide.filter(pl.col("record_kind").is_not_null())
     return (wide, metric_cols) if wide.height else None
+
+
+def _blank_rows_as_nan(wide: pl.DataFrame, metric_cols: list[str]) -> pl.DataFrame:
+    """A row that prints a step and no value at all, after training rows, is a training step whose values were
+    NaN: pandas' `to_csv` writes NaN as an empty cell (AlgoPerf's `measurements.csv`: `80,inf,6.5e+27,...`, then
+    `81,,,,` to the end of the run). It gets NaN in the columns the training row before it filled."""
+    blank = pl.col("record_kind").is_null()
+    if not wide.select(blank.any()).item() or not metric_cols:
+        return wide
+    is_train = pl.col("record_kind").eq_missing("train")
+    # per column: was it filled on the last training row before this one (forward-filled marker)
+    filled = [
+        pl.when(is_train).then(pl.col(c).is_not_null()).otherwise(None).forward_fill().fill_null(False).alias(c)
+        for c in metric_cols
+    ]
+    marks = wide.select(filled)
+    nan = pl.lit(float("nan"), dtype=pl.Float64)
+    after_train = is_train.cum_sum() > 0
+    return wide.with_columns(
+        *[
+            pl.when(blank & after_train & marks.get_column(c)).then(nan).otherwise(pl.col(c)).alias(c)
+            for c in metric_cols
+        ],
+        pl.when(blank & after_train).then(pl.lit("train")).otherwise(pl.col("record_kind")).alias("record_kind"),
+    )
 
 
 def _merge_logger_rows(wide: pl.DataFrame, metric_cols: list[str]) -> pl.DataFrame:
