@@ -208,3 +208,43 @@ def test_generic_separators(tmp_path):
     ) == {7: 2.3, 8: 2.29, 9: 2.28}
     assert train.filter(pl.col("name") == "grad_norm").get_column("value").to_list() == [0.61, 0.6]
     assert m.filter(pl.col("name") == "eval_loss").item(0, "record") is None
+
+
+def _prefixed_copy(tmp_path, case: str, prefix) -> tuple:
+    from _ingest_helpers import REAL
+
+    src = next(REAL.glob(f"*/{case}/FACTS.toml")).parent
+    import tomllib
+
+    name = tomllib.loads((src / "FACTS.toml").read_text())["files"][0]
+    lines = (src / name).read_text().splitlines()
+    out = tmp_path / name
+    out.write_text("\n".join(prefix(i, ln) for i, ln in enumerate(lines)) + "\n")
+    return src / name, out
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        lambda i, ln: f"2024-05-01T12:00:{i % 60:02d}.123456789Z {ln}",  # kubectl logs --timestamps
+        lambda i, ln: f"(RayTrainWorker pid=48213, ip=10.0.0.5) {ln}",  # a Ray Train worker
+        lambda i, ln: f"(pid=77) [rank0]: {ln}",  # Ray around torchrun's --tee
+    ],
+)
+@pytest.mark.parametrize(
+    "case",
+    [
+        "awr-xbpeng-ant-v2-paper-log3-critic-actor-loss-healthy-12050-iters",  # a whitespace table
+        "custom-laddernet-1-retina-seg-train-loss-1e18-epoch4-wrong-lr-uploaded",  # `Epoch N:` blocks
+        "custom-lingjie-pretrain-fp16-curriculum-switch-loss-bump-step4150",  # JSON lines after text
+    ],
+)
+def test_container_and_ray_prefixes_read_as_the_bare_log(tmp_path, case, prefix):
+    from spikeforensics.ingest import detect_format
+
+    bare, prefixed = _prefixed_copy(tmp_path, case, prefix)
+    fmt, _ = detect_format(bare)
+    assert detect_format(prefixed)[0] == fmt
+    want = parse_file(bare, fmt).tables["metrics"].drop("line", "source", "time")
+    got = parse_file(prefixed, fmt).tables["metrics"].drop("line", "source", "time")
+    assert want.height > 0 and got.sort(got.columns).equals(want.sort(want.columns))

@@ -18,6 +18,10 @@ ANSI_RE = r"\x1b\[[0-9;?]*[A-Za-z]"
 PREFIX_RE = (
     r"^(?:(?:\+?> ?)+)?"  # markdown quoting of pasted logs: '> ', '+> '
     r"(?:\[\d{2,}\] )?"  # log-viewer line numbers '[80746] '
+    # `kubectl logs --timestamps` / `docker logs -t` (RFC 3339 at nanoseconds: a framework's own ISO time, kept,
+    # prints milli- or microseconds)
+    r"(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{7,9}Z )?"
+    r"(?:\((?:[\w.-]+ )?pid=\d+(?:, ip=[\d.]+)?\) )?"  # Ray workers: '(RayTrainWorker pid=48213, ip=10.0.0.5) '
     r"(?:"
     r"\[(?:rank|default)(?P<rank>\d+)\]:"  # torchrun --tee / --role: [rank3]: [default3]:
     r"|\[\d+:(?P<rank2>\d+)\]:"  # nanotron [node:rank]:
@@ -141,7 +145,7 @@ def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 # Cheap anchored test for "this line may carry a prefix" (most lines do not).
-PREFIX_HINT_RE = r"^(?:[>+]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: )"
+PREFIX_HINT_RE = r"^(?:[>+]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: |\d{4}-\d{2}-\d{2}T\d|\([\w.-]*\s?pid=)"
 
 
 def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:

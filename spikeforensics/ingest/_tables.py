@@ -21,7 +21,10 @@ from spikeforensics.ingest.base import (
     SniffSample,
     SourceFile,
     json_safe,
+    lines_from_bytes,
     normalise_name,
+    split_segments,
+    strip_prefixes,
     to_float,
 )
 
@@ -104,8 +107,10 @@ def file_kind(path: Path) -> str:
     first = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if first == b"{":
         return "jsonl"
-    # a pasted JSONL whose first line carries an artefact (`_**{"current_steps": ...`): most lines are objects
-    lines = [ln.strip() for ln in head.splitlines() if ln.strip()][:20]
+    # a pasted JSONL whose first line carries an artefact (`_**{"current_steps": ...`), or JSON lines behind a
+    # launcher prefix (`[rank0]: {"step": 50, ...}`, Ray's `(pid=...)`, colour codes): most lines are objects
+    cleaned = strip_prefixes(split_segments(lines_from_bytes(head))).get_column("text")
+    lines = [ln.strip().encode() for ln in cleaned.to_list() if ln.strip()][:20]
     objects = sum(1 for ln in lines if ln.startswith(b"{") and ln.endswith(b"}"))
     if len(lines) >= 3 and objects * 2 >= len(lines):
         return "jsonl"
