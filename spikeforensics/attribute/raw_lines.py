@@ -16,6 +16,7 @@ characters are removed.
 
 from __future__ import annotations
 
+import tempfile
 from collections import deque
 from itertools import islice
 from pathlib import Path
@@ -102,41 +103,57 @@ def read_windows(run: RunData, peaks: list[PeakLine | None], context: int) -> li
             by_source.setdefault(peak[0], []).append(k)
     if not by_source or run.sources.height == 0:
         return out
-    for source, ks in by_source.items():
-        path, verdict = _checked_path(run, source)
-        if verdict == "missing":
-            continue
-        if verdict == "changed":
-            note = {
-                "source": source,
-                "peak": False,
-                "text": f"(raw lines not shown: {path.name} has changed since it was ingested)",
-            }
-            for k in ks:
-                out[k] = [dict(note)]
-            continue
-        spans = {peaks[k][1]: (max(1, peaks[k][1] - context), peaks[k][1] + context) for k in ks}
-        try:
-            lines = _read_spans(path, list(spans.values()))
-        except OSError:
-            continue
-        for k in ks:
-            line = peaks[k][1]
-            first, last = spans[line]
-            out[k] = [
-                {"source": source, "line": n, "text": lines[n], "peak": n == line}
-                for n in range(first, last + 1)
-                if n in lines
-            ]
+    with tempfile.TemporaryDirectory(prefix="sf-raw-") as scratch:
+        for source, ks in by_source.items():
+            _read_source(run, source, ks, peaks, context, Path(scratch), out)
     return out
 
 
-def _checked_path(run: RunData, source: str) -> tuple[Path | None, str]:
-    """The ingested file of `source` and whether it can be read: "ok", "changed" or "missing"."""
+def _read_source(
+    run: RunData, source: str, ks: list[int], peaks: list, context: int, scratch: Path, out: list[list[dict]]
+) -> None:
+    """`read_windows` for the peaks `ks` of one source (a compressed file read from a decompressed copy)."""
+    path, verdict = _checked_path(run, source, scratch)
+    if verdict == "missing":
+        return
+    if verdict == "changed":
+        note = {
+            "source": source,
+            "peak": False,
+            "text": f"(raw lines not shown: {path.name} has changed since it was ingested)",
+        }
+        for k in ks:
+            out[k] = [dict(note)]
+        return
+    spans = {peaks[k][1]: (max(1, peaks[k][1] - context), peaks[k][1] + context) for k in ks}
+    try:
+        lines = _read_spans(path, list(spans.values()))
+    except OSError:
+        return
+    for k in ks:
+        line = peaks[k][1]
+        first, last = spans[line]
+        out[k] = [
+            {"source": source, "line": n, "text": lines[n], "peak": n == line}
+            for n in range(first, last + 1)
+            if n in lines
+        ]
+
+
+def _checked_path(run: RunData, source: str, scratch: Path | None = None) -> tuple[Path | None, str]:
+    """The ingested file of `source` (a compressed one's decompressed copy in `scratch`, as ingest read it) and
+    whether it can be read: "ok", "changed" or "missing"."""
+    from spikeforensics.ingest import compressed
+
     known = run.sources.filter((pl.col("source") == source) & pl.col("path").is_not_null())
     if known.height == 0 or not Path(known.get_column("path")[0]).is_file():
         return None, "missing"
     path = Path(known.get_column("path")[0])
+    if scratch is not None and compressed.codec_of(path):
+        try:
+            path = compressed.decompress_to(path, scratch / source.replace("/", "_"))
+        except compressed.DecompressionError:
+            return path, "changed"
     # a store's manifest always has the hash; a run built in memory without one has nothing to check against
     sha = known.get_column("sha256")[0] if "sha256" in known.columns else None
     size = known.get_column("bytes")[0] if "bytes" in known.columns else None

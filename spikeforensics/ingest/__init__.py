@@ -18,6 +18,7 @@ already holds a source of the same size (then it may be unchanged: nothing to pa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -34,6 +35,7 @@ from types import ModuleType
 import polars as pl
 
 from spikeforensics import schema
+from spikeforensics.ingest import compressed
 from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
 from spikeforensics.ingest.base import (
     CR_DECISION_BYTES,
@@ -59,7 +61,7 @@ MIN_CONFIDENCE = 0.3
 # what a person wrote about a run (the labelled sets' ground truth, the real-log corpus's facts):
 # not run output, so a folder's copy is passed over (given by name it is still tried)
 LABEL_FILES = frozenset({"ground_truth.json", "FACTS.toml"})
-_NOT_PARSERS = {"base", "aliases"}
+_NOT_PARSERS = {"base", "aliases", "compressed"}
 
 
 class IngestError(Exception):
@@ -327,22 +329,34 @@ def ingest_paths(
         raise IngestError(f"unknown format {fmt!r}; known: {', '.join(format_names())}")
     skipped: list[tuple[Path, str, str]] = []
     files = expand_paths(paths, follow_symlinks, skipped)
-    planned = []
-    for path, source, in_folder in files:
-        name, _ = (fmt, 1.0) if fmt else detect_format(path)
-        planned.append((path, source, in_folder, name))
-    # Files whose times may lack a year (syslog) go last, so they can take the run's year.
-    planned.sort(key=lambda x: bool(x[3] and getattr(parsers()[x[3]], "NEEDS_YEAR", False)))
-    outcomes = []
-    for path, source, in_folder, name in planned:
-        if progress:
-            progress(f"{path}: {name or 'unknown format'}")
-        needs_year = bool(name and getattr(parsers()[name], "NEEDS_YEAR", False))
-        year = _run_year(store, run_id) if needs_year else None
-        outcome = _ingest_file(path, source, name, run_id, store, year, progress, mixing=fmt is None)
-        if outcome.status == "failed" and not in_folder:
-            raise IngestError(outcome.message)
-        outcomes.append(outcome)
+    compressed_inputs = [f for f in files if compressed.codec_of(f[0])]
+    # compressed files are read from a decompressed copy in a staging folder (removed on exit, swept after a crash)
+    with store.staging() if compressed_inputs else contextlib.nullcontext() as scratch:
+        planned = []
+        for path, source, in_folder in files:
+            data = path
+            if scratch is not None and compressed.codec_of(path):
+                try:
+                    data = compressed.decompress_to(path, scratch.folder / "inputs" / str(len(planned)))
+                except compressed.DecompressionError as exc:
+                    if not in_folder:
+                        raise IngestError(str(exc)) from None
+                    skipped.append((path, source, str(exc).removeprefix(f"{path}: ")))
+                    continue
+            name, _ = (fmt, 1.0) if fmt else detect_format(data)
+            planned.append((path, data, source, in_folder, name))
+        # Files whose times may lack a year (syslog) go last, so they can take the run's year.
+        planned.sort(key=lambda x: bool(x[4] and getattr(parsers()[x[4]], "NEEDS_YEAR", False)))
+        outcomes = []
+        for path, data, source, in_folder, name in planned:
+            if progress:
+                progress(f"{path}: {name or 'unknown format'}")
+            needs_year = bool(name and getattr(parsers()[name], "NEEDS_YEAR", False))
+            year = _run_year(store, run_id) if needs_year else None
+            outcome = _ingest_file(path, source, name, run_id, store, year, progress, mixing=fmt is None, data=data)
+            if outcome.status == "failed" and not in_folder:
+                raise IngestError(outcome.message)
+            outcomes.append(outcome)
     outcomes += [
         FileOutcome(path=str(f), source=source, status="failed", message=f"{f}: {why}") for f, source, why in skipped
     ]
@@ -532,10 +546,14 @@ def _ingest_file(
     year: int | None,
     progress: Callable[[str], None] | None = None,
     mixing: bool = False,
+    data: Path | None = None,
 ) -> FileOutcome:
+    """Ingest one file; `data` is what is read (a compressed file's decompressed copy), `path` what the user gave
+    and the store records."""
+    data = data or path
     outcome = FileOutcome(path=str(path), source=source, status="failed", format=fmt)
     try:
-        size = path.stat().st_size
+        size = data.stat().st_size
     except OSError as exc:
         outcome.message = f"{path}: cannot read: {exc.strerror or exc}"
         return outcome
@@ -545,13 +563,13 @@ def _ingest_file(
     if fmt is None:
         outcome.message = f"{path}: not a recognised training log, metrics, gradient, batch or telemetry file"
         return outcome
-    if store.has_source_of_size(run_id, size) and store.has_source(run_id, _sha256(path)[0]):
+    if store.has_source_of_size(run_id, size) and store.has_source(run_id, _sha256(data)[0]):
         outcome.status = "unchanged"
         outcome.message = f"{path}: already ingested into run {run_id} (same content); nothing to do"
         return outcome
     parser = parsers()[fmt]
     read = _ReadOnce()
-    src = SourceFile(path=path, name=source, year=year, tap=read)
+    src = SourceFile(path=data, name=source, year=year, tap=read)
     with store.staging() as stage:
         try:
             if hasattr(parser, "parse_chunks"):
@@ -560,7 +578,8 @@ def _ingest_file(
             else:
                 parsed = _parse_whole(parser, src, stage, mixing=mixing)
         except IngestError as exc:
-            outcome.message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+            text = str(exc).replace(str(data), str(path))  # (a parser names what it read: the decompressed copy)
+            outcome.message = text if text.startswith(str(path)) else f"{path}: {text}"
             return outcome
         except StoreError:  # the store, not this input: the caller reports it
             raise
@@ -581,7 +600,7 @@ def _ingest_file(
                 where = f" (first unparsed line {line}: {text[:80]!r})"
             outcome.message = f"{path}: no usable records found as {fmt}{where}"
             return outcome
-        sha, lines = read.digest(path, size)
+        sha, lines = read.digest(data, size)
         if len(parsed.grammars) > 1:  # a text log that mixes grammars: all of them, the primary first
             fmt = outcome.format = "+".join(parsed.grammars)
         record = SourceRecord(
