@@ -150,6 +150,13 @@ class _FileState:
     last_epoch: float | None = None  # a file without a step key: the last train record's epoch ...
     epoch_attempt: int = 0  # ... and the attempt it was in (see `_epoch_attempts`)
     held_from: int | None = None  # the first line left (set by `metrics_from_objects`)
+    whole: bool = False  # this chunk is the whole file
+
+
+# a file that is one JSON object holding W&B's bookkeeping keys is a run's `wandb-summary.json`: the final value of
+# every metric (its `_step` the last one), a summary record, no training step (the history rows that carry the same
+# keys come many to a file)
+WANDB_SUMMARY_KEYS = ("_runtime", "_wandb.runtime", "_wandb_runtime")
 
 
 def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[ParseResult]:
@@ -159,12 +166,12 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
     state = _FileState()
     chunks = [src.lines()] if src.only_lines is not None else src.iter_line_chunks(chunk_bytes or CHUNK_BYTES)
     held = None  # the trailing lines of the chunk before, whose records' attempts the next lines decide
-    for lines, last in _with_last(chunks):
+    for n, (lines, last) in enumerate(_with_last(chunks)):
         lines = lines if held is None else pl.concat([held, lines])
         objects, bad = T.json_objects(lines)
         objects = T.flatten_structs(objects)
         result = ParseResult()
-        state.hold = not last
+        state.hold, state.whole = not last, last and n == 0
         result.add("metrics", metrics_from_objects(objects, src.name, result, state))
         cut, state.held_from = state.held_from, None
         held = lines.filter(pl.col("line") >= cut) if cut is not None else None
@@ -260,6 +267,8 @@ def metrics_from_objects(
     metric_cols = T.drop_empty_columns(wide, metric_cols)
     kind = T.classify_rows(wide, metric_cols)
     kind = pl.when(pl.col("_mode").str.contains(EVAL_MODES) & kind.is_not_null()).then(pl.lit("eval")).otherwise(kind)
+    if state.whole and objects.height == 1 and any(k in objects.columns for k in WANDB_SUMMARY_KEYS):
+        kind = pl.lit("summary")
     wide = wide.with_columns(kind.alias("record_kind")).filter(pl.col("record_kind").is_not_null()).drop("_mode")
     cut = _undecided_from(wide) if state.hold else None
     state.held_from = cut  # the lines from `cut` on go with the next chunk (see `parse_chunks`)
