@@ -187,8 +187,8 @@ def ingest(paths, run_id, store, fmt, as_json, aliases, follow_symlinks, quiet, 
     """Ingest logs, metric files, gradient dumps, batch manifests and telemetry into a run.
 
     PATH is a file or a folder (ingested file by file). Formats are detected from
-    content; a gzip, xz, bzip2 or zstd file (train.log.gz) is read as the file it
-    holds. Ingesting the same file twice changes nothing; new files append to the run.
+    content; a gzip, xz, bzip2 or zstd file (train.log.gz) or a UTF-16 one is read
+    as the file it holds. Ingesting the same file twice changes nothing; new files append to the run.
 
     \b
     Examples:

@@ -143,16 +143,16 @@ def _read_source(
 def _checked_path(run: RunData, source: str, scratch: Path | None = None) -> tuple[Path | None, str]:
     """The ingested file of `source` (a compressed one's decompressed copy in `scratch`, as ingest read it) and
     whether it can be read: "ok", "changed" or "missing"."""
-    from spikeforensics.ingest import compressed
+    from spikeforensics.ingest import encoded
 
     known = run.sources.filter((pl.col("source") == source) & pl.col("path").is_not_null())
     if known.height == 0 or not Path(known.get_column("path")[0]).is_file():
         return None, "missing"
     path = Path(known.get_column("path")[0])
-    if scratch is not None and compressed.codec_of(path):
+    if scratch is not None and encoded.codec_of(path):
         try:
-            path = compressed.decompress_to(path, scratch / source.replace("/", "_"))
-        except compressed.DecompressionError:
+            path = encoded.decompress_to(path, scratch / source.replace("/", "_"))
+        except encoded.DecompressionError:
             return path, "changed"
     # a store's manifest always has the hash; a run built in memory without one has nothing to check against
     sha = known.get_column("sha256")[0] if "sha256" in known.columns else None

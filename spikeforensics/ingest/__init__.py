@@ -35,7 +35,7 @@ from types import ModuleType
 import polars as pl
 
 from spikeforensics import schema
-from spikeforensics.ingest import compressed
+from spikeforensics.ingest import encoded
 from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
 from spikeforensics.ingest.base import (
     CR_DECISION_BYTES,
@@ -61,7 +61,7 @@ MIN_CONFIDENCE = 0.3
 # what a person wrote about a run (the labelled sets' ground truth, the real-log corpus's facts):
 # not run output, so a folder's copy is passed over (given by name it is still tried)
 LABEL_FILES = frozenset({"ground_truth.json", "FACTS.toml"})
-_NOT_PARSERS = {"base", "aliases", "compressed"}
+_NOT_PARSERS = {"base", "aliases", "encoded"}
 
 
 class IngestError(Exception):
@@ -329,16 +329,16 @@ def ingest_paths(
         raise IngestError(f"unknown format {fmt!r}; known: {', '.join(format_names())}")
     skipped: list[tuple[Path, str, str]] = []
     files = expand_paths(paths, follow_symlinks, skipped)
-    compressed_inputs = [f for f in files if compressed.codec_of(f[0])]
+    encoded_inputs = [f for f in files if encoded.codec_of(f[0])]
     # compressed files are read from a decompressed copy in a staging folder (removed on exit, swept after a crash)
-    with store.staging() if compressed_inputs else contextlib.nullcontext() as scratch:
+    with store.staging() if encoded_inputs else contextlib.nullcontext() as scratch:
         planned = []
         for path, source, in_folder in files:
             data = path
-            if scratch is not None and compressed.codec_of(path):
+            if scratch is not None and encoded.codec_of(path):
                 try:
-                    data = compressed.decompress_to(path, scratch.folder / "inputs" / str(len(planned)))
-                except compressed.DecompressionError as exc:
+                    data = encoded.decompress_to(path, scratch.folder / "inputs" / str(len(planned)))
+                except encoded.DecompressionError as exc:
                     if not in_folder:
                         raise IngestError(str(exc)) from None
                     skipped.append((path, source, str(exc).removeprefix(f"{path}: ")))

@@ -1,5 +1,5 @@
-"""Compressed inputs (ingest/compressed.py): a gzip, xz, bzip2 or zstd file is read as the file it holds, told by
-its magic bytes; the report re-reads its raw lines through the same decompression; a corrupt file or a
+"""Encoded inputs (ingest/encoded.py): a gzip, xz, bzip2 or zstd file, or a UTF-16 one (PowerShell 5's `>`), is read
+as the file it holds, told by its first bytes; the report re-reads its raw lines through the same decompression; a corrupt file or a
 decompression bomb is one line naming the file, and nothing reaches the store."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from spikeforensics import api
 from spikeforensics.cli import cli
-from spikeforensics.ingest import compressed
+from spikeforensics.ingest import encoded
 
 REAL = Path(__file__).resolve().parents[1] / "sample_logs" / "real"
 LOG = REAL / "dev" / "colossalai-examples-37-zero3-overflow-loss-nan" / "issue_37_paste.log"
@@ -32,6 +32,8 @@ WRITERS = {
     "xz": lambda data, out: out.write_bytes(lzma.compress(data)),
     "bz2": lambda data, out: out.write_bytes(bz2.compress(data)),
     "zst": _zstd,
+    # PowerShell 5.1's `python train.py > train.log`: UTF-16 LE with a BOM and CRLF line ends
+    "utf16": lambda data, out: out.write_bytes(b"\xff\xfe" + data.decode().replace("\n", "\r\n").encode("utf-16-le")),
 }
 
 
@@ -44,7 +46,7 @@ def tables(store, run):
 def test_a_compressed_log_reads_as_the_log_it_holds(tmp_path, suffix):
     packed = tmp_path / f"{LOG.name}.{suffix}"
     WRITERS[suffix](LOG.read_bytes(), packed)
-    assert compressed.codec_of(packed) and compressed.codec_of(LOG) is None
+    assert encoded.codec_of(packed) and encoded.codec_of(LOG) is None
     store = tmp_path / "s"
     api.ingest([LOG], run_id="plain", store=store)
     report = api.ingest([packed], run_id="packed", store=store)
