@@ -332,6 +332,14 @@ class StallParams:
     decayed_quanta: float = 1.0  # why: ... or came down to one unit of its print (a linear decay of 2e-5 printed with 6 decimals ends 0.000001, then 0.000000: the schedule reached the print's resolution, not a frozen LR) ...
     decayed_print_frac: float = 0.1  # why: ... when that unit is under 10% of the peak (an LR printed to 1e-4 that sits at 1e-4 from the start is no decay)
     collapse_ratio: float = 1e-4  # why: a loss at 1/10,000 of its first record or less ...
+    chance_min_records: int = 5  # why: a loss at a uniform guess's level (ln K) from the start of training to the end of the log convicts over 5 or more records (a pasted excerpt of 3-4 epochs can still be the first epochs of a slow start)
+    chance_tol: float = 0.02  # why: ... its median within 0.02 of ln K (a noisy last-minibatch print of a 10-class net at chance wanders 2.30-2.34, its median 2.31; ln 100 and ln 1000 within a quarter of the gap to the next ln K: +/- 0.0025, +/- 0.00025) and its interquartile range under 0.02 too: pinned there, not a noisy loss whose median happens to pass ln 2 (an LLM fine-tune's 0.48-1.36)
+    chance_classes: tuple = (
+        2,
+        10,
+        100,
+        1000,
+    )  # why: ... for the class counts of a binary task and of MNIST/CIFAR-10, CIFAR-100 and ImageNet-1k (0.6931, 2.3026, 4.6052, 6.9078); between them ln K is too dense to tell chance from a plateau (an MoE LLM's first steps at 2.47 sit 0.015 from ln 12)
     collapse_within: int = 5  # why: ... within its first 5 records (a few updates), staying there to the end: no model learns four orders of magnitude that fast (OLMo#692: 12.18 -> 1.8e-06 -> 0.0); a fine-tune that memorises its data takes hundreds of steps to fall that far
 
 

@@ -24,10 +24,19 @@ then 1.8e-06, then 0.0 from scratch). No model learns four orders of magnitude i
 no longer measures the task (labels leaking into the inputs, every target masked, a causal mask that lets a
 token see itself). `no_progress`, `cause` = `loss_collapse`.
 
+A loss at chance (`_loss_at_chance`): from the start of training to the end of the log its median sits at ln K
+(`stall.chance_tol`), the cross-entropy of a uniform guess over K classes (binary 0.6931, 10 classes 2.3026,
+ImageNet 6.9078), and the last third of its records is no lower. A run that learns leaves that level in its first
+records; one that stays there outputs the same distribution whatever the input: saturated sigmoids or dead ReLUs
+that pass no gradient, a layer that scales the signal to nothing, inputs or labels that never reach the model.
+`no_progress`, `cause` = `chance_level`.
+
 Pure: `detect(run, params)` reads the `lr` and loss series and the `skipped_step` events only.
 """
 
 from __future__ import annotations
+
+import math
 
 import polars as pl
 
@@ -66,7 +75,7 @@ def detect(run: RunData, params) -> list[Finding]:
     return (
         _lr_zero(run, params)
         + _skipped_to_the_end(run, params)
-        + (_loss_all_zero(run, params) or _loss_collapse(run, params))
+        + (_loss_all_zero(run, params) or _loss_collapse(run, params) or _loss_at_chance(run, params))
     )
 
 
@@ -131,6 +140,52 @@ def _loss_collapse(run: RunData, params) -> list[Finding]:
         note=f"loss {first:.4g} -> {float(values[at]):.3g} in {at} record(s)",
     )  # fmt: skip
     return [_stall(lo, hi, n, summary, ev, {"cause": "loss_collapse", "scope": "run"})]
+
+
+def chance_level(median: float, sp) -> int | None:
+    """K when `median` is within `stall.chance_tol` (and a quarter of the gap to the next K's) of ln K, the
+    cross-entropy of a uniform guess over K classes, for K in `stall.chance_classes`; else None."""
+    for k in sp.chance_classes:
+        if k >= 2 and abs(median - math.log(k)) <= _chance_tol(k, sp):
+            return k
+    return None
+
+
+def _chance_tol(k: int, sp) -> float:
+    return min(sp.chance_tol, 0.25 * (math.log(k + 1) - math.log(k)))
+
+
+def _loss_at_chance(run: RunData, params) -> list[Finding]:
+    """See the module docstring: from the start of training to the end of the log the loss sits at ln K."""
+    sp = params.stall
+    if run.loss_without_ratio() or run.loss_is_critic() or not run.starts_at_start(params.hard_spike.start_max_step):
+        return []
+    loss = run.series("loss").sort("t").filter(pl.col("value").is_finite())
+    if loss.height < sp.chance_min_records:
+        return []
+    body = loss.get_column("value").slice(1)  # (the first record may precede any update)
+    k = chance_level(float(body.median()), sp)
+    if k is None:
+        return []
+    level, tol = math.log(k), _chance_tol(k, sp)
+    tail = body.slice(body.len() - max(1, body.len() // 3))
+    if float(tail.median()) < level - tol:
+        return []  # the run got below chance by its end: it learns, however slowly
+    if float(body.quantile(0.75)) - float(body.quantile(0.25)) > sp.chance_tol:
+        return []  # a noisy loss whose median passes ln K, not one pinned there
+    steps = loss.get_column("step").drop_nulls()
+    lo, hi = (int(steps.min()), int(steps.max())) if steps.len() else (0, loss.height - 1)
+    summary = (
+        f"the loss stays at {float(body.median()):.4g} from the start to the end of the log ({loss.height} records): "
+        f"ln {k} = {level:.4f}, the cross-entropy of a uniform guess over {k} classes; the output does not depend on "
+        "the input (saturated or dead units passing no gradient, a layer that zeroes the signal, inputs or labels "
+        "that never reach the model): nothing is learned"
+    )
+    ev = Evidence(
+        signal="loss", step=lo, value=float(body.median()), baseline=level, ratio=float(body.median()) / level,
+        note=f"median loss {float(body.median()):.4g} vs ln {k} = {level:.4f} over {loss.height} records",
+    )  # fmt: skip
+    return [_stall(lo, hi, loss.height, summary, ev, {"cause": "chance_level", "chance_classes": k, "scope": "run"})]
 
 
 def _skipped_to_the_end(run: RunData, params) -> list[Finding]:

@@ -172,6 +172,8 @@ def counter_columns(cols: list[str]) -> str | None:
     found = step_column(cols)
     if found is not None:
         return found
+    if cols and cols[0].strip() in ("", "Unnamed: 0"):  # pandas' `to_csv` index (a history frame: its row number)
+        return cols[0]
     return next((c for c in cols if _norm(c) == "epoch"), None)
 
 
@@ -181,11 +183,24 @@ ELAPSED_COLUMNS = ("time", "elapsed", "elapsed_time", "wall_time", "time_s")
 
 
 def row_counted(cols: list[str]) -> bool:
-    """A CSV with no step or epoch column whose rows are epochs: an elapsed-time column and a loss column.
-    Its step is the row count, 1, 2, ... across the file."""
+    """A CSV with no step or epoch column whose rows are epochs: a loss column beside an elapsed-time column, or
+    beside nothing but metric names (Keras' `history.history` written out as a table: AutoTrainer's `log.csv`,
+    `val_loss,val_accuracy,loss,accuracy`). Its step is the row count, 1, 2, ... across the file."""
     norm = [_norm(c) for c in cols]
-    return any(n in ELAPSED_COLUMNS for n in norm) and any(
-        re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm
+    if not any(re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm):
+        return False
+    # (a header of names, not a text line cut at its commas: `valid_evaluation: loss=1.83, acc=0.76`)
+    names = all(re.fullmatch(r"[A-Za-z_][\w/ .-]*", c.strip()) for c in cols)
+    return any(n in ELAPSED_COLUMNS for n in norm) or (names and all(_metric_name(n) for n in norm))
+
+
+def _metric_name(norm: str) -> bool:
+    """A column name that is a metric: known to the alias table, an evaluation's, or a quality metric's."""
+    return (
+        norm in METRIC_ALIASES
+        or T.metric_target(norm, "train") in METRIC_ALIASES.values()
+        or T.is_eval_name(norm)
+        or bool(re.search(T.QUALITY_METRIC, norm))
     )
 
 
