@@ -76,3 +76,14 @@ def test_chance_needs_the_whole_run_pinned_at_ln_k():
     assert not stall.detect(at(noisy), p)
     # a loss at ln 12 (an LLM's first steps at 2.48): between the class counts, no verdict
     assert not stall.detect(at(math.log(12) + rng.normal(0, 0.01, 30)), p)
+
+
+def test_a_loops_line_and_its_own_dict_of_the_same_epoch_are_one_record(store):
+    # `Epoch: 1 	Training Loss: 3.179975 	Validation Loss: 2.462426`, 5 lines later the loop's own
+    # `{'Epoch': 1, 'loss': 3.1799750099401654, 'valid_loss': 2.46242597599331, 'Valid_Accuracy': 39.22}`
+    name = "pytorch-ml-daikon-forum84911-efficientnet-cifar100-quarter-trainable-healthy-40-epochs"
+    metrics, _, f, facts = real_case(store, "fresh24", name)
+    loss = series(metrics, "loss")
+    assert f.format == "hf_trainer+generic_steps" and len(loss) == facts["step_records"] == 40
+    assert [s for s, _ in loss] == list(range(1, 41)) and loss[0][1] == 3.179975  # the first line's values
+    assert "valid_accuracy" in metrics.filter(metrics["step"] == 1).get_column("name").to_list()

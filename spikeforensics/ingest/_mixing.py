@@ -258,10 +258,15 @@ def _drop_repeats(metrics: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("step").first(), pl.col("rank").first(), pl.col("_part").first())
         .sort("line")
         .with_columns(
-            pl.col("step").shift(1).over(stream).alias("_prev"), pl.col("line").shift(1).over(stream).alias("_into")
+            pl.col("step").shift(1).over(stream).alias("_prev"),
+            pl.col("line").shift(1).over(stream).alias("_into"),
+            pl.col("_part").shift(1).over(stream).alias("_prev_part"),
         )
     )
-    repeats = train.filter((pl.col("_part") > 0) & pl.col("step").is_not_null() & (pl.col("step") == pl.col("_prev")))
+    # (a primary record repeats the record before it only when another grammar printed that one: a custom loop's
+    # `Epoch: 1  Training Loss: 3.179975` then its own `{'Epoch': 1, 'loss': 3.1799750099...}` dict)
+    other = (pl.col("_part") > 0) | (pl.col("_prev_part") != pl.col("_part")).fill_null(False)
+    repeats = train.filter(other & pl.col("step").is_not_null() & (pl.col("step") == pl.col("_prev")))
     if repeats.height == 0:
         return metrics
     # a run of repeats belongs to the record that opened it (its first line, not the repeat before)

@@ -176,6 +176,7 @@ def _metrics(objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: Pa
     if progress:
         done = pl.col(progress[0]).cast(pl.String).str.extract(r"^\s*(\d+)\s*/", 1).cast(pl.Float64, strict=False)
         frame = frame.with_columns(pl.coalesce(step_int(done), pl.col("step")).alias("step"))
+    frame = _epoch_counted(frame, cols)
     wide = frame.select(
         pl.col("seg").alias("line"), "step", "prefix_rank", *[T.numeric(frame, c).alias(c) for c in cols]
     )
@@ -191,6 +192,20 @@ def _metrics(objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: Pa
     back = frame.select(pl.col("seg").alias("line"), pl.col("line").alias("_phys"))
     metrics = metrics.join(back, on="line", how="left").with_columns(pl.col("_phys").alias("line")).drop("_phys")
     return schema.conform("metrics", metrics)
+
+
+def _epoch_counted(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """A loop's own per-epoch dicts in the Trainer's style (`{'Epoch': 1, 'loss': 3.18, 'valid_loss': 2.46}`) with no
+    progress bar to count them: an epoch key that is a whole number on every loss dict, rising, is the step. The
+    Trainer's own `'epoch': 0.53` is a fraction of the epoch, no counter."""
+    epoch = next((c for c in cols if normalise_name(c) == "epoch"), None)
+    if epoch is None or "loss" not in cols or frame.get_column("step").drop_nulls().len():
+        return frame
+    loss_dicts = frame.filter(pl.col("loss").is_not_null())
+    values = loss_dicts.select(T.numeric(loss_dicts, epoch)).to_series().drop_nulls()
+    if values.len() < 2 or not (values == values.round(0)).all() or not (values.diff().drop_nulls() > 0).all():
+        return frame
+    return frame.with_columns(step_int(T.numeric(frame, epoch)).alias("step"))
 
 
 def _note_nan_masking(wide: pl.DataFrame, result: ParseResult) -> None:
