@@ -87,3 +87,26 @@ def test_a_loops_line_and_its_own_dict_of_the_same_epoch_are_one_record(store):
     assert f.format == "hf_trainer+generic_steps" and len(loss) == facts["step_records"] == 40
     assert [s for s, _ in loss] == list(range(1, 41)) and loss[0][1] == 3.179975  # the first line's values
     assert "valid_accuracy" in metrics.filter(metrics["step"] == 1).get_column("name").to_list()
+
+
+def test_a_one_record_training_bump_the_heldout_loss_does_not_show_is_a_note(tmp_path):
+    d, facts = diagnose(tmp_path, "fresh24", "pytorch-debugnn-wandb-mnist-relu-fixed-rerun-healthy-10-epochs")
+    assert facts["healthy"] and d["verdict"]["status"] == "healthy"
+    assert any("held-out loss did not move" in n.get("summary", "") for n in d["notes"])
+
+
+def test_the_same_bump_with_the_heldout_loss_rising_keeps_its_severity():
+    from spikeforensics import detect as det
+
+    step = np.arange(1, 41)
+    train = 2.0 * np.exp(-step / 10) + 0.1
+    test = 1.8 * np.exp(-step / 12) + 0.12
+    train[25] *= 6  # one epoch's last-minibatch loss 6x
+    calm = run_from({"step": step, "loss": train, "test_loss": test})
+    incidents, notes = det.detect_incidents(calm, Params())
+    assert not [i for i in incidents if i.step_start <= 26 <= i.step_end]
+    assert [n for n in notes if n.facts.get("heldout_calm")]
+    hurt = test.copy()
+    hurt[25:28] *= 1.5  # the model measured on held-out data got worse with it
+    incidents, _ = det.detect_incidents(run_from({"step": step, "loss": train, "test_loss": hurt}), Params())
+    assert [i for i in incidents if i.step_start <= 26 <= i.step_end]

@@ -29,7 +29,17 @@ import math
 import numpy as np
 import polars as pl
 
-from spikeforensics.detect import epoch_restarts, loss_answer, loss_bumps, recurrence, robust, settling, shape, signals
+from spikeforensics.detect import (
+    epoch_restarts,
+    heldout,
+    loss_answer,
+    loss_bumps,
+    recurrence,
+    robust,
+    settling,
+    shape,
+    signals,
+)
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.frames import rows_where
 from spikeforensics.rundata import RunData
@@ -233,6 +243,7 @@ def detect(run: RunData, params) -> list[Finding]:
     if long_run:
         findings = [_quiet_blip(f, run, params) for f in findings]
     findings = settling.quiet_settling_bumps(loss_bumps.quiet_loss_bumps(findings, run, params), run, params)
+    findings = heldout.quiet_heldout_bumps(findings, run, params)
     findings = epoch_restarts.quiet_epoch_restarts(findings, run, params)
     findings = _recurring(findings, run, params, long_run)
     findings += _absurd_norms(run, params, findings)
