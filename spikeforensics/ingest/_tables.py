@@ -231,14 +231,16 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
             return good.select(cols), bad
         out = decoded.unnest("_obj")
     except pl.exceptions.PolarsError:
-        # Types too mixed to infer one schema: pull every key out as text instead.
-        keys = _json_keys(good.get_column(_JSON))
-        exprs = [
-            pl.col(_JSON).str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k)
-            for k in keys
-            if k not in inner
-        ]
-        out = good.select(*inner, *exprs)
+        # Types too mixed to infer one schema from the first rows, or a key first seen after them (an HF
+        # log's closing summary dict): every key as text, decoded whole (exact digits); with lists or
+        # objects among the values, key by key (the path matcher re-renders a float, one ulp off at times).
+        keys = [k for k in _json_keys(good.get_column(_JSON)) if k not in inner]
+        try:
+            texts = good.get_column(_JSON).str.json_decode(pl.Struct({k: pl.String for k in keys}))
+            out = good.select(inner).with_columns(texts.alias("_obj")).unnest("_obj")
+        except pl.exceptions.PolarsError:
+            exprs = [pl.col(_JSON).str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k) for k in keys]
+            out = good.select(*inner, *exprs)
     if flagged:
         out = _restore_nonfinite(out, [c for c in out.columns if c not in inner])
     return out.drop(_NF, _JSON), bad
