@@ -290,7 +290,8 @@ def _loss_totals(segs: pl.DataFrame, total: int | None) -> tuple[pl.Series, int 
     """The totals of the bar last seen before each loss-carrying dict of `segs` (`_marked`; `total`:
     the last bar total before them), and the last bar total of `segs`."""
     before = pl.coalesce(pl.col("_prem"), pl.col("_allm").shift(1, fill_value=total).forward_fill())
-    found = segs.filter(pl.col("dict").fill_null("").str.contains("'loss':")).select(before).to_series().drop_nulls()
+    loss_dict = pl.col("dict").fill_null("").str.contains("'loss':")
+    found = segs.select(pl.when(loss_dict).then(before)).to_series().drop_nulls()
     seen = segs.get_column("_allm").drop_nulls()
     return found, (seen[-1] if seen.len() else total)
 
