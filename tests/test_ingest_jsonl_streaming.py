@@ -247,3 +247,18 @@ def test_csv_with_a_quoted_multiline_cell_is_read_whole(tmp_path):
     result = _parse_csv(path, 16)
     loss = result.tables["metrics"].filter(pl.col("name") == "loss")
     assert loss.get_column("step").to_list() == [1, 2, 3] and loss.get_column("line").null_count() == 3
+
+
+def test_a_key_first_seen_after_the_inferred_rows_keeps_every_digit():
+    """A key that first appears after the rows polars infers the schema from (an HF log's closing
+    summary dict) sends the decode to the text fallback: its values keep their exact digits (the
+    path matcher rendered 1.0328646898269653 as 1.032864689826965)."""
+    lines = [json.dumps({"loss": 1.0328646898269653, "lr": 0.051 * (i + 1)}) for i in range(200)]
+    lines.append(json.dumps({"train_loss": 0.1 + 0.2, "lr": None}))
+    frame = pl.DataFrame({"line": range(1, 202), "text": lines}, schema={"line": pl.Int64, "text": pl.String})
+    objects, bad = _tables.json_objects(frame)
+    assert bad.height == 0
+    values = objects.select(*[_tables.numeric(objects, c) for c in ("loss", "lr", "train_loss")])
+    assert values.get_column("loss").drop_nulls().unique().to_list() == [1.0328646898269653]
+    assert values.get_column("lr").head(200).to_list() == [0.051 * (i + 1) for i in range(200)]
+    assert values.get_column("train_loss").drop_nulls().to_list() == [0.1 + 0.2]

@@ -200,3 +200,125 @@ def test_a_layer_csv_read_in_chunks_gives_the_rows_of_a_whole_read(tmp_path, end
     assert chunked.tables["layers"].drop("line").equals(whole.tables["layers"].drop("line"))
     parts = list(layers.parse_chunks(SourceFile(path=dump, name="grads.csv"), chunk_bytes=4096))
     assert len(parts) > 50 and sum(p.records for p in parts) == whole.records
+
+
+# --- an HF Trainer stdout is read in chunks when big (issue 14, fuzz seed 15 input 488) ---
+
+
+def hf_log(steps: int = 40) -> str:
+    """An HF Trainer stdout: a training bar redrawn with CRs before each dict, an eval bar of
+    another total with its eval dict, a DeepSpeed overflow after a counter, a checkpoint save,
+    a traceback whose exception line comes 12 lines later, a resume (the counter going back)
+    and the closing summary dict."""
+    out = ["***** Running training *****", "  Total optimization steps = 40"]
+    order = list(range(1, steps + 1)) + list(range(30, steps + 1))  # resumed from step 30
+    for n, step in enumerate(order):
+        if n == steps:
+            out.append("Resuming training from checkpoint-30")
+        bar = "\r".join(f"{step * 100 // steps:3d}%|##| {step}/{steps} [00:{s:02d}<00:10, 1.5it/s]" for s in (1, 2))
+        out.append(bar)
+        if step == 7:
+            out.append("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768")
+        grad = "nan" if step == 17 else f"{0.5 + step / 100}"
+        out.append(
+            f"{{'loss': {2 + 1 / step!r}, 'grad_norm': {grad}, 'learning_rate': {1e-4 * step!r}, 'epoch': {step / 40}}}"
+        )
+        if step % 10 == 0:
+            out.append("\r".join(f" {k}/5 [00:0{k}<00:00, 3.1it/s]" for k in range(1, 6)))
+            out.append(f"{{'eval_loss': {2.5 - step / 100}, 'eval_runtime': 1.2, 'epoch': {step / 40}}}")
+            out.append(f"Saving model checkpoint to out/checkpoint-{step}")
+        if step == 23:
+            out += ["Traceback (most recent call last):"]
+            out += [f'  File "train.py", line {k}, in step' for k in range(10)]
+            out += ["RuntimeError: a recoverable hiccup"]
+    out.append("{'train_runtime': 60.5, 'train_samples_per_second': 10.6, 'train_loss': 2.1, 'epoch': 1.0}")
+    return "\n".join(out) + "\n"
+
+
+def hf_paths(tmp_path, monkeypatch, log: Path, chunk_bytes: int):
+    """Export of `log` ingested whole (a small file) and streamed in chunks of `chunk_bytes`."""
+    from spikeforensics.ingest import hf_trainer
+
+    whole = Store(tmp_path / "whole")
+    ingest_paths([log], "r", whole, fmt="hf_trainer")
+    streamed = Store(tmp_path / "streamed")
+    with monkeypatch.context() as m:
+        m.setattr(hf_trainer, "STREAM_MIN_BYTES", 0)
+        m.setattr(hf_trainer, "parse_chunks", functools.partial(hf_trainer.parse_chunks, chunk_bytes=chunk_bytes))
+        report = ingest_paths([log], "r", streamed, fmt="hf_trainer")
+    assert not any((streamed.root / ".tmp").iterdir())
+    return sorted_export(whole), sorted_export(streamed), report.files[0]
+
+
+def sorted_export(store: Store) -> dict[str, list[dict]]:
+    tables = store_export(store, "r")
+    key = functools.partial(json.dumps, sort_keys=True, default=str)
+    return {t: sorted(rows, key=key) for t, rows in tables.items()}
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_hf_streaming_equals_whole_file_on_synthetic_stdout(tmp_path, monkeypatch, ending):
+    log = tmp_path / "stdout.log"
+    log.write_bytes(hf_log().replace("\n", ending).encode())
+    whole, streamed, outcome = hf_paths(tmp_path, monkeypatch, log, chunk_bytes=300)
+    assert streamed == whole
+    (stored,) = (tmp_path / "streamed" / "tables" / "metrics" / "run=r").glob("*.parquet")
+    assert pq.ParquetFile(stored).num_row_groups >= 10  # one per chunk: streamed, not concatenated
+    metrics = pl.DataFrame(streamed["metrics"])
+    assert metrics.get_column("attempt").max() == 1  # the resume, across chunks
+    train = metrics.filter(pl.col("record").is_not_null() & (pl.col("name") == "loss")).sort("line")
+    assert train.get_column("step").to_list()[:3] == [1, 2, 3] and train.height == 40 + 11
+    events = pl.DataFrame(streamed["events"]).select("step", "kind", "detail")
+    assert events.filter(pl.col("kind") == "overflow").get_column("step").to_list() == [8]  # after counter 7
+    (error,) = events.filter(pl.col("kind") == "error").iter_rows(named=True)
+    assert error["step"] == 23 and "a recoverable hiccup" in error["detail"]  # its exception line read
+    assert events.filter(pl.col("kind") == "resume").get_column("step").to_list() == [30]  # the next counter
+    assert outcome.records == whole_records(whole)
+
+
+def whole_records(tables: dict) -> int:
+    return pl.DataFrame(tables["metrics"]).get_column("line").n_unique()
+
+
+def test_hf_dict_takes_its_step_from_a_counter_in_the_chunk_before(tmp_path, monkeypatch):
+    """The training bar's counters fill a chunk before the first dict comes: the dict in the next
+    chunk still takes the last counter as its step, and the bar's total (learnt from that dict)
+    makes the first chunk's counters training counters (the event between them takes one)."""
+    from spikeforensics.ingest import hf_trainer
+    from spikeforensics.ingest.base import SourceFile
+
+    bar = "\r".join(f" {k}/10 [00:{k:02d}<00:10, 1.1it/s]" for k in range(1, 8))
+    log = tmp_path / "stdout.log"
+    text = bar + "\nSaving model checkpoint to out/checkpoint-7\n" + bar + "\n{'loss': 1.5, 'learning_rate': 0.1}\n"
+    log.write_text(text)
+    parts = list(hf_trainer.parse_chunks(SourceFile(path=log, name="stdout.log"), chunk_bytes=len(bar) + 60))
+    assert sum("metrics" in p.tables for p in parts) == 1 and "metrics" not in parts[0].tables
+    (metrics,) = [p.tables["metrics"] for p in parts if "metrics" in p.tables]
+    assert metrics.get_column("step").to_list() == [7, 7]
+    (save,) = [p.tables["events"] for p in parts if "events" in p.tables]
+    assert save.get_column("step").to_list() == [7]
+    whole = hf_trainer.parse(SourceFile(path=log, name="stdout.log"))
+    assert whole.tables["metrics"].drop("rank").equals(metrics.drop("rank"))
+
+
+def real_hf_logs() -> list[Path]:
+    """Every file of the real-log corpus whose head the HF Trainer sniffer claims (the sniffer only:
+    `detect_format` on the whole corpus takes a minute)."""
+    from spikeforensics.ingest import hf_trainer, sniff_sample
+
+    root = Path(__file__).parents[1] / "sample_logs" / "real"
+    files = [f for f in sorted(root.glob("*/*/*")) if f.is_file() and f.name != "FACTS.toml"]
+    return [f for f in files if hf_trainer.sniff(sniff_sample(f)) > 0]
+
+
+def test_hf_streaming_equals_whole_file_on_every_real_hf_log(tmp_path, monkeypatch):
+    logs = real_hf_logs()
+    assert len(logs) >= 35
+    # and the fixture log the fuzz input 488 was made from (the labelled sets' HF logs: `benchmarks/README.md`)
+    logs.append(Path(__file__).parents[1] / "sample_logs" / "holdout" / "data_outlier_clip" / "stdout.log")
+    differ = []
+    for n, log in enumerate(logs):
+        whole, streamed, _ = hf_paths(tmp_path / str(n), monkeypatch, log, chunk_bytes=4096)
+        if streamed != whole:
+            differ.append(str(log))
+    assert differ == []

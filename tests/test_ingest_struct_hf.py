@@ -93,6 +93,24 @@ def test_hf_overflow_events_get_tqdm_steps(hf_log, tmp_path):
     assert nan.get_column("step").to_list() == [8]
 
 
+@pytest.mark.parametrize("chunk_bytes", [60, 200])
+def test_hf_steps_and_overflows_read_in_chunks(hf_log, chunk_bytes):
+    """The same log read in chunks (`parse_chunks`, as a file of 16 MiB or more is): the training bar's
+    total comes from the first pass over the file, so the eval dict still takes counter 8, and the
+    overflows after a counter go on counting across a cut."""
+    from spikeforensics.ingest import hf_trainer
+    from spikeforensics.ingest.base import SourceFile
+
+    parts = list(hf_trainer.parse_chunks(SourceFile(path=hf_log, name=hf_log.name), chunk_bytes=chunk_bytes))
+    assert len(parts) > 3
+    metrics = pl.concat([p.tables["metrics"] for p in parts if "metrics" in p.tables])
+    assert metrics.filter(pl.col("name") == "loss").sort("line").get_column("step").to_list() == [4, 8, 10]
+    assert metrics.filter(pl.col("name") == "eval_loss").get_column("step").to_list() == [8]
+    events = pl.concat([p.tables["events"] for p in parts if "events" in p.tables])
+    assert events.filter(pl.col("kind") == "overflow").sort("line").get_column("step").to_list() == [3, 6, 7]
+    assert sum(p.unparsed for p in parts) == 1
+
+
 def test_hf_nan_masking_note(tmp_path):
     path = tmp_path / "masked.log"
     path.write_text("{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.5}\r\n", encoding="utf-8")

@@ -7,7 +7,8 @@ confident on its head; `--format` forces one.
 A parser of logs that can be huge may also expose `parse_chunks(src) -> Iterator[ParseResult]`:
 one result per chunk of the file, in file order (numbering carried across chunks). The
 driver then writes each chunk into the store's staging files as it comes (one Parquet row
-group per chunk), so memory does not grow with the log. Such a parser leaves `rank` in
+group per chunk), so memory does not grow with the log (only for files of at least the
+parser's `STREAM_MIN_BYTES`, if it sets one: a smaller file is read whole, and mixed). Such a parser leaves `rank` in
 `metrics` as the prefix rank; the driver applies the contract's rule after the last chunk
 (a source in which a single rank prints values is global: rank null).
 
@@ -572,7 +573,7 @@ def _ingest_file(
     src = SourceFile(path=data, name=source, year=year, tap=read)
     with store.staging() as stage:
         try:
-            if hasattr(parser, "parse_chunks"):
+            if hasattr(parser, "parse_chunks") and size >= getattr(parser, "STREAM_MIN_BYTES", 0):
                 big = progress is not None and size >= PROGRESS_MIN_BYTES
                 parsed = _parse_streaming(parser, src, stage, _chunk_progress(progress, path) if big else None)
             else:

@@ -236,14 +236,16 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
             return good.select(cols), bad
         out = decoded.unnest("_obj")
     except pl.exceptions.PolarsError:
-        # Types too mixed to infer one schema: pull every key out as text instead.
-        keys = _json_keys(good.get_column(_JSON))
-        exprs = [
-            pl.col(_JSON).str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k)
-            for k in keys
-            if k not in inner
-        ]
-        out = good.select(*inner, *exprs)
+        # Types too mixed to infer one schema from the first rows, or a key first seen after them (an HF
+        # log's closing summary dict): every key as text, decoded whole (exact digits); with lists or
+        # objects among the values, key by key (the path matcher re-renders a float, one ulp off at times).
+        keys = [k for k in _json_keys(good.get_column(_JSON)) if k not in inner]
+        try:
+            texts = good.get_column(_JSON).str.json_decode(pl.Struct({k: pl.String for k in keys}))
+            out = good.select(inner).with_columns(texts.alias("_obj")).unnest("_obj")
+        except pl.exceptions.PolarsError:
+            exprs = [pl.col(_JSON).str.json_path_match("$['" + k.replace("'", "\\'") + "']").alias(k) for k in keys]
+            out = good.select(*inner, *exprs)
     if flagged:
         out = _restore_nonfinite(out, [c for c in out.columns if c not in inner])
     return out.drop(_NF, _JSON), bad
@@ -532,36 +534,53 @@ TRAIN_SIGNAL = r"loss|^lr$|learning_rate|grad_norm"
 QUALITY_METRIC = r"(?:^|[_/])(?:acc\w*|accuracy\w*|top\d\w*|m?ap\w*|bleu\w*|f1\w*|precision|recall|wer|cer|psnr|ssim|auc\w*|miou\w*|pck\w*)(?:$|[_/])"
 
 
-def classify_rows(frame: pl.DataFrame, metric_cols: list[str], neutral: tuple[str, ...] = ("epoch",)) -> pl.Expr:
+def _column_roles(metric_cols: list[str], neutral: tuple[str, ...]) -> dict[str, list[str]]:
+    """The metric columns by role: summary, epoch aggregate, eval, neutral, train, and of the train
+    columns those with a training signal and those with a quality metric."""
+    norm = {c: normalise_name(c) for c in metric_cols}
+    roles = {
+        "summary": [c for c in metric_cols if norm[c] in SUMMARY_KEYS],
+        "epoch_agg": [c for c in metric_cols if norm[c] != "epoch" and re.search(r"(^|_)epoch(_|$)", norm[c])],
+        "eval": [c for c in metric_cols if is_eval_name(c)],
+        "neutral": [c for c in metric_cols if norm[c] in neutral],
+    }
+    taken = {c for cols in roles.values() for c in cols}
+    roles["train"] = [c for c in metric_cols if c not in taken]
+    roles["signal"] = [c for c in roles["train"] if re.search(TRAIN_SIGNAL, norm[c])]
+    roles["quality"] = [c for c in roles["train"] if re.search(QUALITY_METRIC, norm[c])]
+    return roles
+
+
+def has_signal(metric_cols: list[str], neutral: tuple[str, ...] = ("epoch",)) -> bool:
+    """Whether any of `metric_cols` is a training signal of train rows (loss, LR, grad norm)."""
+    return bool(_column_roles(metric_cols, neutral)["signal"])
+
+
+def classify_rows(
+    frame: pl.DataFrame, metric_cols: list[str], neutral: tuple[str, ...] = ("epoch",), file_signal: bool | None = None
+) -> pl.Expr:
     """'train', 'eval', 'summary' or null (no values) per row, from which columns hold values.
 
     summary: an HF train-summary key is present, or every value is a Lightning epoch
     aggregate (`*_epoch`, `epoch_*`, `*_epoch_*`); eval: only evaluation metrics (and neutral
-    columns such as `epoch`) carry values; train: anything else with a value.
+    columns such as `epoch`) carry values; train: anything else with a value. `file_signal`
+    says whether the whole file has training-signal columns, for a frame that is one chunk of it.
     """
-    norm = {c: normalise_name(c) for c in metric_cols}
+    roles = _column_roles(metric_cols, neutral)
     present = {c: pl.col(c).is_not_null() for c in metric_cols}
     false = pl.lit(False)
 
     def any_of(cols):
         return pl.any_horizontal([present[c] for c in cols]) if cols else false
 
-    summary_cols = [c for c in metric_cols if norm[c] in SUMMARY_KEYS]
-    epoch_agg = [c for c in metric_cols if norm[c] != "epoch" and re.search(r"(^|_)epoch(_|$)", norm[c])]
-    eval_cols = [c for c in metric_cols if is_eval_name(c)]
-    neutral_cols = [c for c in metric_cols if norm[c] in neutral]
-    train_cols = [
-        c
-        for c in metric_cols
-        if c not in eval_cols and c not in epoch_agg and c not in neutral_cols and c not in summary_cols
-    ]
+    summary_cols, epoch_agg, eval_cols, train_cols = roles["summary"], roles["epoch_agg"], roles["eval"], roles["train"]
     has_any = any_of(metric_cols)
     # a row with a quality metric and no training signal, in a file whose other rows carry one, is an
     # evaluation (MMEngine's `scalars.json`: `{"accuracy/top1": 43.1, "data_time": ..., "step": 1}` between
     # the train rows, its `step` the epoch)
-    signal_cols = [c for c in train_cols if re.search(TRAIN_SIGNAL, norm[c])]
-    quality_cols = [c for c in train_cols if re.search(QUALITY_METRIC, norm[c])]
-    quality_only = any_of(quality_cols) & ~any_of(signal_cols) if signal_cols and quality_cols else false
+    signal_cols, quality_cols = roles["signal"], roles["quality"]
+    signal = bool(signal_cols) if file_signal is None else file_signal
+    quality_only = any_of(quality_cols) & ~any_of(signal_cols) if signal and quality_cols else false
     # a row with evaluation metrics and none of the training signals that the file's training rows (rows without
     # evaluation metrics) print is an evaluation (AlgoPerf's `measurements.csv`: `global_step,grad_norm,loss`
     # rows every step, and rows of `train/loss`, `validation/loss`, `test/loss`, `score` after each evaluation

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -196,11 +197,26 @@ def prepared_lines(src: SourceFile) -> pl.DataFrame:
     if src.only_lines is not None:
         return src.only_lines
     if src._prepared is None:
-        lines = src.lines()
-        if lines.height and lines.select(pl.col("text").str.len_bytes().max()).item() > MAX_LINE_BYTES:
-            lines = lines.with_columns(pl.col("text").str.slice(0, MAX_LINE_CHARS))
-        src._prepared = strip_prefixes(split_segments(lines))
+        src._prepared = prepare(src.lines())
     return src._prepared
+
+
+def prepare(lines: pl.DataFrame) -> pl.DataFrame:
+    """Physical lines (`line`, `text`; a whole file or a chunk of it) as `prepared_lines` gives them:
+    cut to MAX_LINE_CHARS, split on CR, prefixes stripped."""
+    if lines.height and lines.select(pl.col("text").str.len_bytes().max()).item() > MAX_LINE_BYTES:
+        lines = lines.with_columns(pl.col("text").str.slice(0, MAX_LINE_CHARS))
+    return strip_prefixes(split_segments(lines))
+
+
+def prefetched(items: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """The items of `items`, the next one made in a background thread while the current
+    one is parsed (reading and splitting lines overlaps parsing)."""
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        future = reader.submit(next, items, None)
+        while (item := future.result()) is not None:
+            future = reader.submit(next, items, None)
+            yield item
 
 
 # ---------------------------------------------------------------------------
@@ -441,13 +457,15 @@ def records_to_metrics(
     source: str,
     value_columns: list[str] | None = None,
     state: RecordState | None = None,
+    multi_rank: bool | None = None,
 ) -> pl.DataFrame:
     """Turn one row per record into the `metrics` table (one row per record x metric).
 
     `wide` has `line` and optionally `step` (Int64), `prefix_rank` (Int32), `time`,
     `record_kind` ("train" default, "eval", "summary"), plus one Float64 column per
     metric (canonical names). Record rules: see `number_records`. `rank` is the prefix
-    rank only when more than one rank prints values in the source; a metric a record
+    rank only when more than one rank prints values in the source (`multi_rank`: see
+    `metrics_from_long`); a metric a record
     does not carry produces no row (NaN does produce a row).
     """
     if wide.height == 0:
@@ -460,7 +478,7 @@ def records_to_metrics(
         index="line", variable_name="name", value_name="value"
     )
     records = wide.select([c for c in wide.columns if c in _META])
-    return metrics_from_long(records, values, source, state)
+    return metrics_from_long(records, values, source, state, multi_rank)
 
 
 # ---------------------------------------------------------------------------

@@ -23,26 +23,52 @@ from `text_events.extract_events`; their steps are attached from the tqdm counte
 
 HF masks a NaN loss: the collapse signature `'loss': 0.0, 'grad_norm': nan` is kept as
 printed (loss 0.0, grad_norm NaN -> a `nan` event) and reported in the notes.
+
+A file of at least `STREAM_MIN_BYTES` is read in chunks (`parse_chunks`), so memory does not
+grow with the log, and gives the tables of a whole read: what a segment's step needs from the
+lines before it is carried from chunk to chunk (`_Carry`: the last bar total, the last training
+counter and its segment, the last loss dict's segment, the record and counter numbering), what
+it needs from the whole file (the training bar's totals, whether any dict carries a training
+signal) is read first in a quicker pass over the file (`_file_facts`), and events wait for the
+lines they look forward to (`_event_window`). A smaller file is read whole, and the lines HF
+does not read are offered to the other grammars (`_mixing`); a streamed file is not mixed.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from spikeforensics import schema
 from spikeforensics.ingest import _tables as T
+from spikeforensics.ingest._event_window import EventWindow
 from spikeforensics.ingest._fields import normalise_name
 from spikeforensics.ingest.base import (
     STEP_OUT_OF_RANGE,
     ParseResult,
+    RecordState,
     SniffSample,
     SourceFile,
+    number_records,
+    prefetched,
+    prepare,
     prepared_lines,
     records_to_metrics,
     step_int,
 )
 
 NAME = "hf_trainer"
+# A file this big is streamed: a whole read peaks at ~10x the file (306 MB at 16 MB, 678 MB at
+# 64 MB, past 10 GB at 2.57 GB: seed 15's input 488 of the fuzz benchmark), so a whole read stays
+# well under issue 14's 500 MB bound; a smaller file keeps its mixing with the other grammars.
+STREAM_MIN_BYTES = 16 << 20
+# Bytes read per chunk when streaming: ~120k lines of a tqdm-heavy log. Ingest of the 2.57 GB
+# fuzz input peaks at 452 MB with 8 MiB (521 MB with 16 MiB, 671 MB with 32 MiB: the next chunk is
+# prepared while one is parsed and the one before is written), under issue 14's 500 MB bound.
+CHUNK_BYTES = 8 << 20
 
 # a dict repr: `{'key': value, ...}` (no nested braces in what the Trainer prints)
 DICT_RE = r"\{'[^{}']+':\s*[^{}]*\}"
@@ -79,10 +105,83 @@ def to_json(expr: pl.Expr) -> pl.Expr:
     )
 
 
+@dataclass
+class _Carry:
+    """What a chunk's segments need from the chunks before them (one whole read: nothing)."""
+
+    segs: int = 0  # segments numbered so far
+    total: int | None = None  # total M of the last tqdm counter (of any bar)
+    counter: int | None = None  # N of the last training-bar counter ...
+    counter_seg: int | None = None  # ... and its segment
+    loss_seg: int | None = None  # segment of the last loss dict
+    records: RecordState = field(default_factory=RecordState)  # numbering of the metrics' records
+    counters: RecordState = field(default_factory=RecordState)  # numbering of the counters (events' attempts)
+    masked: int = 0  # records with HF's masked NaN loss (the note)
+
+
+@dataclass
+class _Facts:
+    """What a chunk needs from the whole file: the training bar's totals (`totals`) and whether
+    any dict carries a training signal (`signal`, for `T.classify_rows`)."""
+
+    totals: pl.Series
+    signal: bool
+
+
 def parse(src: SourceFile) -> ParseResult:
+    """The whole file (or the lines a mix hands over) as one chunk."""
+    carry = _Carry()
+    result = _parse_chunk(prepared_lines(src), src.name, carry, None, EventWindow(), last=True)
+    _note_nan_masking(carry.masked, result)
+    return result
+
+
+def parse_chunks(src: SourceFile, chunk_bytes: int = CHUNK_BYTES) -> Iterator[ParseResult]:
+    """One ParseResult per chunk of the file (metrics with `rank` = prefix rank, as the ingest
+    driver expects of a streaming parser), then one with the events held to the end and the notes."""
+    facts = _file_facts(src, chunk_bytes)
+    carry, window = _Carry(), EventWindow()
+    for lines in prefetched(_prepared_chunks(src, chunk_bytes)):
+        yield _parse_chunk(lines, src.name, carry, facts, window)
+    out = ParseResult()
+    _note_nan_masking(carry.masked, out)
+    if window.lines is not None:
+        out.add("events", _finish_events(window.feed(window.lines.clear(), window.records.clear(), last=True)))
+    yield out
+
+
+def _prepared_chunks(src: SourceFile, chunk_bytes: int) -> Iterator[pl.DataFrame]:
+    """`prepared_lines` of the file, chunk by chunk."""
+    return map(prepare, src.iter_line_chunks(chunk_bytes))
+
+
+def _file_facts(src: SourceFile, chunk_bytes: int) -> _Facts:
+    """The training bar's totals and whether a dict carries a training signal, over the whole
+    file (read without `src.tap`: the driver hashes the reading pass)."""
+    loss, every, keys = [], [], []
+    total = None
+    for lines in prefetched(_prepared_chunks(dataclasses.replace(src, tap=None), chunk_bytes)):
+        segs = _marked(lines.with_row_index("seg").with_columns(pl.col("seg").cast(pl.Int64)))
+        found, total = _loss_totals(segs, total)
+        loss.append(found.unique())
+        every.append(segs.get_column("_allm").drop_nulls().unique())
+        names = segs.select(pl.col("dict").str.extract_all(r"'[^']+':").explode().str.strip_chars("':").unique())
+        keys.append(names.to_series().drop_nulls())
+    totals = pl.concat(loss).unique()
+    return _Facts(
+        totals=totals if totals.len() else pl.concat(every).unique(),
+        signal=T.has_signal(pl.concat(keys).unique().to_list()),
+    )
+
+
+def _parse_chunk(
+    lines: pl.DataFrame, source: str, carry: _Carry, facts: _Facts | None, window: EventWindow, last: bool = False
+) -> ParseResult:
+    """The tables of one chunk of prepared lines (`facts` None: the chunk is the whole file)."""
     result = ParseResult()
-    lines = prepared_lines(src).with_row_index("seg").with_columns(pl.col("seg").cast(pl.Int64))
-    segs = segments_with_steps(lines)
+    lines = lines.with_row_index("seg", offset=carry.segs).with_columns(pl.col("seg").cast(pl.Int64))
+    carry.segs += lines.height
+    segs = segments_with_steps(lines, carry, None if facts is None else facts.totals)
     dicts = segs.filter(pl.col("dict").is_not_null())
     objects, bad = T.json_objects(
         dicts.select(pl.col("seg").alias("line"), to_json(pl.col("dict")).alias("text")),
@@ -92,17 +191,60 @@ def parse(src: SourceFile) -> ParseResult:
         T.unparsed(result, phys.select(pl.col("_p").alias("line"), pl.col("dict").alias("text")))
     T.unparsed(result, segs.filter(pl.col("broken").is_not_null()).select("line", pl.col("broken").alias("text")))
     if objects.height:
-        metrics = _metrics(objects, dicts, src.name, result)
-        result.add("metrics", metrics)
-    result.add("events", _events(lines, segs))
+        result.add("metrics", _metrics(objects, dicts, source, result, carry, facts))
+    result.add("events", _events(lines, segs, carry, window, last))
     return result
 
 
-def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
+def segments_with_steps(
+    lines: pl.DataFrame, carry: _Carry | None = None, train_m: pl.Series | None = None
+) -> pl.DataFrame:
     """Per segment: the HF dict (if any), the tqdm counter before it, and the step.
 
     Columns: line, seg, prefix_rank, dict, broken (text of a cut-short dict), counter (N of the last training-bar counter
-    in the segment), step (the dict's step per CONTRACT.md)."""
+    in the segment), step (the dict's step per CONTRACT.md). `carry` (updated) holds what the segments before
+    `lines` left; `train_m` the training bar's totals (None: those of `lines`, a whole file)."""
+    carry = carry if carry is not None else _Carry()
+    segs = _marked(lines)
+    totals, last_total = _loss_totals(segs, carry.total)
+    if train_m is None:
+        train_m = totals if totals.len() else segs.get_column("_allm").drop_nulls()  # no loss dict yet: any bar counts
+    carry.total = last_total
+    train_m = train_m.unique().implode()
+    in_train = {w: pl.col(f"_{w}m").is_in(train_m) for w in ("pre", "all")}
+    pre_n = pl.when(in_train["pre"]).then(pl.col("_pren"))
+    all_n = pl.when(in_train["all"]).then(pl.col("_alln"))
+    # a bar printed before the previous loss dict is not this loss dict's counter (a data-loading bar
+    # `7/7` followed by nine dicts and no training bar must not make them one record)
+    seg = pl.col("seg")
+    bar_seg = pl.when(all_n.is_not_null()).then(seg).shift(1, fill_value=carry.counter_seg).forward_fill()
+    loss_dict = pl.col("dict").fill_null("").str.contains("'loss':")
+    prev_dict_seg = pl.when(loss_dict).then(seg).shift(1, fill_value=carry.loss_seg).forward_fill()
+    fresh = ~loss_dict | prev_dict_seg.is_null() | (bar_seg > prev_dict_seg)  # an eval dict takes the last train step
+    step = pl.coalesce(pre_n, pl.when(fresh).then(all_n.shift(1, fill_value=carry.counter).forward_fill()))
+    out = segs.select(
+        "line",
+        "seg",
+        "prefix_rank",
+        "dict",
+        "broken",
+        all_n.alias("counter"),
+        step.alias("step"),
+        loss_dict.alias("_loss"),
+    )
+    counters = out.filter(pl.col("counter").is_not_null())
+    if counters.height:
+        carry.counter, carry.counter_seg = counters.select(pl.col("counter", "seg").last()).row(0)
+    losses = out.filter(pl.col("_loss"))
+    if losses.height:
+        carry.loss_seg = losses.get_column("seg")[-1]
+    return out.drop("_loss")
+
+
+def _marked(lines: pl.DataFrame) -> pl.DataFrame:
+    """Per segment (`seg`, in order), no look at other segments: the HF dict (`dict`), a cut-short one
+    (`broken`), and the tqdm counters (`N/M`) before the dict (`_pren`, `_prem`) and last in the segment
+    (`_alln`, `_allm`)."""
     text = pl.col("text")
     # regexes run only on the few segments a cheap literal test keeps, each once (a captured
     # column, not an expression repeated in every branch that uses it)
@@ -135,34 +277,28 @@ def segments_with_steps(lines: pl.DataFrame) -> pl.DataFrame:
         .join(bars, on="seg", how="left")
         .sort("seg")
     )
-    segs = segs.with_columns(
+    return segs.with_columns(
         *[
             pl.col(f"_{w}").str.extract(TQDM_RE, i).alias(f"_{w}{n}")
             for w in ("pre", "all")
             for i, n in ((1, "n"), (2, "m"))
         ]
     ).with_columns(*[step_int(pl.col(c)).alias(c) for c in ("_pren", "_prem", "_alln", "_allm")])
-    # totals of the training bar: the bar total last seen before each loss-carrying dict
-    segs = segs.with_columns(pl.coalesce(pl.col("_prem"), pl.col("_allm").shift(1).forward_fill()).alias("_before"))
-    totals = segs.filter(pl.col("dict").fill_null("").str.contains("'loss':")).get_column("_before").drop_nulls()
-    if totals.len() == 0:  # no loss dict yet: any bar counts
-        totals = segs.get_column("_allm").drop_nulls()
-    train_m = totals.unique().implode()
-    in_train = {w: pl.col(f"_{w}m").is_in(train_m) for w in ("pre", "all")}
-    pre_n = pl.when(in_train["pre"]).then(pl.col("_pren"))
-    all_n = pl.when(in_train["all"]).then(pl.col("_alln"))
-    # a bar printed before the previous loss dict is not this loss dict's counter (a data-loading bar
-    # `7/7` followed by nine dicts and no training bar must not make them one record)
-    seg = pl.col("seg")
-    bar_seg = pl.when(all_n.is_not_null()).then(seg).shift(1).forward_fill()
+
+
+def _loss_totals(segs: pl.DataFrame, total: int | None) -> tuple[pl.Series, int | None]:
+    """The totals of the bar last seen before each loss-carrying dict of `segs` (`_marked`; `total`:
+    the last bar total before them), and the last bar total of `segs`."""
+    before = pl.coalesce(pl.col("_prem"), pl.col("_allm").shift(1, fill_value=total).forward_fill())
     loss_dict = pl.col("dict").fill_null("").str.contains("'loss':")
-    prev_dict_seg = pl.when(loss_dict).then(seg).shift(1).forward_fill()
-    fresh = ~loss_dict | prev_dict_seg.is_null() | (bar_seg > prev_dict_seg)  # an eval dict takes the last train step
-    step = pl.coalesce(pre_n, pl.when(fresh).then(all_n.shift(1).forward_fill()))
-    return segs.select("line", "seg", "prefix_rank", "dict", "broken", all_n.alias("counter"), step.alias("step"))
+    found = segs.select(pl.when(loss_dict).then(before)).to_series().drop_nulls()
+    seen = segs.get_column("_allm").drop_nulls()
+    return found, (seen[-1] if seen.len() else total)
 
 
-def _metrics(objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: ParseResult) -> pl.DataFrame:
+def _metrics(
+    objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: ParseResult, carry: _Carry, facts: _Facts | None
+) -> pl.DataFrame:
     cols = [c for c in objects.columns if c != "line"]
     frame = objects.rename({"line": "seg"}).join(dicts.select("seg", "line", "step", "prefix_rank"), on="seg")
     out_of_range = (pl.col("step") == STEP_OUT_OF_RANGE).fill_null(False)
@@ -181,13 +317,15 @@ def _metrics(objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: Pa
         pl.col("seg").alias("line"), "step", "prefix_rank", *[T.numeric(frame, c).alias(c) for c in cols]
     )
     cols = T.drop_empty_columns(wide, cols)
-    wide = wide.with_columns(T.classify_rows(wide, cols).alias("record_kind")).filter(
+    signal = None if facts is None else facts.signal
+    wide = wide.with_columns(T.classify_rows(wide, cols, file_signal=signal).alias("record_kind")).filter(
         pl.col("record_kind").is_not_null()
     )
     wide, names = T.canonical_wide(wide, cols, ["line", "step", "prefix_rank"])
-    metrics = records_to_metrics(wide, source, names)
+    # a streamed file keeps the prefix rank: the ingest driver applies the one-rank rule after the last chunk
+    metrics = records_to_metrics(wide, source, names, carry.records, multi_rank=True if facts else None)
     result.records += metrics.get_column("line").n_unique()
-    _note_nan_masking(wide, result)
+    carry.masked += _nan_masked(wide)
     # segment ordinal -> physical line
     back = frame.select(pl.col("seg").alias("line"), pl.col("line").alias("_phys"))
     metrics = metrics.join(back, on="line", how="left").with_columns(pl.col("_phys").alias("line")).drop("_phys")
@@ -208,12 +346,16 @@ def _epoch_counted(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     return frame.with_columns(step_int(T.numeric(frame, epoch)).alias("step"))
 
 
-def _note_nan_masking(wide: pl.DataFrame, result: ParseResult) -> None:
+def _nan_masked(wide: pl.DataFrame) -> int:
+    """Train records that print loss 0.0 with a non-finite grad norm (HF's masked NaN loss)."""
     if not {"loss", "grad_norm"} <= set(wide.columns):
-        return
-    masked = wide.filter(
+        return 0
+    return wide.filter(
         (pl.col("record_kind") == "train") & (pl.col("loss") == 0.0) & ~pl.col("grad_norm").is_finite()
     ).height
+
+
+def _note_nan_masking(masked: int, result: ParseResult) -> None:
     if masked:
         result.notes.append(
             f"{masked} step record(s) print loss 0.0 with a non-finite grad_norm: the HF Trainer masks a "
@@ -221,26 +363,26 @@ def _note_nan_masking(wide: pl.DataFrame, result: ParseResult) -> None:
         )
 
 
-def _events(lines: pl.DataFrame, segs: pl.DataFrame) -> pl.DataFrame | None:
-    """Events of any stdout, with steps from the tqdm counters (guarded import)."""
-    try:
-        from spikeforensics.ingest.base import attach_steps
-        from spikeforensics.ingest.text_events import extract_events
-    except ImportError:  # the shared event extractor is not available in this build
-        return None
+def _events(
+    lines: pl.DataFrame, segs: pl.DataFrame, carry: _Carry, window: EventWindow, last: bool
+) -> pl.DataFrame | None:
+    """Events of any stdout, with steps from the training-bar counters (`window`: the lines and
+    counters held from the chunks before, for the events that look forward)."""
     # order inside a segment: a bar is printed before the message glued after it, so
     # counters sit at 2*seg and event text at 2*seg + 1
-    ev_lines = lines.select((pl.col("seg") * 2 + 1).alias("line"), "text", "prefix_rank")
-    events = extract_events(ev_lines)
-    if events.height == 0:
-        return None
+    ev_lines = lines.select((pl.col("seg") * 2 + 1).alias("line"), "text", "prefix_rank", pl.col("line").alias("_phys"))
     counters = segs.filter(pl.col("counter").is_not_null() & (pl.col("counter") != STEP_OUT_OF_RANGE)).select(
         (pl.col("seg") * 2).alias("line"),
         pl.col("counter").alias("step"),
         "prefix_rank",
         pl.lit("train").alias("record_kind"),
     )
-    events = attach_steps(events, counters, mode="done")
-    back = lines.select((pl.col("seg") * 2 + 1).alias("line"), pl.col("line").alias("_phys"))
-    events = events.join(back, on="line", how="left").with_columns(pl.col("_phys").alias("line")).drop("_phys")
-    return schema.conform("events", events)
+    counters = number_records(counters, carry.counters)  # a redrawn counter is one record (its first drawing)
+    return _finish_events(window.feed(ev_lines, counters, last))
+
+
+def _finish_events(events: pl.DataFrame) -> pl.DataFrame | None:
+    """Events from `EventWindow.feed` on their physical lines, in the events table's columns."""
+    if events.height == 0:
+        return None
+    return schema.conform("events", events.with_columns(pl.col("_phys").alias("line")).drop("_phys"))

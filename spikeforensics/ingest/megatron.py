@@ -29,7 +29,6 @@ looked for in the lines that are not step records (a record line is never an eve
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
@@ -47,6 +46,7 @@ from spikeforensics.ingest.base import (
     iso_time,
     metrics_from_long,
     named_values,
+    prefetched,
     split_colon_fields,
     split_fields,
     split_segments,
@@ -420,7 +420,7 @@ def _overlapping_chunks(src: SourceFile, chunk_bytes: int) -> Iterator[tuple[pl.
     chunk after the first starts with the last 2 * CONTEXT lines of the one before, so a
     record wrapped across the cut is joined as in a whole-file read; the last CONTEXT
     lines of a chunk are owned by the next one. A file of one chunk is read whole."""
-    chunks = _prefetched(src.iter_line_chunks(chunk_bytes))
+    chunks = prefetched(src.iter_line_chunks(chunk_bytes))
     lines = next(chunks, None)
     own_from = 1
     while lines is not None:
@@ -432,16 +432,6 @@ def _overlapping_chunks(src: SourceFile, chunk_bytes: int) -> Iterator[tuple[pl.
         yield lines, own_from, last - CONTEXT
         own_from = last - CONTEXT + 1
         lines = pl.concat([lines.tail(2 * CONTEXT), following])
-
-
-def _prefetched(items: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
-    """The items of `items`, the next one read in a background thread while the current
-    one is parsed (reading and splitting lines overlaps parsing)."""
-    with ThreadPoolExecutor(max_workers=1) as reader:
-        future = reader.submit(next, items, None)
-        while (item := future.result()) is not None:
-            future = reader.submit(next, items, None)
-            yield item
 
 
 def finish_ranks(metrics: pl.DataFrame, ranks: set[int]) -> pl.DataFrame:
