@@ -85,6 +85,8 @@ class _FileState:
     # a CSV counted by `epoch` alone: several rows per epoch (True: steps are the row count), None: undecided
     rows_per_epoch: bool | None = None
     rows_seen: int = 0  # rows of such a file numbered so far (across chunks)
+    # the columns the last training row filled (None: no training row yet), for a blank row after a chunk cut
+    train_filled: dict[str, bool] | None = None
 
 
 def has_quotes(path: Path) -> bool:
@@ -278,27 +280,38 @@ def _chunk_wide(
         text = pl.concat_str([pl.col(c).fill_null("") for c in cols], separator=",")
         T.unparsed(result, raw.select("line", text.alias("text")))
     wide = wide.filter(pl.col("step").is_not_null())
-    wide = _blank_rows_as_nan(wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")), metric_cols)
+    wide = _blank_rows_as_nan(
+        wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")), metric_cols, state
+    )
     wide = wide.filter(pl.col("record_kind").is_not_null())
     return (wide, metric_cols) if wide.height else None
 
 
-def _blank_rows_as_nan(wide: pl.DataFrame, metric_cols: list[str]) -> pl.DataFrame:
+def _blank_rows_as_nan(wide: pl.DataFrame, metric_cols: list[str], state: _FileState) -> pl.DataFrame:
     """A row that prints a step and no value at all, after training rows, is a training step whose values were
     NaN: pandas' `to_csv` writes NaN as an empty cell (AlgoPerf's `measurements.csv`: `80,inf,6.5e+27,...`, then
-    `81,,,,` to the end of the run). It gets NaN in the columns the training row before it filled."""
-    blank = pl.col("record_kind").is_null()
-    if not wide.select(blank.any()).item() or not metric_cols:
-        return wide
+    `81,,,,` to the end of the run). It gets NaN in the columns the training row before it filled (carried across
+    chunks in `state`)."""
     is_train = pl.col("record_kind").eq_missing("train")
+    carried = state.train_filled or {}
     # per column: was it filled on the last training row before this one (forward-filled marker)
-    filled = [
-        pl.when(is_train).then(pl.col(c).is_not_null()).otherwise(None).forward_fill().fill_null(False).alias(c)
+    marks = wide.select(
+        pl.when(is_train)
+        .then(pl.col(c).is_not_null())
+        .otherwise(None)
+        .forward_fill()
+        .fill_null(carried.get(c, False))
+        .alias(c)
         for c in metric_cols
-    ]
-    marks = wide.select(filled)
+    )
+    last_train = wide.filter(is_train).tail(1)
+    if last_train.height:
+        state.train_filled = {c: last_train.item(0, c) is not None for c in metric_cols}
+    blank = pl.col("record_kind").is_null()
+    if not metric_cols or not wide.select(blank.any()).item():
+        return wide
     nan = pl.lit(float("nan"), dtype=pl.Float64)
-    after_train = is_train.cum_sum() > 0
+    after_train = (is_train.cum_sum() > 0) | pl.lit(bool(carried))
     return wide.with_columns(
         *[
             pl.when(blank & after_train & marks.get_column(c)).then(nan).otherwise(pl.col(c)).alias(c)
