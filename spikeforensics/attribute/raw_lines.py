@@ -103,45 +103,38 @@ def read_windows(run: RunData, peaks: list[PeakLine | None], context: int) -> li
             by_source.setdefault(peak[0], []).append(k)
     if not by_source or run.sources.height == 0:
         return out
-    with tempfile.TemporaryDirectory(prefix="sf-raw-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="sf-raw-") as scratch:  # (an encoded file is read from a decoded copy)
         for source, ks in by_source.items():
-            _read_source(run, source, ks, peaks, context, Path(scratch), out)
+            path, verdict = _checked_path(run, source, Path(scratch))
+            if verdict == "missing":
+                continue
+            if verdict == "changed":
+                note = {
+                    "source": source,
+                    "peak": False,
+                    "text": f"(raw lines not shown: {source} has changed since it was ingested)",
+                }
+                for k in ks:
+                    out[k] = [dict(note)]
+                continue
+            spans = {peaks[k][1]: (max(1, peaks[k][1] - context), peaks[k][1] + context) for k in ks}
+            try:
+                lines = _read_spans(path, list(spans.values()))
+            except OSError:
+                continue
+            for k in ks:
+                line = peaks[k][1]
+                first, last = spans[line]
+                out[k] = [
+                    {"source": source, "line": n, "text": lines[n], "peak": n == line}
+                    for n in range(first, last + 1)
+                    if n in lines
+                ]
     return out
 
 
-def _read_source(
-    run: RunData, source: str, ks: list[int], peaks: list, context: int, scratch: Path, out: list[list[dict]]
-) -> None:
-    """`read_windows` for the peaks `ks` of one source (a compressed file read from a decompressed copy)."""
-    path, verdict = _checked_path(run, source, scratch)
-    if verdict == "missing":
-        return
-    if verdict == "changed":
-        note = {
-            "source": source,
-            "peak": False,
-            "text": f"(raw lines not shown: {path.name} has changed since it was ingested)",
-        }
-        for k in ks:
-            out[k] = [dict(note)]
-        return
-    spans = {peaks[k][1]: (max(1, peaks[k][1] - context), peaks[k][1] + context) for k in ks}
-    try:
-        lines = _read_spans(path, list(spans.values()))
-    except OSError:
-        return
-    for k in ks:
-        line = peaks[k][1]
-        first, last = spans[line]
-        out[k] = [
-            {"source": source, "line": n, "text": lines[n], "peak": n == line}
-            for n in range(first, last + 1)
-            if n in lines
-        ]
-
-
 def _checked_path(run: RunData, source: str, scratch: Path | None = None) -> tuple[Path | None, str]:
-    """The ingested file of `source` (a compressed one's decompressed copy in `scratch`, as ingest read it) and
+    """The ingested file of `source` (an encoded one's decoded copy in `scratch`, as ingest read it) and
     whether it can be read: "ok", "changed" or "missing"."""
     from spikeforensics.ingest import encoded
 

@@ -330,13 +330,13 @@ def ingest_paths(
         raise IngestError(f"unknown format {fmt!r}; known: {', '.join(format_names())}")
     skipped: list[tuple[Path, str, str]] = []
     files = expand_paths(paths, follow_symlinks, skipped)
-    encoded_inputs = [f for f in files if encoded.codec_of(f[0])]
-    # compressed files are read from a decompressed copy in a staging folder (removed on exit, swept after a crash)
-    with store.staging() if encoded_inputs else contextlib.nullcontext() as scratch:
+    codecs = {path: encoded.codec_of(path) for path, _, _ in files}
+    # encoded files are read from a decoded copy in a staging folder (removed on exit, swept after a crash)
+    with store.staging() if any(codecs.values()) else contextlib.nullcontext() as scratch:
         planned = []
         for path, source, in_folder in files:
             data = path
-            if scratch is not None and encoded.codec_of(path):
+            if codecs[path]:
                 try:
                     data = encoded.decompress_to(path, scratch.folder / "inputs" / str(len(planned)))
                 except encoded.DecompressionError as exc:

@@ -71,7 +71,7 @@ def sniff(sample: SniffSample) -> float:
     norm = [normalise_name(c) for c in cols]
     if step_column(cols) is None and not any(re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm):
         return 0.0  # an `epoch` column alone makes a training table only beside a loss
-    known = [n for n in norm if n in METRIC_ALIASES or T.metric_target(n, "train") in METRIC_ALIASES.values()]
+    known = [n for n in norm if _known_metric(n)]
     return 0.85 if known else 0.4
 
 
@@ -196,14 +196,14 @@ def row_counted(cols: list[str]) -> bool:
     return any(n in ELAPSED_COLUMNS for n in norm) or (names and all(_metric_name(n) for n in norm))
 
 
+def _known_metric(norm: str) -> bool:
+    """A (normalised) column name the alias table knows, directly or as a Lightning `*_step` stem."""
+    return norm in METRIC_ALIASES or T.metric_target(norm, "train") in METRIC_ALIASES.values()
+
+
 def _metric_name(norm: str) -> bool:
     """A column name that is a metric: known to the alias table, an evaluation's, or a quality metric's."""
-    return (
-        norm in METRIC_ALIASES
-        or T.metric_target(norm, "train") in METRIC_ALIASES.values()
-        or T.is_eval_name(norm)
-        or bool(re.search(T.QUALITY_METRIC, norm))
-    )
+    return _known_metric(norm) or T.is_eval_name(norm) or bool(re.search(T.QUALITY_METRIC, norm))
 
 
 def _row_steps(frame: pl.DataFrame, state: _FileState) -> pl.Expr:

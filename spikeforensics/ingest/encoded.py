@@ -91,7 +91,7 @@ def _reader(path: Path, codec: str) -> BinaryIO:
 
 
 def decompress_to(path: Path, folder: Path) -> Path:
-    """Write what compressed `path` holds to `folder` (named as the file less its compression suffix) and
+    """Write what encoded `path` holds to `folder` (named as the file less its compression suffix) and
     return the copy's path. Raises DecompressionError for a corrupt file or one past the caps."""
     codec = codec_of(path)
     assert codec is not None
@@ -114,15 +114,10 @@ def decompress_to(path: Path, folder: Path) -> Path:
                         f"(at most {MAX_RATIO:,}x the file and {MAX_BYTES:,} bytes are read)"
                     )
                 dst.write(block)
-    except DecompressionError:
+    except (DecompressionError, OSError, EOFError, lzma.LZMAError, ValueError) as exc:
+        # (pyarrow's ArrowInvalid and ArrowIOError, a corrupt zstd frame, are a ValueError and an OSError)
         out.unlink(missing_ok=True)
-        raise
-    except (OSError, EOFError, lzma.LZMAError, ValueError) as exc:
-        out.unlink(missing_ok=True)
+        if isinstance(exc, DecompressionError):
+            raise
         raise DecompressionError(f"{path}: not a readable {codec} file ({type(exc).__name__}: {exc})") from None
-    except Exception as exc:  # pyarrow's ArrowInvalid / ArrowIOError for a corrupt zstd frame
-        out.unlink(missing_ok=True)
-        if type(exc).__module__.startswith("pyarrow"):
-            raise DecompressionError(f"{path}: not a readable {codec} file ({exc})") from None
-        raise
     return out
