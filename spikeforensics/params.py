@@ -72,6 +72,10 @@ class HardSpikeParams:
     short_series_records: int = 50  # why: below one baseline window W of records (a pasted excerpt) the robust sigma is taken over the spike itself; the ratio rule alone (loss_ratio_critical / grad_ratio_critical over the past median) decides a jump there
     early_frac: float = 0.1  # why: the unstable-start check looks at the first 10% of records (>= 10) ...
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
+    dead_flat_spread: float = 0.02  # why: after an early blow-up came back, tenth-of-the-rest medians within 2% of each other to the end of the log are a model that stopped learning (a ReLU regression net after SGD lr 0.1: 1,352-1,363 for 980 epochs); a run recovering from a short warmup keeps falling (tens of % over its rest)
+    dead_flat_records: int = (
+        50  # why: ... judged over at least 50 records after the blow-up (ten tenths of 5 records each)
+    )
     epoch_restart_jump: float = 5.0  # why: a loss printed as a running mean that restarts each epoch moves at its epoch boundaries (median |change of log loss| from an epoch's last record to the next one's first) at least 5x as much as between two records of one epoch (DSFD's `Loss:` 100x, a liveness net's `train loss` 8x); a per-batch loss moves about as much at both
     epoch_restart_min_epochs: int = 5  # why: ... judged over at least 5 epoch boundaries
     epoch_restart_two_way: float = 0.2  # why: ... moving both ways: a restarted mean's first records land above and below the last epoch's mean (DSFD 14 of 35 up, a liveness net 17 of 41), while a loss that steps down at each epoch (a smooth per-batch loss over repeated data) moves up at under a fifth of its boundaries
@@ -328,6 +332,7 @@ class StallParams:
 
     lr_zero_records: int = 3  # why: a warmup from 0 prints 0 once (step 0); 3 records at exactly 0 are no warmup, the weights are not moving
     loss_fall_ratio: float = 0.99  # why: "the loss does not fall": the median of the last third of those records >= 99% of the first third's (a rounded-to-0 print of a real, small LR would still show the loss falling)
+    constant_records: int = 8  # why: a loss printed as the same value on every one of 8 or more records from the first has not been moved by one update (a softmax over one unit: 0.6667 for 20 epochs); a training loss moves in its last digits from record to record
     skipped_tail_records: int = 2  # why: one record whose interval skipped its updates can be a transient (a skipped overflow step); every update of the last 2 or more records skipped, the loss not falling, is a trainer that has stopped applying updates
     decayed_frac: float = 0.01  # why: zeros that end the log after the LR fell to under 1% of its peak are a schedule decaying to 0 (llm.c's default ends at 0: its last steps print lr:0.000000), not an LR stuck at 0
     decayed_quanta: float = 1.0  # why: ... or came down to one unit of its print (a linear decay of 2e-5 printed with 6 decimals ends 0.000001, then 0.000000: the schedule reached the print's resolution, not a frozen LR) ...
@@ -335,6 +340,8 @@ class StallParams:
     collapse_ratio: float = 1e-4  # why: a loss at 1/10,000 of its first record or less ...
     chance_min_records: int = 5  # why: a loss at a uniform guess's level (ln K) from the start of training to the end of the log convicts over 5 or more records (a pasted excerpt of 3-4 epochs can still be the first epochs of a slow start)
     chance_tol: float = 0.02  # why: ... its median within 0.02 of ln K (a noisy last-minibatch print of a 10-class net at chance wanders 2.30-2.34, its median 2.31; ln 100 and ln 1000 within a quarter of the gap to the next ln K: +/- 0.0025, +/- 0.00025) and its interquartile range under 0.02 too: pinned there, not a noisy loss whose median happens to pass ln 2 (an LLM fine-tune's 0.48-1.36)
+    chance_collapse_above: float = 0.03  # why: a model collapsed to a constant output sits at ln K or just above it (a constant that is not quite the label marginal: 2.33 for ln 10 = 2.303, +1.2%); 3% above keeps a loss still far from chance out
+    collapse_drop: float = 0.7  # why: ... after it had learned: a record at 70% of ln K or lower before the last third (an MNIST net at 0.84 of ln 10 = 2.30: 36%); a loss that never got there is a plateau or a run that never learned (`_loss_at_chance`)
     chance_classes: tuple = (
         2,
         10,
@@ -351,6 +358,7 @@ class SignedJumpParams:
         50  # why: the records before a value that define its range and noise (the hard-spike baseline's window)
     )
     min_records: int = 8  # why: a range and a MAD from fewer than 8 records is no baseline to call a value impossible
+    runaway_ratio: float = 1e4  # why: a signed loss whose magnitude at the end (median of the last tenth) is 10,000x that of its first records has run away (a BCE fed label 2: 0.75 -> -9e7); a flow NLL (+5 -> -3), an ELBO (-1e5 -> -100) or a PPO actor loss (0.01 -> 0.1) moves one or two orders at most
     game_blips_min: int = 3  # why: on one side of a GAN's pair, 3 or more single-record jumps each back in range on the next record are the game's one-batch blips (a discriminator misjudging a batch), as recurring_count grad-norm blips are a norm's tail: notes; a lone one stays an incident
 
 
@@ -389,6 +397,7 @@ class CoverageParams:
     min_series_records: int = (
         2  # why: a series needs >= 2 step records with a finite value (one record is a point, not a run seen)
     )
+    max_runs_in_log: int = 64  # why: a log holding more runs from scratch than this (detect/runs_in_log.py) is a loop around the script (a fuzzed log copied 20,000 times took ~70 ms of detectors per run: 20,000 runs ~25 min); the last 64 distinct runs are judged and a note names the rest (real logs with appended re-runs hold 2-10)
 
 
 @dataclass

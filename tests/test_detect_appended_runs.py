@@ -1,4 +1,4 @@
-"""Runs appended to one log are judged run by run (`RunData.fresh_starts`, `detect._runs_in_log`), and an RL
+"""Runs appended to one log are judged run by run (`RunData.fresh_starts`, `detect/runs_in_log.py`), and an RL
 critic's loss has no unstable start (`schema.VALUE_LOSS`). Shapes from sample_logs/real/fresh7: a loguru log
 holding two launches of the same script (gpt-from-zero), MACE's results file with three, Spinning Up's TD3."""
 
@@ -93,3 +93,40 @@ def test_an_epoch_line_with_its_valid_loss_has_no_eval_before_training():
     # an eval on an earlier line at the first step (HF `eval_on_start`) is the model before training
     before = evals.head(1).with_columns(pl.lit(0, dtype=pl.Int64).alias("line"), pl.lit(1.06).alias("value"))
     assert _warnings(RunData.from_frames(metrics=pl.concat([train, before])))
+
+
+def _spiky(n: int, seed: int, at: int) -> list[float]:
+    curve = _curve(n, seed)
+    curve[at] *= 8.0
+    return curve
+
+
+def test_a_run_repeated_exactly_is_judged_once_and_the_note_counts_the_copies():
+    """A log concatenated to itself (fuzz seed 15's input 488: one HF log copied 20,000 times) holds the same run
+    again and again: each distinct run is judged once, not once per copy (detect/runs_in_log.py)."""
+    steps = list(range(100, 7700, 100))
+    same = _spiky(76, 1, 50)
+    parts = [(a, steps, same, None) for a in range(5)] + [(5, steps, _spiky(76, 2, 60), None)]
+    run = RunData.from_frames(metrics=_metrics(parts))
+    assert run.fresh_starts() == [0, 1, 2, 3, 4, 5]
+    incidents, notes = detect_incidents(run, Params())
+    spikes = sorted(i.peak_step for i in incidents if i.kind == "hard_spike" and i.severity != "info")
+    assert spikes == [steps[50], steps[60]]  # one per distinct run, not five copies of the first
+    note = [n for n in notes if n.facts.get("note_kind") == "runs_in_log"]
+    assert len(note) == 1 and note[0].facts["repeated_runs"] == 4 and note[0].facts["runs_in_log"] == 6
+
+
+def test_beyond_max_runs_in_log_the_latest_distinct_runs_are_judged_and_a_note_names_the_rest():
+    steps = list(range(100, 7700, 100))
+    parts = [(a, steps, _spiky(76, 10 + a, 20 + 5 * a), None) for a in range(6)]
+    run = RunData.from_frames(metrics=_metrics(parts))
+    params = Params()
+    params.set("coverage.max_runs_in_log", 2)
+    incidents, notes = detect_incidents(run, params)
+    spikes = sorted(i.peak_step for i in incidents if i.kind == "hard_spike" and i.severity != "info")
+    assert spikes == [steps[40], steps[45]]  # the last two runs' spikes only
+    (note,) = [n for n in notes if n.facts.get("note_kind") == "runs_in_log"]
+    assert note.facts["unjudged_runs"] == 4 and "max_runs_in_log" in note.summary
+    # by default all six are judged, each with its own spike
+    incidents, _ = detect_incidents(run, Params())
+    assert len([i for i in incidents if i.kind == "hard_spike" and i.severity != "info"]) == 6

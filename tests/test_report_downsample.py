@@ -90,3 +90,25 @@ def test_step_ranges_and_format():
     assert ds.format_ranges(ranges) == "1-3, 5, 9-10"
     assert ds.format_ranges(ranges, limit=1) == "1-3 and 3 more steps in 2 more ranges"
     assert ds.step_ranges([]) == []
+
+
+def test_a_chart_draws_the_first_and_latest_attempts_of_a_log_restarted_thousands_of_times():
+    """One trace per attempt, but not 2,000 of them (a fuzzed log copied 2,000 times drew 4,000 traces, a 24 MB
+    page, 33 s): the first attempt and the latest MAX_ATTEMPT_TRACES - 1, split in one pass."""
+    from spikeforensics.report import charts
+
+    n_attempts = 300
+    frame = pl.DataFrame(
+        {
+            "x": np.tile(np.arange(10), n_attempts).astype(float),
+            "y": np.arange(10 * n_attempts, dtype=float),
+            "attempt": np.repeat(np.arange(n_attempts), 10).astype(np.int32),
+        }
+    )
+    parts, left_out = charts.attempt_parts(frame)
+    drawn = [a for a, _ in parts]
+    assert drawn == [0, *range(n_attempts - charts.MAX_ATTEMPT_TRACES + 1, n_attempts)]
+    assert left_out == n_attempts - charts.MAX_ATTEMPT_TRACES
+    assert all(p.get_column("y").to_list() == [10.0 * a + i for i in range(10)] for a, p in parts)
+    few, none_left = charts.attempt_parts(frame.filter(pl.col("attempt") < 3))
+    assert [a for a, _ in few] == [0, 1, 2] and none_left == 0

@@ -87,7 +87,7 @@ def _finding_note(f: Finding) -> dict:
             "evidence": [],
         }
     return {
-        "kind": f.kind,
+        "kind": f.facts.get("note_kind", f.kind),
         "severity": f.severity,
         "step_start": f.step_start,
         "step_end": f.step_end,

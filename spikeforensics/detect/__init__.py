@@ -21,6 +21,7 @@ from spikeforensics.detect import (
     loss_scale,
     nonfinite,
     oscillation,
+    runs_in_log,
     sign_ratio,
     signals,
     signed_jump,
@@ -88,8 +89,8 @@ RELEASED_AFTER = {"hard_spike": ("sf-base:grad_norm", "sf-loss-answer")}
 def run_detectors(run: RunData, params) -> list[Finding]:
     """Every detector's findings, in step order; a detector error is kept as an info note that marks
     the detector as failed (`facts["detector_failed"]`)."""
-    findings: list[Finding] = []
-    for part in _runs_in_log(run):
+    parts, findings = runs_in_log.split_runs(run, params)
+    for part in parts:
         found: list[Finding] = []
         for name, detect in DETECTORS:
             try:
@@ -102,17 +103,6 @@ def run_detectors(run: RunData, params) -> list[Finding]:
     findings = vanishing.absorb_spikes(findings, params)
     findings.sort(key=lambda f: (f.attempt, f.step_start, -severity_rank(f.severity)))
     return findings
-
-
-def _runs_in_log(run: RunData) -> list[RunData]:
-    """The runs a log holds, each judged on its own: a run started again from scratch and appended to the same
-    log (`RunData.fresh_starts`) is no spike or drift of the run before it (its loss starts again at the
-    untrained level). Only for metrics and events: a run with layer dumps, batch manifests or telemetry (keyed
-    by step, not attempt) is judged whole."""
-    starts = run.fresh_starts()
-    if len(starts) < 2 or run.layers.height or run.batches.height or run.telemetry.height:
-        return [run]
-    return [run.attempts_between(lo, hi) for lo, hi in zip(starts, [*starts[1:], None])]
 
 
 def failed_detectors(findings: list[Finding]) -> list[str]:

@@ -693,6 +693,7 @@ def _early_rise(run: RunData, params) -> list[Finding]:
         return []
     back = loss.filter((pl.col("t") > peak["t"]) & (pl.col("y") <= ref_y)).head(1)
     end = int(back.get_column("step")[0]) if back.height else int(loss.get_column("step")[-1])
+    dead = back.height > 0 and _flat_after(loss.filter(pl.col("t") >= back.item(0, "t")), hp)
     severity = "critical" if peak["ratio"] >= hp.loss_ratio_critical else "warning"
     ev = [
         Evidence(
@@ -717,18 +718,39 @@ def _early_rise(run: RunData, params) -> list[Finding]:
             summary=(
                 f"loss rose to {peak['ratio']:.1f}x {ref_what} at step {peak['step']}"
                 + (f" before falling (back below it at step {end})" if back.height else "")
-                + ": unstable start, warmup too short or LR too high"
+                + (
+                    ", then flat to the end of the log: the blow-up left a model that no longer learns (LR too high)"
+                    if dead
+                    else ": unstable start, warmup too short or LR too high"
+                )
             ),
             facts={
                 "onset_step": int(first["step"]),
                 "early_rise": True,
-                "cause": "unstable_start",
+                "cause": "unstable_start_dead" if dead else "unstable_start",
                 "recovery": "never"
                 if not back.height
                 else ("fast" if end - peak["step"] < params.shape.fast_recovery else "slow"),
             },
         )
     ]
+
+
+def _flat_after(rest: pl.DataFrame, hp) -> bool:
+    """The loss after an early blow-up came back is flat to the end of the log: the medians of its ten tenths lie
+    within `hard_spike.dead_flat_spread` of their median, over at least `hard_spike.dead_flat_records` records
+    (a regression net killed by SGD at lr 0.1: ~1,356 for 980 epochs, a constant output). A run that recovers
+    from a too-short warmup goes on learning."""
+    if rest.height < hp.dead_flat_records:
+        return False
+    medians = (
+        rest.with_columns((pl.int_range(pl.len()) * 10 // pl.len()).alias("_d"))
+        .group_by("_d")
+        .agg(pl.col("value").median())
+        .get_column("value")
+    )
+    mid = float(medians.median())
+    return mid > 0 and float(medians.max() - medians.min()) <= hp.dead_flat_spread * mid
 
 
 def _top_layers(layer_base: pl.DataFrame, step_lo: int, step_hi: int, min_ratio: float) -> list[dict]:

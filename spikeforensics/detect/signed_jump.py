@@ -14,6 +14,14 @@ one finding; the recovery is whether the values come back inside the range befor
 Runs whose loss is never negative are left to the other detectors, but for one side of a GAN's pair
 (`RunData.loss_without_ratio`): a game's score has no ratio scale either.
 
+A signed loss can also run away without a jump: its magnitude grows by orders record after record (a
+binary cross-entropy fed labels outside [0, 1] is unbounded below: a Keras reproduction's loss goes 0.75, -0.7,
+-10, ... -9e7 over ten epochs). When the median magnitude of the last tenth of an attempt's records is
+`signed_jump.runaway_ratio` times that of its first `min_records` records or more, the last tenth is the largest
+of the ten and its records all share one sign, the loss is diverging: one critical `divergence` finding, fact
+`cause` = `signed_runaway` (a loss unbounded in that direction: the loss does not fit the labels or the output,
+or a sign error; rules/structure.toml).
+
 Pure: `detect(run, params)` reads `run.series("loss")` only.
 """
 
@@ -58,6 +66,10 @@ def detect(run: RunData, params) -> list[Finding]:
     out: list[Finding] = []
     for (attempt,), part in finite.group_by("attempt", maintain_order=True):
         part = part.with_row_index("_i")
+        runaway = _runaway(part, int(attempt), hp)
+        if runaway is not None:
+            out.append(runaway)
+            continue
         hits = jumps(part, hp.window, hp.min_records, hp.jump_z)
         if hits.height == 0:
             continue
@@ -115,6 +127,70 @@ def detect(run: RunData, params) -> list[Finding]:
                 )
             )
     return _game_blips(out, run, hp)
+
+
+def _runaway(part: pl.DataFrame, attempt: int, hp) -> Finding | None:
+    """The attempt's signed loss running away by orders of magnitude to its end (see the module's doc), else None."""
+    n = part.height
+    if n < 2 * hp.min_records:
+        return None
+    mag = pl.col("value").abs()
+    start = float(part.head(hp.min_records).select(mag.median()).item())
+    tenths = (
+        part.with_columns((pl.int_range(pl.len()) * 10 // pl.len()).alias("_d"))
+        .group_by("_d")
+        .agg(mag.median().alias("m"))
+        .sort("_d")
+        .get_column("m")
+    )
+    tail = part.tail(max(1, n // 10))
+    end = float(tenths[-1])
+    signs = tail.select(pl.col("value").sign().unique()).to_series()
+    if not (start > 0 and end >= hp.runaway_ratio * start and end >= float(tenths.max()) and signs.len() == 1):
+        return None
+    # onset: the first record from which the magnitude stays above 10x the start's
+    above = part.with_columns((mag > 10 * start).alias("_up")).with_columns(
+        pl.col("_up").reverse().cum_min().reverse().alias("_stays")
+    )
+    onset = above.filter(pl.col("_stays")).row(0, named=True)
+    last = part.row(n - 1, named=True)
+
+    def step_of(row: dict) -> int:
+        return int(row["step"]) if row["step"] is not None else int(row["t"])
+
+    direction = "below" if last["value"] < 0 else "above"
+    return Finding(
+        kind="divergence",
+        step_start=step_of(onset),
+        step_end=step_of(last),
+        peak_step=step_of(last),
+        severity="critical",
+        score=end / start,
+        attempt=attempt,
+        evidence=[
+            Evidence(
+                signal="loss",
+                step=step_of(last),
+                value=float(last["value"]),
+                baseline=start,
+                ratio=end / start,
+                note=f"median |loss| of the last tenth {end:.4g} vs {start:.4g} over the first {hp.min_records} records",
+            )
+        ],
+        summary=(
+            f"the loss runs away {direction} zero: its magnitude grows from ~{start:.4g} to ~{end:.4g} "
+            f"({end / start:.3g}x) and is largest at the end ({last['value']:.6g}): a loss unbounded "
+            f"{direction}, not training"
+        ),
+        facts={
+            "cause": "signed_runaway",
+            "onset_step": step_of(onset),
+            "recovery": "never",
+            "recovery_loss": "never",
+            "signed_loss": True,
+            "lead_signal": "loss",
+        },
+    )
 
 
 def _game_blips(found: list[Finding], run: RunData, hp) -> list[Finding]:

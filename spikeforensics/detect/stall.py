@@ -6,7 +6,9 @@ does not fall (the median of their last third >= `stall.loss_fall_ratio` x the m
 their first third) means the optimizer is not moving the weights: a scheduler that never
 leaves 0, a warmup longer than the run, an LR of 0 in the config. One `no_progress` finding
 (warning: nothing explodes, but nothing is learned), fact `cause` = `lr_zero`. A zero stretch that
-ends the log after the LR decayed to it is a schedule's normal end (`_decayed_to_zero`), not a finding.
+ends the log after the LR decayed to it is a schedule's normal end (`_decayed_to_zero`), and one that opens the
+log with the LR climbing out of it from the print's last digit a warmup printed rounded (`_warmup_from_zero`):
+neither is a finding.
 
 Updates skipped to the end of the log: the last `stall.skipped_tail_records` or more training records
 each hold a `skipped_step` event at their step (ESPnet2's `optim_step_time=nan`: no optimizer step ran
@@ -16,7 +18,8 @@ norm that stays non-finite under AMP, a guard that rejects every batch): `no_pro
 `updates_skipped`.
 
 A loss printed as exactly 0 on every record of the log (`_loss_all_zero`): `no_progress`, `cause` =
-`loss_zero` (a masked non-finite loss, or every label masked out).
+`loss_zero` (a masked non-finite loss, or every label masked out). The same nonzero loss on every record from the
+first (`_loss_constant`): `cause` = `loss_constant` (no gradient reaches the weights).
 
 A loss that collapses (`_loss_collapse`): within the first `stall.collapse_within` records it falls to
 `stall.collapse_ratio` of its first record or less and stays there to the end of the log (OLMo#692: 12.18,
@@ -50,6 +53,21 @@ def _median(values: pl.Series) -> float | None:
     return float(finite.median()) if finite.len() else None
 
 
+def _warmup_from_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
+    """The zero stretch opens the log and the LR climbs out of it from the print's last digit: a warmup from 0
+    whose first steps print as 0 (Flax's gemma example: 1.6e-6 more per step, printed with 5 decimals:
+    `LR: 0.00000` on steps 0-2, then 0.00001, 0.00002 ...). Not a frozen run: the first positive LR after it is
+    `stall.decayed_quanta` units of the print (its smallest move) and the LR keeps rising, to at least twice it."""
+    if lr.filter(pl.col("t") < zero_run["t0"]).height:
+        return False
+    after = lr.filter((pl.col("t") > zero_run["t1"]) & pl.col("value").is_finite()).sort("t").get_column("value")
+    if after.len() < 2 or not after[0] > 0:
+        return False
+    moves = after.diff().abs()
+    quantum = float(moves.filter(moves > 0).min() or 0.0)
+    return after[0] <= sp.decayed_quanta * quantum * (1 + 1e-6) and after.max() >= 2 * after[0]
+
+
 def _decayed_to_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
     """The zero stretch ends the log and the LR came down to it: the end of a schedule that decays to 0
     (llm.c, cosine/linear to zero), its last steps printed as 0.000000. Not a frozen run: the LR before it
@@ -72,10 +90,18 @@ def _decayed_to_zero(lr: pl.DataFrame, zero_run: dict, sp) -> bool:
 
 
 def detect(run: RunData, params) -> list[Finding]:
+    lr_zero = _lr_zero(run, params)
     return (
-        _lr_zero(run, params)
+        lr_zero
         + _skipped_to_the_end(run, params)
-        + (_loss_all_zero(run, params) or _loss_collapse(run, params) or _loss_at_chance(run, params))
+        + (
+            _loss_all_zero(run, params)
+            or _loss_collapse(run, params)
+            or _loss_at_chance(run, params)
+            # (an LR at 0 already says why the loss never moves)
+            or ([] if lr_zero else _loss_constant(run, params))
+        )
+        + _back_to_chance(run, params)
     )
 
 
@@ -109,6 +135,28 @@ def _loss_all_zero(run: RunData, params) -> list[Finding]:
     )
     ev = Evidence(signal="loss", step=lo, value=0.0, baseline=None, note=f"loss = 0 on {loss.height} records")
     return [_stall(lo, hi, loss.height, summary, ev, {"cause": "loss_zero", "scope": "run"})]
+
+
+def _loss_constant(run: RunData, params) -> list[Finding]:
+    """Every training loss of the log printed as the same nonzero value, from the first record to the last
+    (`stall.constant_records` or more): not one update moved it. The gradient is zero: the output does not depend
+    on the weights (a softmax over a single unit is 1 whatever the input: a Keras reproduction's `loss: 0.6667` for
+    20 epochs), the graph is cut (a detached tensor, frozen parameters), or nothing is applied. A loss that
+    plateaus later, or one at chance (`_loss_at_chance`), is not this."""
+    loss = run.series("loss").filter(pl.col("value").is_finite())
+    if loss.height < params.stall.constant_records or run.series("loss").height != loss.height:
+        return []
+    values = loss.get_column("value")
+    if values.n_unique() != 1 or values[0] == 0:
+        return []
+    steps = loss.get_column("step").drop_nulls()
+    lo, hi = (int(steps.min()), int(steps.max())) if steps.len() else (0, loss.height - 1)
+    summary = (
+        f"the loss is {values[0]:.6g} on all {loss.height} records, not one update moved it: the output does not "
+        "depend on the weights (no gradient reaches them)"
+    )
+    ev = Evidence(signal="loss", step=lo, value=float(values[0]), note=f"the same loss on {loss.height} records")
+    return [_stall(lo, hi, loss.height, summary, ev, {"cause": "loss_constant", "scope": "run"})]
 
 
 def _loss_collapse(run: RunData, params) -> list[Finding]:
@@ -188,6 +236,80 @@ def _loss_at_chance(run: RunData, params) -> list[Finding]:
     return [_stall(lo, hi, loss.height, summary, ev, {"cause": "chance_level", "chance_classes": k, "scope": "run"})]
 
 
+def _back_to_chance(run: RunData, params) -> list[Finding]:
+    """The loss had learned (a record at most `stall.collapse_drop` of ln K) and climbed back to ln K, where the
+    last third of the log sits (median from ln K - `chance_tol` to `chance_collapse_above` over it, interquartile
+    range under `chance_tol`): the model collapsed to a constant output and lost what it learned (a PyTorch MNIST
+    loop that never zeroes its gradients: 0.84 at epoch 1, then up to 2.33 = ln 10 + 1% for the last five epochs).
+    One critical `divergence`, cause `chance_collapse`."""
+    sp = params.stall
+    if run.loss_without_ratio() or run.loss_is_critic():
+        return []
+    loss = run.series("loss").sort("t").filter(pl.col("value").is_finite())
+    if loss.height < sp.chance_min_records:
+        return []
+    values = loss.get_column("value")
+    n_tail = max(3, values.len() // 3)
+    tail, head = values.tail(n_tail), values.head(values.len() - n_tail)
+    if head.len() == 0:
+        return []
+    mid = float(tail.median())
+    k = next(
+        (
+            k
+            for k in sp.chance_classes
+            if k >= 2 and math.log(k) - _chance_tol(k, sp) <= mid <= math.log(k) * (1 + sp.chance_collapse_above)
+        ),
+        None,
+    )
+    if k is None or float(tail.quantile(0.75)) - float(tail.quantile(0.25)) > sp.chance_tol:
+        return []
+    level, best = math.log(k), float(head.min())
+    if best > sp.collapse_drop * level:
+        return []  # it never learned: `_loss_at_chance`'s case, or a plateau
+    low = loss.head(head.len()).filter(pl.col("value") == best).row(0, named=True)
+    climb = loss.filter((pl.col("t") > low["t"]) & (pl.col("value") >= level - _chance_tol(k, sp))).row(0, named=True)
+    last = loss.row(loss.height - 1, named=True)
+
+    def step_of(row: dict) -> int:
+        return int(row["step"]) if row["step"] is not None else int(row["t"])
+
+    summary = (
+        f"the loss had come down to {best:.4g} and climbed back to {mid:.4g}, ln {k} = {level:.4f}, the cross-entropy "
+        f"of a uniform guess over {k} classes, where it stays: the model collapsed to a constant output and lost "
+        "what it had learned"
+    )
+    return [
+        Finding(
+            kind="divergence",
+            step_start=step_of(low),
+            step_end=step_of(last),
+            peak_step=step_of(climb),
+            severity="critical",
+            score=mid / best,
+            summary=summary,
+            evidence=[
+                Evidence(
+                    signal="loss",
+                    step=step_of(climb),
+                    value=mid,
+                    baseline=best,
+                    ratio=mid / best,
+                    note=f"median of the last {n_tail} records vs ln {k} = {level:.4f}; lowest before: {best:.4g}",
+                )  # fmt: skip
+            ],
+            facts={
+                "cause": "chance_collapse",
+                "chance_classes": k,
+                "onset_step": step_of(low),
+                "recovery": "never",
+                "recovery_loss": "never",
+                "lead_signal": "loss",
+            },
+        )
+    ]
+
+
 def _skipped_to_the_end(run: RunData, params) -> list[Finding]:
     sp = params.stall
     skips = run.events_of("skipped_step").filter(pl.col("step").is_not_null())
@@ -251,7 +373,7 @@ def _lr_zero(run: RunData, params) -> list[Finding]:
     longest = sizes.sort(["n", "t0"], descending=[True, False]).row(0, named=True)
     if longest["n"] < sp.lr_zero_records:
         return []
-    if _decayed_to_zero(lr, longest, sp):
+    if _decayed_to_zero(lr, longest, sp) or _warmup_from_zero(lr, longest, sp):
         return []
     if longest["lo"] is None:  # a log without step counters: records are numbered by position
         longest["lo"], longest["hi"] = longest["t0"], longest["t1"]

@@ -333,6 +333,9 @@ def number_records(
     `state` (updated in place) carries the numbering across chunks of one source.
     """
     state = state if state is not None else RecordState()
+    # the attempt of the last train record before this chunk: eval and summary rows that open the chunk take it
+    # (read before this chunk's records move it on)
+    carried = max(state.attempt.values(), default=0)
     frame = _with_meta(frame).sort("line").with_columns(pl.col("prefix_rank").fill_null(-1).alias("_stream"))
     is_train = pl.col("record_kind") == "train"
     seed = pl.DataFrame(
@@ -377,7 +380,6 @@ def number_records(
         pl.lit(None, dtype=pl.Int64).alias("record"), pl.lit(None, dtype=pl.Int32).alias("attempt")
     )
     both = pl.concat([train.drop("_seed_step", "_seed_attempt", "_prev"), other], how="diagonal_relaxed").sort("line")
-    carried = max(state.attempt.values(), default=0)
     return both.with_columns(pl.col("attempt").forward_fill().fill_null(carried)).drop("_stream")
 
 

@@ -203,6 +203,9 @@ RMSE_NAMES = ("rmse", "mse")
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
 # a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
 GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
+# CLU's metric writer (`clu.metric_writers.LoggingWriter`, the JAX/Flax examples' `[2000] train_loss=3.729,
+# train_accuracy=0.374`) behind absl's prefix: the bracketed counter after a glog prefix
+GLOG_BRACKET = GLOG_LINE_PREFIX + r"\[(\d+)\]\s+[A-Za-z]"
 # (also after a sentence's full stop: BigDL's `... Throughput is 2190.889 records/second. Loss is NaN. Current
 # learning rate is 0.0011.`)
 IS_PAIR = rf"(?:^|[,;|:(]\s*|\.\s+)(?P<k>[A-Za-z_][\w./-]*(?: [A-Za-z_][\w./-]*){{0,3}}) (?i:is) (?P<v>{NUM_TOKEN})"
@@ -267,7 +270,7 @@ def sniff(sample: SniffSample) -> float:
         sniff_share(
             sample,
             rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{OPEN_COUNTER}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|"
-            rf"{EPOCH_BRACKET}|{FRAC_EPOCH}|{ZH_COUNTER}|{EPOCH_FRAC_BATCH}){LOSS_TAIL}",
+            rf"{GLOG_BRACKET}|{EPOCH_BRACKET}|{FRAC_EPOCH}|{ZH_COUNTER}|{EPOCH_FRAC_BATCH}){LOSS_TAIL}",
         )
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
         + sniff_share(sample, rf"(?:{STEP}|{BATCH}).*(?i:\blosses):\s*[A-Za-z_]\w*\s+[-+]?[\d.nN]")
@@ -534,6 +537,7 @@ def parse(src: SourceFile) -> ParseResult:
         text.str.extract(TRAIN_FRAC, 1),
         text.str.extract(OPEN_COUNTER, 1),
         text.str.extract(BRACKET, 1),
+        text.str.extract(GLOG_BRACKET, 1),
         text.str.extract(BRACKET_FRAC, 1),
         text.str.extract(EPOCH_BRACKET, 1),
         text.str.extract(FRAC_EPOCH, 1),

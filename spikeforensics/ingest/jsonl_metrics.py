@@ -22,6 +22,7 @@ better step key first appearing in a later chunk applies from there on).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -172,11 +173,42 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
         objects = T.flatten_structs(objects)
         result = ParseResult()
         state.hold, state.whole = not last, last and n == 0
+        history = _columnar_history(objects) if state.whole else None
+        if history is not None:  # one object of per-epoch lists: each row on the object's line
+            line = objects.item(0, "line")
+            metrics = metrics_from_objects(history, src.name, result, state)
+            result.add("metrics", None if metrics is None else metrics.with_columns(pl.lit(line).alias("line")))
+            yield result
+            return
         result.add("metrics", metrics_from_objects(objects, src.name, result, state))
         cut, state.held_from = state.held_from, None
         held = lines.filter(pl.col("line") >= cut) if cut is not None else None
         T.unparsed(result, bad if cut is None else bad.filter(pl.col("line") < cut))
         yield result
+
+
+def _columnar_history(objects: pl.DataFrame) -> pl.DataFrame | None:
+    """A file that is one JSON object of equal-length lists of numbers, one entry per epoch (Keras'
+    `json.dump(history.history, f)`: `{"loss": [...], "val_loss": [...]}`; a reproduction's `result_stats.json`:
+    `{"train_loss": [...], "validation_loss": [...]}`), a loss among them: one row per entry, `step` its index
+    (0..: the epoch, as Keras numbers them), the other keys dropped. Lines are numbered 1.. here so that each row is
+    a record; the caller puts them back on the object's line. None: not such a file."""
+    if objects.height != 1:
+        return None
+    lists = [
+        c
+        for c, dtype in objects.schema.items()
+        if c != "line" and isinstance(dtype, pl.List) and dtype.inner.is_numeric()
+    ]
+    if not any(re.search(schema.LOSS_TERM, _norm(c)) or _norm(c).endswith("loss") for c in lists):
+        return None
+    lengths = {objects.get_column(c).list.len().item() for c in lists}
+    if len(lengths) != 1 or lengths.pop() < 2 or step_column(lists) is not None:
+        return None
+    rows = objects.select(lists).explode(lists)
+    return rows.with_row_index("line", offset=1).with_columns(
+        pl.col("line").cast(pl.Int64), (pl.col("line") - 1).cast(pl.Int64).alias("step")
+    )
 
 
 def _with_last(items):

@@ -28,6 +28,11 @@ or the paste stops there) its last redraw stands for it, with the values it prin
 redraws are not records. A finished bar printed again after the epoch's record and before the
 next header, or a finished bar with another target than the epoch's (`model.evaluate`), is an
 eval record: its names take `eval_` (`loss` -> `eval_loss`).
+A file where every update is a line of its own (Keras writing to a file or a notebook, no dynamic
+display: `1/61 [...] - ETA: 1:57 - loss: 0.7526`, `2/61 ...`, each on its own line, more than two per epoch)
+logs every batch: each redraw is a training record at the global batch step (E - 1) * M + n, and the
+target's `61/61 ... - ETA: 0s` redraw with the end-of-epoch line after it is one record, the end line's (the
+epoch's own bar's lines are all Keras's: none is left to another grammar).
 Without any header, every finished bar is a training record with no step. Names go through the
 alias table (`val_loss` -> `eval_loss`, `lr` / `learning_rate` -> `lr`); the `Ns/step`,
 `Nms/step`, `Nus/step` time is `step_time_ms`. `Epoch 00001: saving model to ...` (ModelCheckpoint)
@@ -69,6 +74,14 @@ def sniff(sample: SniffSample) -> float:
     return sniff_tiers(sample, [(bar, CONFIDENCE if has_header else CONFIDENCE - 0.1)])
 
 
+def _printed_per_line(prog: pl.DataFrame, headers: pl.DataFrame) -> bool:
+    """Keras wrote every update on a line of its own (no `\\r` or backspace redraws joining them): one progress row
+    per physical line, and more progress lines than two per epoch (redraws before the end lines)."""
+    if not headers.height or prog.height <= 2 * headers.height:
+        return False
+    return bool(prog.select(pl.col("line").is_unique().all()).item())
+
+
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
@@ -97,12 +110,15 @@ def parse(src: SourceFile) -> ParseResult:
             text.str.contains("ETA:", literal=True).alias("_eta"),
         )
     )
+    # every update on a line of its own (a file or notebook that is no dynamic display): each redraw is a logged
+    # batch (see `_printed_per_line`), and a redraw at the target with its `ETA: 0s` is no end of the epoch yet
+    per_line = _printed_per_line(prog, headers)
     final = (
         pl.when(pl.col("n").is_null())
         .then(pl.lit(True))  # verbose=2 without a counter
         .when(pl.col("m") == "Unknown")
         .then(last_piece & ~pl.col("_eta"))
-        .otherwise(pl.col("_n") >= pl.col("_m"))
+        .otherwise((pl.col("_n") >= pl.col("_m")) & ~(pl.lit(per_line) & pl.col("_eta")))
     )
     prog = prog.with_columns(final.alias("_final")).sort("_o")
     if headers.height:
@@ -134,13 +150,22 @@ def parse(src: SourceFile) -> ParseResult:
         .when(headed & ~any_final & same & is_last_own)
         .then(pl.lit("train"))  # a partial epoch: its last redraw
     )
-    recs = prog.with_columns(kind.alias("record_kind")).filter(pl.col("record_kind").is_not_null())
+    step = pl.col("_epoch")
+    if per_line:  # the redraws before the epoch's end are training records too, at the global batch step
+        redraw = headed & same & (finals_before == 0) & pl.col("_m").is_not_null()
+        kind = pl.when(redraw).then(pl.lit("train")).otherwise(kind)
+        step = pl.when(redraw).then((pl.col("_epoch") - 1) * pl.col("_m") + pl.col("_n")).otherwise(step)
+    recs = prog.with_columns(kind.alias("record_kind"), step.alias("_step"))
+    recs = recs.filter(pl.col("record_kind").is_not_null())
     recs = recs.unique("line", keep="first", maintain_order=True)  # one record per physical line
+    if per_line:  # the last redraw at the target, then the epoch's end line: one record, the end line
+        train = recs.filter(pl.col("record_kind") == "train").unique("_step", keep="last", maintain_order=True)
+        recs = pl.concat([train, recs.filter(pl.col("record_kind") != "train")]).sort("_o")
     # a bar that prints no loss is progress, not a training record (`Model.fit` always prints its loss; keras-rl's
     # `TrainIntervalLogger` bar `10000/10000 [====] - 66s - reward: -7.3978` is the interval's progress, its
     # `50 episodes - ... - loss: 5.522 - mean_q: -31.851` line after it the record)
     recs = recs.filter(text.str.contains(r"(?i)loss"))
-    records = recs.select("line", pl.col("_epoch").alias("step"), "prefix_rank", "record_kind")
+    records = recs.select("line", pl.col("_step").alias("step"), "prefix_rank", "record_kind")
     pairs = find_pairs(recs.select("line", "record_kind", "text"), PAIR)
     values = named_values(pairs, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")
     st = (
@@ -154,4 +179,6 @@ def parse(src: SourceFile) -> ParseResult:
             pl.col("2") == "us"
         ).then(0.001).otherwise(1.0)
         values = pl.concat([values, st.select("line", pl.lit("step_time_ms").alias("name"), ms.alias("value"))])
-    return text_result(src.name, lines, records, values, None, mode="done")
+    out = text_result(src.name, lines, records, values, None, mode="done")
+    out.body_lines = prog.get_column("line")  # every progress line is Keras's, a record or a redraw of one
+    return out

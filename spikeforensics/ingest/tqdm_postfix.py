@@ -2,6 +2,7 @@
 MuseTalk, diffusers/accelerate scripts, Lightning bars, custom loops):
 
     [Epoch 5 / Train]: 100%|██████████| 1/1 [00:00<00:00,  2.05it/s, loss=107, lr=0.00015, throughput=8.2047 sample_per_sec, 7.6092 Tflops]
+    Epoch #70:  20%|###1   | 19990/100000.0 [01:22<05:33, 240.03it/s, env_step=6919980, len=71, loss=nan, n/ep=0, rew=-0.07]   # tianshou
     Epoch 0:  19%|██████▏   | 1610/8573 [11:25:45<50:22:32, 26.05s/it, loss=0.279, step=1609, global_step=1609]
     Steps:   2%|▍   | 92679/5900000 [19:15:43<1185:20:02,  1.36it/s, loss=nan, lr=4.99e-5, unet=0.0986]
 
@@ -13,7 +14,7 @@ console, or a notebook's bar copied as text; fastprogress prints `{pct}% [{n}/{t
 
 A record is a bar redraw whose postfix has a `*loss*=number` pair, or a fastprogress bar whose
 comment is one number (read as `loss`, step = its counter N, the batch within the epoch as printed) (redraws without a loss,
-such as HF Trainer bars, are not claimed). Step = the postfix's `global_step` (else `step`)
+such as HF Trainer bars, are not claimed). Step = the postfix's `global_step` (else `step`, else tianshou's `env_step`)
 when printed; else, for bars labelled `Epoch E` / `[Epoch E / ...]`, E * M + N from the
 `N/M` counter (a counter that grows across epochs; its origin depends on whether the
 script counts epochs from 0 or 1); a bar without a total (`99it [00:22, ..., avg_epoch_loss=0.945, epoch=0]`,
@@ -50,14 +51,17 @@ from spikeforensics.ingest.base import (
 )
 
 NAME = "tqdm_postfix"
-BAR = r"(?P<n>\d+)/(?P<m>\d+) \[[\d:]+<[\d:?]+,\s*[^,\]]*,\s*(?P<post>[^\]]*[Ll]oss\w*=[^\]]*)\]"
+BAR = r"(?P<n>\d+)/(?P<m>\d+)(?:\.0+)? \[[\d:]+<[\d:?]+,\s*[^,\]]*,\s*(?P<post>[^\]]*[Ll]oss\w*=[^\]]*)\]"
 # a bar without a total (an iterable of unknown length): `99it [00:22,  4.39it/s, avg_epoch_loss=0.945, epoch=0]`
 BAR_OPEN = r"(?P<n>\d+)it \[[\d:]+,\s*[^,\]]*,\s*(?P<post>[^\]]*[Ll]oss\w*=[^\]]*)\]"
-EPOCH = r"(?:^|\[)\s*Epoch (\d+)\b"
+EPOCH = r"(?:^|\[)\s*Epoch #?(\d+)\b"  # tianshou: `Epoch #3: 100001it [...]`
 # GluonTS / PyTorchTS put the epoch in the postfix: `epoch=1/10`, `epoch=3`
 POST_EPOCH = r"\bepoch=(\d+)(?:/\d+)?\b"
 PAIR = rf"(?P<k>[A-Za-z_][\w./-]*)=(?P<v>{NUM_TOKEN})(?:,|\s|$)"
 CONFIDENCE = 0.6
+# a postfix's own counter, first found first: tianshou's off-policy trainer prints `env_step=` (its training clock:
+# updates follow environment steps) and no other; its bar counts the epoch's steps (`100001it`)
+STEP_KEYS = ["global_step", "step", "env_step"]
 # fastprogress: the comment after the times is the smoothed loss (a bare number, `nan`, `inf`)
 FASTPROGRESS = (
     r"(?:^|[\s|])\d+(?:\.\d+)?% \[(?P<n>\d+)/(?P<m>\d+) [\d:]+<[\d:]+ "
@@ -117,10 +121,11 @@ def parse(src: SourceFile) -> ParseResult:
     g = g.unique("line", keep="last", maintain_order=True)  # one record per physical line: its last redraw
     pairs = _smoothed_loss_aside(find_pairs(g.select("line", pl.col("post").alias("text")), PAIR))
     post_step = (
-        pairs.filter(pl.col("k").is_in(["global_step", "step"]))
-        .sort(pl.col("k") != "global_step")
+        pairs.filter(pl.col("k").is_in(STEP_KEYS))
+        .sort(pl.col("k").replace_strict(STEP_KEYS, list(range(len(STEP_KEYS))), return_dtype=pl.Int32))
         .unique("line", keep="first")
-        .select("line", step_int(pl.col("v").cast(pl.Float64, strict=False)).alias("_ps"))
+        # (a pair's value keeps the comma after it: `env_step=100000, len=112`)
+        .select("line", step_int(pl.col("v").str.strip_chars_end(", ").cast(pl.Float64, strict=False)).alias("_ps"))
     )
     g = g.join(post_step, on="line", how="left")
     n, m = step_int(pl.col("n")), step_int(pl.col("m"))
@@ -178,7 +183,5 @@ def parse(src: SourceFile) -> ParseResult:
     pairs = pl.concat([pairs, tail_pairs.select(pairs.columns)])
     fp_pairs = fp.select("line", pl.lit("loss").alias("k"), pl.col("loss").alias("v"))
     pairs = pl.concat([pairs.select("line", "k", "v"), fp_pairs])
-    values = named_values(pairs.filter(~pl.col("k").is_in(["global_step", "step", "v_num"]))).select(
-        "line", "name", "value"
-    )
+    values = named_values(pairs.filter(~pl.col("k").is_in([*STEP_KEYS, "v_num"]))).select("line", "name", "value")
     return text_result(src.name, lines, records, values, None, mode="done")

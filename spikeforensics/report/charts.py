@@ -36,6 +36,9 @@ WINDOW_PAD_FACTOR = 2.0
 WINDOW_PAD_MIN = 20
 # Incident window charts drawn at most (the others are listed with the overview only).
 MAX_WINDOW_CHARTS = 12
+# a chart draws at most this many attempts (the first and the latest): a log restarted thousands of times (a loop
+# around the script, a fuzzed log copied 20,000 times) would otherwise draw thousands of traces
+MAX_ATTEMPT_TRACES = 12
 # A window with more points than this uses WebGL (scattergl), for at most MAX_GL_CHARTS charts.
 GL_POINTS = 3000
 MAX_GL_CHARTS = 3
@@ -209,21 +212,36 @@ class SeriesInfo:
     xlabel: str = "step"
 
 
+def attempt_parts(frame: pl.DataFrame) -> tuple[list[tuple[int, pl.DataFrame]], int]:
+    """A timeline split by attempt in one pass, in attempt order: every attempt when there are at most
+    MAX_ATTEMPT_TRACES, else the first and the latest; and how many attempts were left out."""
+    keyed = frame.with_columns(pl.col("attempt").fill_null(0).alias("_attempt"))
+    attempts = sorted(keyed.get_column("_attempt").unique().to_list())
+    drawn = attempts if len(attempts) <= MAX_ATTEMPT_TRACES else [attempts[0], *attempts[1 - MAX_ATTEMPT_TRACES :]]
+    if len(drawn) < len(attempts):
+        keyed = keyed.filter(pl.col("_attempt").is_in(drawn))
+    parts = keyed.partition_by("_attempt", as_dict=True, maintain_order=True)
+    return [(a, parts[(a,)].drop("_attempt")) for a in drawn], len(attempts) - len(drawn)
+
+
+def _left_out_note(name: str, left_out: int) -> str:
+    return f"{name}: {left_out:,} attempts not drawn (a chart draws the first and the latest {MAX_ATTEMPT_TRACES - 1})."
+
+
 def _downsampled_traces(
     frame: pl.DataFrame, name: str, colour: str, yaxis: str, max_points: int, windows: list[tuple[int, int]]
-) -> tuple[list[dict], SeriesInfo, pl.Series]:
-    """One trace per attempt (a resumed run replays steps), min/max downsampled."""
+) -> tuple[list[dict], SeriesInfo, pl.Series, int]:
+    """One trace per attempt drawn (a resumed run replays steps), min/max downsampled; and the attempts left out."""
     traces, bad, n_in, n_out, down = [], [], 0, 0, False
-    attempts = sorted(frame.get_column("attempt").fill_null(0).unique().to_list())
-    for attempt in attempts:
-        part = frame.filter(pl.col("attempt").fill_null(0) == attempt)
+    parts, left_out = attempt_parts(frame)
+    for attempt, part in parts:
         d = ds.downsample_series(part, "x", "y", max_points, windows)
         label = name if attempt == 0 else f"{name} (attempt {attempt + 1}, after resume)"
         traces.append(line_trace(d.frame, label, colour, yaxis=yaxis, dash=None if attempt == 0 else "dot"))
         bad.append(d.nonfinite)
         n_in, n_out, down = n_in + d.n_in, n_out + d.n_out, down or d.downsampled
     nonfinite = pl.concat(bad) if bad else pl.DataFrame(schema={"x": pl.Float64, "kind": pl.String})
-    return traces, SeriesInfo(name, n_in, n_out, down, nonfinite), frame.get_column("y")
+    return traces, SeriesInfo(name, n_in, n_out, down, nonfinite), frame.get_column("y"), left_out
 
 
 def _event_strip(run, infos: list[SeriesInfo]) -> list[tuple[str, pl.Series]]:
@@ -276,7 +294,9 @@ def overview(run, diagnosis: Diagnosis, max_points: int) -> tuple[Figure | None,
     panels = []  # (axis name, title, values)
     if loss_s.height:
         frame, xlabel = timeline(loss_s)
-        traces, info, values = _downsampled_traces(frame, "loss", PALETTE[0], "y", max_points, windows)
+        traces, info, values, left_out = _downsampled_traces(frame, "loss", PALETTE[0], "y", max_points, windows)
+        if left_out:
+            notes.append(_left_out_note(info.signal, left_out))
         data += traces
         infos.append(info)
         panels.append(("yaxis", "loss", values))
@@ -285,7 +305,9 @@ def overview(run, diagnosis: Diagnosis, max_points: int) -> tuple[Figure | None,
         xlabel = xlabel if loss_s.height else gx
         name = "grad norm (derived from layers)" if derived else "grad norm"
         axis = "y2" if loss_s.height else "y"
-        traces, info, values = _downsampled_traces(frame, name, PALETTE[1], axis, max_points, windows)
+        traces, info, values, left_out = _downsampled_traces(frame, name, PALETTE[1], axis, max_points, windows)
+        if left_out:
+            notes.append(_left_out_note(info.signal, left_out))
         data += traces
         infos.append(info)
         panels.append(("yaxis2" if loss_s.height else "yaxis", "grad norm", values))
@@ -398,15 +420,6 @@ def _resume_lines(run, limit: int = 50) -> list:
 # ---------------------------------------------------------------------------- incident windows
 
 
-def _attempt_parts(series: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
-    """A series' timeline, one frame per attempt (attempt order)."""
-    frame, _ = timeline(series)
-    return [
-        (attempt, frame.filter(pl.col("attempt").fill_null(0) == attempt))
-        for attempt in sorted(frame.get_column("attempt").fill_null(0).unique().to_list())
-    ]
-
-
 def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
     """Full-resolution loss and grad norm around each incident (first MAX_WINDOW_CHARTS)."""
     out = {}
@@ -419,7 +432,7 @@ def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
     first, last, _ = run.step_range()
     # each series' timeline split by attempt once, not once per incident
     signals = [
-        (_attempt_parts(series), name, colour, axis)
+        (attempt_parts(timeline(series)[0]), name, colour, axis)
         for series, name, colour, axis in (
             (loss_s, "loss", PALETTE[0], "y"),
             (grad_s, "grad norm (derived)" if derived else "grad norm", PALETTE[1], "y2"),
@@ -431,7 +444,9 @@ def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
         if first is not None:  # the title names steps the run has, not the padding
             lo, hi = max(lo, first), min(hi, last)
         data, notes, has_loss, grad_log = [], [], False, False
-        for parts, name, colour, axis in signals:
+        for (parts, left_out), name, colour, axis in signals:
+            if left_out:
+                notes.append(_left_out_note(name, left_out))
             for attempt, part in parts:
                 w = ds.window_series(part, "x", "y", lo, hi)
                 if w.n_out == 0 and w.nonfinite.height == 0:

@@ -1,0 +1,109 @@
+"""The runs one log holds, each judged on its own, at a cost bounded by the distinct runs, not the copies.
+
+A run started again from scratch and appended to the same log (`RunData.fresh_starts`: a loguru file, MACE's
+results file, a script re-run into `>> train.log`) is no spike or drift of the run before it: its loss starts
+again at the untrained level. `split_runs` cuts the metrics and events once into those runs (one pass, not a
+filter of the whole table per run), and
+
+- a run whose records repeat another's exactly (the same steps, names, ranks and values, the same step-keyed
+  events: a log concatenated to itself, a re-run that replayed a cached result) is judged once, as its last copy;
+  a note says how many copies there were;
+- of the distinct runs, at most `coverage.max_runs_in_log` are judged, the latest ones (a log with thousands of
+  fresh starts is a loop around the script, and the last runs are the ones the reader came for); a note names
+  the runs left unjudged and the verdict's coverage says the log was judged in part.
+
+Only metrics and events are split: a run with layer dumps, batch manifests or telemetry (keyed by step, not
+attempt) is judged whole. Pure: run in, (runs, notes) out.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import polars as pl
+
+from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.rundata import RunData
+
+# a row's content as one number: the hash of the columns that make two runs the same run, reduced below 2^32 so
+# that a sum over millions of rows stays exact in UInt64 (order-free: a run's rows may be numbered differently)
+_ROW_MOD = 4_294_967_291
+
+
+def _signature(rows: pl.LazyFrame, columns: list[str]) -> pl.LazyFrame:
+    """Per part: (rows, order-free content sum) of `columns`."""
+    return (
+        rows.filter(pl.col("part").is_not_null())
+        .group_by("part")
+        .agg(pl.len().alias("n"), (pl.struct(columns).hash(seed=7) % _ROW_MOD).sum().alias("h"))
+    )
+
+
+def _note(summary: str, step: int, signal: str, value: float, facts: dict) -> Finding:
+    return Finding(
+        kind="divergence",  # any kind: the note is keyed by facts["note_kind"] (attribute/diagnosis._finding_note)
+        step_start=step,
+        step_end=step,
+        peak_step=step,
+        severity="info",
+        score=0.0,
+        summary=summary,
+        evidence=[Evidence(signal=signal, step=None, value=value)],
+        facts={"note_kind": "runs_in_log", "scope": "run", **facts},
+    )
+
+
+def split_runs(run: RunData, params) -> tuple[list[RunData], list[Finding]]:
+    """The runs of `run` to judge, in log order, and the notes on runs merged or left out."""
+    starts = run.fresh_starts()
+    if len(starts) < 2 or run.layers.height or run.batches.height or run.telemetry.height:
+        return [run], []
+    attempts = run.metrics.lazy().select(pl.col("attempt").unique().drop_nulls()).collect().to_series().to_list()
+    to_part = {int(a): bisect_right(starts, int(a)) - 1 for a in attempts}
+    part = pl.col("attempt").replace_strict(to_part, default=None, return_dtype=pl.Int64).alias("part")
+    sig = (
+        _signature(run.metrics.lazy().with_columns(part), ["step", "name", "rank", "value"])
+        .join(
+            _signature(run.events.lazy().with_columns(part), ["step", "kind"]).rename({"n": "en", "h": "eh"}),
+            on="part",
+            how="left",
+        )
+        .collect()
+    )
+    copies: dict[tuple, list[int]] = {}
+    for r in sig.sort("part").iter_rows(named=True):
+        copies.setdefault((r["n"], r["h"], r["en"], r["eh"]), []).append(int(r["part"]))
+    judged = sorted(parts[-1] for parts in copies.values())  # each distinct run once, as its last copy
+    notes = []
+    repeated = {parts[-1]: len(parts) for parts in copies.values() if len(parts) > 1}
+    first_step = run.step_range()[0] or 0
+    if repeated:
+        n_copies = sum(repeated.values()) - len(repeated)
+        notes.append(
+            _note(
+                f"{len(starts)} runs from scratch in this log; {n_copies} of them repeat another run's records "
+                f"exactly (the same steps and values): each distinct run was judged once, as its last copy",
+                first_step,
+                "repeated_runs",
+                float(n_copies),
+                {"runs_in_log": len(starts), "repeated_runs": n_copies},
+            )
+        )
+    cap = params.coverage.max_runs_in_log
+    if len(judged) > cap:
+        left = judged[:-cap]
+        judged = judged[-cap:]
+        notes.append(
+            _note(
+                f"{len(left)} of this log's {len(left) + cap} distinct runs from scratch were not judged: only the "
+                f"last {cap} are (coverage.max_runs_in_log); the earliest unjudged run starts at attempt "
+                f"{starts[left[0]]}",
+                first_step,
+                "unjudged_runs",
+                float(len(left)),
+                {"runs_in_log": len(starts), "unjudged_runs": len(left)},
+            )
+        )
+    ends = [*starts[1:], None]
+    out = [run.attempts_between(starts[p], ends[p]) for p in judged]  # at most max_runs_in_log of them
+    return out, notes
