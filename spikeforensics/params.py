@@ -324,6 +324,9 @@ class DivergenceParams:
     min_records_nonfinite: int = 3  # why: a monotone climb of 3+ records that ends in NaN/Inf or a stop is a divergence (DOMAIN: "within a few steps the loss is NaN")
     falling_frac: float = 0.75  # why: a loss that falls on >= 75% of the records after its peak is coming back (a slow recovery, bigscience tr1-13B), not diverging ...
     falling_min: int = 3  # why: ... judged on at least 3 records after the peak
+    heldout_gap: float = 5.0  # why: a held-out loss 5x the training loss at the first evaluation already measures other data than training does (an unshuffled Keras validation_split: 8.3 vs 0.41); ordinary generalisation gaps at the first evaluation are under 2x
+    heldout_climb: float = 2.0  # why: ... and it climbs (the median of its last third 2x its lowest value) while the training loss halves (last third vs first third): the model fits training and moves away from the held-out data
+    heldout_min_records: int = 5  # why: a trend of the held-out loss needs 5 evaluations or more
 
 
 @dataclass
@@ -359,6 +362,7 @@ class SignedJumpParams:
     )
     min_records: int = 8  # why: a range and a MAD from fewer than 8 records is no baseline to call a value impossible
     runaway_ratio: float = 1e4  # why: a signed loss whose magnitude at the end (median of the last tenth) is 10,000x that of its first records has run away (a BCE fed label 2: 0.75 -> -9e7); a flow NLL (+5 -> -3), an ELBO (-1e5 -> -100) or a PPO actor loss (0.01 -> 0.1) moves one or two orders at most
+    runaway_monotone_ratio: float = 100.0  # why: ... or 100x when the magnitude grows from every tenth of the run to the next with one sign throughout (a binary cross-entropy on labels outside [0, 1] from its first epoch: -3.4e4 ... -6.5e7, 150x, every tenth larger); a signed objective that trains settles, and one that crosses zero dips in magnitude on the way
     game_blips_min: int = 3  # why: on one side of a GAN's pair, 3 or more single-record jumps each back in range on the next record are the game's one-batch blips (a discriminator misjudging a batch), as recurring_count grad-norm blips are a norm's tail: notes; a lone one stays an incident
 
 

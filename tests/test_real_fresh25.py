@@ -48,6 +48,8 @@ def test_keras_updates_printed_one_per_line_are_batches_at_a_global_step(store):
     assert f.format == "keras" and len(loss) == facts["step_records"] == 610
     assert loss[:3] == [(1, 0.7526), (2, 0.0914), (3, -0.7484)]  # epoch 1's batches 1-3
     assert loss[62] == (63, -2533.3164)  # epoch 2, batch 2: (2 - 1) * 61 + 2
+    epochs = dict(series(metrics, "epoch"))  # each batch record with its epoch (a running mean restarts there)
+    assert (epochs[61], epochs[62], epochs[610]) == (1.0, 2.0, 10.0)
     # the `61/61 ... ETA: 0s` redraw and the end-of-epoch line after it are one record, the end line's values
     assert (61, -5276.5059) in loss and series(metrics, "eval_loss")[0] == (61, -26558.1562)
 

@@ -15,8 +15,10 @@ from spikeforensics.detect import (
     clipping,
     converged,
     divergence,
+    epoch_restarts,
     events,
     hard_spike,
+    heldout,
     layer_outlier,
     loss_scale,
     nonfinite,
@@ -47,6 +49,7 @@ DETECTORS = (
     ("vanishing_gradients", vanishing.detect),
     ("loss_oscillation", oscillation.detect),
     ("divergence", divergence.detect),
+    ("heldout_mismatch", heldout.detect_mismatch),
     ("events", events.detect),
     ("no_progress", stall.detect),
 )
@@ -98,6 +101,7 @@ def run_detectors(run: RunData, params) -> list[Finding]:
             except Exception as exc:  # noqa: BLE001 - one broken detector must not hide the others
                 found.append(failure_finding(name, exc, part))
             signals.release(part, RELEASED_AFTER.get(name, ()))
+        found = epoch_restarts.quiet_epoch_drifts(found, part, params)
         findings.extend(converged.quiet_converged_bumps(found, part, params))
         signals.release(part)
     findings = vanishing.absorb_spikes(findings, params)

@@ -14,6 +14,11 @@ epoch's own mean (its last record) stays under `loss_ratio_floor` x the epoch be
 enough to matter lifts the whole epoch's mean, a small sample does not.
 
 `quiet_epoch_restarts(findings, run, params)`: pure, findings in, findings out.
+
+Within an epoch such a mean wanders as its sample grows (the batches since the reset change as the data go by):
+`quiet_epoch_drifts` makes a loss-only `soft_drift` or `loss_oscillation` warning a note when it lies inside one
+epoch of such a series and that epoch's own mean (its last record) stays under `loss_ratio_floor` x the epoch
+before's: the epoch as a whole did not get worse (Keras' per-batch running means printed one per line).
 """
 
 from __future__ import annotations
@@ -97,5 +102,43 @@ def quiet_epoch_restarts(findings: list[Finding], run: RunData, params) -> list[
                 f"; at the start of epoch {ep['epoch']:g} of a loss printed as a running mean that restarts each "
                 f"epoch, whose whole-epoch mean ({ep['mean']:.4g}) stays within {hp.loss_ratio_floor:g}x the epoch "
                 f"before's ({ep['before']:.4g}): the restarted mean's small sample, not an instability (note)"
+            )
+    return findings
+
+
+def quiet_epoch_drifts(findings: list[Finding], run: RunData, params) -> list[Finding]:
+    """See the module's doc: drifts and oscillations inside one epoch of a restarting running mean."""
+    hp = params.hard_spike
+    wanted = ("soft_drift", "loss_oscillation")
+    if not any(f.kind in wanted and f.severity != "info" for f in findings):
+        return findings
+    frame = _epochs(run)
+    if frame is None or not restarting_mean(frame, hp):
+        return findings
+    epochs = (
+        frame.group_by("attempt", "epoch", maintain_order=True)
+        .agg(
+            pl.col("pos").first().alias("first"),
+            pl.col("pos").last().alias("last"),
+            pl.col("value").last().alias("mean"),
+        )
+        .with_columns(pl.col("mean").shift(1).over("attempt").alias("before"))
+    )
+    for f in findings:
+        if f.kind not in wanted or f.severity == "info" or {e.signal for e in f.evidence} - {"loss"}:
+            continue
+        home = epochs.filter(
+            (pl.col("attempt") == f.attempt) & (pl.col("first") <= f.step_start) & (pl.col("last") >= f.step_end)
+        )
+        if home.height != 1:
+            continue
+        ep = home.row(0, named=True)
+        if ep["before"] is not None and ep["mean"] <= ep["before"] * hp.loss_ratio_floor:
+            f.severity = "info"
+            f.facts["epoch_restart"] = True
+            f.summary += (
+                f"; inside epoch {ep['epoch']:g} of a loss printed as a running mean that restarts each epoch, whose "
+                f"whole-epoch mean ({ep['mean']:.4g}) stays within {hp.loss_ratio_floor:g}x the epoch before's "
+                f"({ep['before']:.4g}): the mean's wander as its sample grows, not an instability (note)"
             )
     return findings

@@ -17,8 +17,9 @@ Runs whose loss is never negative are left to the other detectors, but for one s
 A signed loss can also run away without a jump: its magnitude grows by orders record after record (a
 binary cross-entropy fed labels outside [0, 1] is unbounded below: a Keras reproduction's loss goes 0.75, -0.7,
 -10, ... -9e7 over ten epochs). When the median magnitude of the last tenth of an attempt's records is
-`signed_jump.runaway_ratio` times that of its first `min_records` records or more, the last tenth is the largest
-of the ten and its records all share one sign, the loss is diverging: one critical `divergence` finding, fact
+`signed_jump.runaway_ratio` times that of its first `min_records` records or more (or
+`signed_jump.runaway_monotone_ratio` times, when every tenth's is larger than the one before and the loss never
+changes sign), the last tenth is the largest of the ten and its records all share one sign, the loss is diverging: one critical `divergence` finding, fact
 `cause` = `signed_runaway` (a loss unbounded in that direction: the loss does not fit the labels or the output,
 or a sign error; rules/structure.toml).
 
@@ -146,7 +147,13 @@ def _runaway(part: pl.DataFrame, attempt: int, hp) -> Finding | None:
     tail = part.tail(max(1, n // 10))
     end = float(tenths[-1])
     signs = tail.select(pl.col("value").sign().unique()).to_series()
-    if not (start > 0 and end >= hp.runaway_ratio * start and end >= float(tenths.max()) and signs.len() == 1):
+    # ... or a steadier climb: every tenth larger than the one before, one sign from the first record, by
+    # `runaway_monotone_ratio` over all (a CSVLogger's binary cross-entropy at -3.4e4, -1e5, ... -6.5e7: 150x)
+    climbing = (
+        bool((tenths.diff().drop_nulls() > 0).all()) and part.select(pl.col("value").sign().n_unique()).item() == 1
+    )
+    far = end >= hp.runaway_ratio * start or (climbing and end >= hp.runaway_monotone_ratio * start)
+    if not (start > 0 and far and end >= float(tenths.max()) and signs.len() == 1):
         return None
     # onset: the first record from which the magnitude stays above 10x the start's
     above = part.with_columns((mag > 10 * start).alias("_up")).with_columns(

@@ -20,6 +20,8 @@
         epoch     train_loss  valid_loss  accuracy  time
         0         2.331       2.125       0.312     00:10
     Keras-style or custom loops that print an aligned table the same way.
+    YOLOv5's `results.txt` before v6 (no header: a fixed layout of 15 columns, read as `RESULTS_TXT_NAMES`):
+             0/499     4.69G      0.12   0.03458   0.03086    0.1854        60       640 0.0007451   0.06832 ...
 
 A header is a line of three or more names, one of them holding `loss`; a row is a line whose
 first token is a counter (`3` or `3/100`) under such a header. The i-th token of the row is the
@@ -74,12 +76,23 @@ YOLO_LOSS_NAMES = {"box": "box_loss", "obj": "obj_loss", "cls": "cls_loss", "tot
 # the tqdm bar a row is drawn with (`... 768:   6%|###8    | 15/234 [00:23<04:56, 1.36s/it]`): the batch i of n
 # within the row's epoch
 TQDM_COUNT = r"\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\["
+# YOLOv5's `results.txt` before v6 (and Ultralytics YOLOv3's), one headerless row per epoch: `E/last  mem  box  obj  cls
+# total  labels  img_size  P  R  mAP@.5  mAP@.5:.95  val_box  val_obj  val_cls` (`train.py` writes `'%10s' * 2 + '%10.4g'
+# * 13`; YOLOv3 has GIoU for box and F1 for mAP@.5:.95): read under these names
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf)"
+RESULTS_TXT_ROW = rf"^\s*\d+/\d+\s+\S+(?:\s+{NUM}){{13}}\s*$"
+RESULTS_TXT_NAMES = [
+    "epoch", "gpu_mem", "box_loss", "obj_loss", "cls_loss", "loss", "labels", "img_size", "precision", "recall",
+    "mAP_0.5", "mAP_0.5:0.95", "val_box_loss", "val_obj_loss", "val_cls_loss",
+]  # fmt: skip
 MAX_GAP = 200  # lines between a header and its first row, or two rows (tqdm redraws, validation lines in between)
 CONFIDENCE = 0.5
 CATBOOST_CONFIDENCE = 0.9
 
 
 def sniff(sample: SniffSample) -> float:
+    if sniff_share(sample, RESULTS_TXT_ROW) >= 3:
+        return CONFIDENCE
     headers = sniff_share(sample, HEADER + r"|(?i:^.*loss.*$)")  # cheap gate first
     if not headers:
         return 0.0
@@ -148,6 +161,11 @@ def parse(src: SourceFile) -> ParseResult:
         .otherwise(names.list.eval(pl.element().replace(YOLO_LOSS_NAMES)))
         .alias("_names"),
     )
+    if headers.height == 0 and lines.select(text.str.contains(RESULTS_TXT_ROW).sum()).item() >= 3:
+        headers = pl.DataFrame(  # YOLOv5's `results.txt`: no header line, a fixed layout (above the first row)
+            {"_hline": [0], "_names": [RESULTS_TXT_NAMES]},
+            schema={"_hline": lines.schema["line"], "_names": pl.List(pl.String)},
+        )
     if headers.height == 0:
         return ParseResult()
     rows = (

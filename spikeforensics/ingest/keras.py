@@ -168,6 +168,11 @@ def parse(src: SourceFile) -> ParseResult:
     records = recs.select("line", pl.col("_step").alias("step"), "prefix_rank", "record_kind")
     pairs = find_pairs(recs.select("line", "record_kind", "text"), PAIR)
     values = named_values(pairs, eval_rows=pl.col("record_kind") == "eval").select("line", "name", "value")
+    if per_line:  # batch records: their epoch beside them (the loss is the epoch's running mean, restarting each epoch)
+        epochs = recs.filter(pl.col("record_kind") == "train").select(
+            "line", pl.lit("epoch").alias("name"), pl.col("_epoch").cast(pl.Float64).alias("value")
+        )
+        values = pl.concat([values, epochs])
     st = (
         recs.filter(pl.col("record_kind") == "train")
         .select("line", text.str.extract_groups(STEP_TIME).alias("_t"))
