@@ -72,6 +72,7 @@ class HardSpikeParams:
     short_series_records: int = 50  # why: below one baseline window W of records (a pasted excerpt) the robust sigma is taken over the spike itself; the ratio rule alone (loss_ratio_critical / grad_ratio_critical over the past median) decides a jump there
     early_frac: float = 0.1  # why: the unstable-start check looks at the first 10% of records (>= 10) ...
     start_max_step: int = 50  # why: ... of a log that begins at the start of training (first step <= 50)
+    critic_blip_max_ratio: float = 50.0  # why: an RL critic's one-record TD-loss blips against moving targets reach 3-18x its level (SB3 DQN on Breakout, a healthy run); 100-550x single epochs (a DDPG critic's Q-value blow-ups) are the instability itself, incidents (detect/critic_blips.py)
     dead_flat_spread: float = 0.02  # why: after an early blow-up came back, tenth-of-the-rest medians within 2% of each other to the end of the log are a model that stopped learning (a ReLU regression net after SGD lr 0.1: 1,352-1,363 for 980 epochs); a run recovering from a short warmup keeps falling (tens of % over its rest)
     dead_flat_records: int = (
         50  # why: ... judged over at least 50 records after the blow-up (ten tenths of 5 records each)

@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from spikeforensics.detect import (
+    critic_blips,
     epoch_restarts,
     heldout,
     loss_answer,
@@ -245,6 +246,7 @@ def detect(run: RunData, params) -> list[Finding]:
     findings = settling.quiet_settling_bumps(loss_bumps.quiet_loss_bumps(findings, run, params), run, params)
     findings = heldout.quiet_heldout_bumps(findings, run, params)
     findings = epoch_restarts.quiet_epoch_restarts(findings, run, params)
+    findings = critic_blips.quiet_critic_blips(findings, run, params)
     findings = _recurring(findings, run, params, long_run)
     findings += _absurd_norms(run, params, findings)
     return recurrence.promote(run, findings, params)

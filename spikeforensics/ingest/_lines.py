@@ -148,6 +148,21 @@ def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
 PREFIX_HINT_RE = r"^(?:[>+]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: |\d{4}-\d{2}-\d{2}T\d|\([\w.-]*\s?pid=)"
 
 
+# A rank the logger writes into its own header: icefall / k2 recipes' `setup_logger`
+# (`%(asctime)s %(levelname)s [%(filename)s:%(lineno)d] (rank/world_size) %(message)s`:
+# `2023-08-25 19:14:58,332 INFO [train.py:878] (2/4) Epoch 1, batch 0, loss[...]`). The header stays in the text.
+LOGGER_RANK_RE = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[,.]\d+ [A-Z]+ \[[\w./-]+:\d+\] \((\d+)/\d+\) "
+
+
+def _logger_rank(lines: pl.DataFrame) -> pl.DataFrame:
+    """`prefix_rank` from a logger header's `(rank/world_size)` where no launcher prefix gave one."""
+    text = pl.col("text")
+    if not lines.select(text.str.contains("] (", literal=True).any()).item():
+        return lines
+    rank = text.str.extract(LOGGER_RANK_RE, 1).cast(pl.Int32, strict=False)
+    return lines.with_columns(pl.coalesce(pl.col("prefix_rank"), rank).alias("prefix_rank"))
+
+
 def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
     """Remove ANSI codes and launcher/paste prefixes; add `prefix_rank` (Int32, null if none).
     The regexes run only on the lines a cheap test flags (ANSI escape, prefix-like start)."""
@@ -162,7 +177,7 @@ def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
     marked = lines.with_columns(hinted.alias("_pfx"))
     plain = marked.filter(~pl.col("_pfx")).drop("_pfx").with_columns(pl.lit(None, dtype=pl.Int32).alias("prefix_rank"))
     if plain.height == lines.height:
-        return plain
+        return _logger_rank(plain)
     caps = marked.filter(pl.col("_pfx")).drop("_pfx").with_columns(text.str.extract_groups(PREFIX_RE).alias("_c"))
     fixed = caps.with_columns(
         pl.coalesce(
@@ -172,4 +187,4 @@ def strip_prefixes(lines: pl.DataFrame) -> pl.DataFrame:
         .alias("prefix_rank"),
         text.str.replace(PREFIX_RE, "").alias("text"),
     ).drop("_c")
-    return pl.concat([plain, fixed]).sort("line", maintain_order=True)
+    return _logger_rank(pl.concat([plain, fixed]).sort("line", maintain_order=True))

@@ -112,7 +112,10 @@ TQDM_BAR = r"^.*?\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
 # the bar alone, when the text before it is the bar's description holding the loss (`Train Epoch: 1 Loss: 5.872
 # Acc@1 3.611: 100%|###| 10010/10010 [3:06:24<00:00, 1.12s/it]`)
 BAR_ONLY = r"\d+%\|[^|]*\|\s*\d+/\d+\s*\[[^\]]*\]"
-LOCATION = r"\((?:[\w.-]+\.py|[A-Za-z_][\w.]*):\d+\)"
+LOCATION = r"\((?:[\w.-]+\.py|[A-Za-z_][\w.]*):\d+\)|\[[\w.-]+\.py:\d+\]"
+# icefall / k2 recipes: `loss[loss=8.105, simple_loss=8.85, ..., over 18272.00 frames. ...], tot_loss[loss=...]`: a loss
+# name opening its own bracketed dict whose first key is `loss` is that loss (`tot_loss` the running average)
+OWN_LOSS_DICT = r"\b(\w*loss)\[loss="
 LOSSES_TOTAL = r"(?i)(\blosses:[^\]]*?)\btotal\b"
 # `Training   1/500  Loss  6.347` (Turi Create's `object_detector.create` progress): a `Training N/M`
 # fraction is a counter too (only with its total: `Training loss 2.3` is a name)
@@ -489,6 +492,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         .str.replace(GLOG_LINE_PREFIX, "")
         # and a logger's `(module:lineno)` location are no key/value pairs
         .str.replace_all(LOCATION, " ")
+        .str.replace_all(OWN_LOSS_DICT, "${1}=")
         # numpy / torch scalars as Python prints them (verl's `actor/grad_norm:np.float64(0.40)`)
         .str.replace_all(WRAPPED, "$1")
         .str.replace_all(QUOTED_KEY, "${1}:")

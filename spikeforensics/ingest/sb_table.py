@@ -18,7 +18,9 @@ training updates done), else `iterations`, else `total_timesteps`; every row a m
 SB3 row under its section (`train/loss` -> `loss`, `train/learning_rate` -> `lr`, `train/value_loss` ->
 `value_loss`; `time/total_timesteps` -> `total_timesteps`). A table without `loss` (SB2's PPO2 prints
 `policy_loss` and `value_loss`) has its training loss resolved at diagnosis (`RunData.resolve`: the
-non-negative `value_loss` before the signed policy objective). Long values cut by the logger
+non-negative `value_loss` before the signed policy objective). In an epsilon-greedy run's tables (SB3's DQN and
+QR-DQN print `rollout/exploration_rate`), a `train/loss` beside no policy term is the Q-network's TD loss, stored as
+`td_loss` (a critic's loss, `schema.VALUE_LOSS`: it grows with the returns and is resolved as the loss). Long values cut by the logger
 (`...`) and non-numbers (`env_id`) are not metrics. Mode "done".
 
 The same logger lives on in OpenAI's diffusion code (`openai/improved-diffusion`, `guided-diffusion`,
@@ -110,10 +112,16 @@ def parse(src: SourceFile) -> ParseResult:
         .sort("line")
     )
     lg_scale = pl.col("k") == "lg_loss_scale"
+    # an epsilon-greedy run (SB3's DQN / QR-DQN: `rollout/exploration_rate`) whose `train/` section holds one `loss`
+    # and no policy terms: that loss is the Q-network's TD loss, a critic's (`schema.VALUE_LOSS`)
+    keys = set(rows.get_column("k").to_list())
+    td = "rollout/exploration_rate" in keys and "train/loss" in keys and not any("policy" in k for k in keys)
     pairs = rows.select(
         pl.col("_first").alias("line"),
         pl.when(lg_scale)
         .then(pl.lit("loss_scale"))
+        .when(pl.lit(td) & (pl.col("k") == "train/loss"))
+        .then(pl.lit("td_loss"))
         .otherwise(pl.col("k").str.replace(r"^(?:train|rollout|time)/", ""))
         .alias("k"),
         pl.when(lg_scale)
