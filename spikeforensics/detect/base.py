@@ -27,6 +27,11 @@ KINDS = (
 )
 
 
+def row_step(row: dict) -> int:
+    """A series row's step, or its position `t` in a log that prints no step."""
+    return int(row["step"]) if row["step"] is not None else int(row["t"])
+
+
 def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 

@@ -62,15 +62,9 @@ def restarting_mean(frame: pl.DataFrame, hp) -> bool:
     return float(across.median() or 0.0) >= hp.epoch_restart_jump * max(calm, 1e-12)
 
 
-def quiet_epoch_restarts(findings: list[Finding], run: RunData, params) -> list[Finding]:
-    hp = params.hard_spike
-    if not any(f.kind == "hard_spike" and f.severity != "info" for f in findings):
-        return findings
-    frame = _epochs(run)
-    if frame is None or not restarting_mean(frame, hp):
-        return findings
-    # per epoch: its first and last position, its record count and its mean (the last record)
-    epochs = (
+def _epoch_table(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per epoch: its first and last position, its record count, its mean (the last record) and the epoch before's."""
+    return (
         frame.group_by("attempt", "epoch", maintain_order=True)
         .agg(
             pl.col("pos").first().alias("first"),
@@ -80,6 +74,16 @@ def quiet_epoch_restarts(findings: list[Finding], run: RunData, params) -> list[
         )
         .with_columns(pl.col("mean").shift(1).over("attempt").alias("before"))
     )
+
+
+def quiet_epoch_restarts(findings: list[Finding], run: RunData, params) -> list[Finding]:
+    hp = params.hard_spike
+    if not any(f.kind == "hard_spike" and f.severity != "info" for f in findings):
+        return findings
+    frame = _epochs(run)
+    if frame is None or not restarting_mean(frame, hp):
+        return findings
+    epochs = _epoch_table(frame)
     for f in findings:
         hit = {e.signal for e in f.evidence}
         if f.kind != "hard_spike" or f.severity == "info" or hit != {"loss"}:
@@ -115,15 +119,7 @@ def quiet_epoch_drifts(findings: list[Finding], run: RunData, params) -> list[Fi
     frame = _epochs(run)
     if frame is None or not restarting_mean(frame, hp):
         return findings
-    epochs = (
-        frame.group_by("attempt", "epoch", maintain_order=True)
-        .agg(
-            pl.col("pos").first().alias("first"),
-            pl.col("pos").last().alias("last"),
-            pl.col("value").last().alias("mean"),
-        )
-        .with_columns(pl.col("mean").shift(1).over("attempt").alias("before"))
-    )
+    epochs = _epoch_table(frame)
     for f in findings:
         if f.kind not in wanted or f.severity == "info" or {e.signal for e in f.evidence} - {"loss"}:
             continue

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.detect.base import Evidence, Finding, row_step
 from spikeforensics.rundata import RunData
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution times this is its standard deviation
@@ -162,22 +162,19 @@ def _runaway(part: pl.DataFrame, attempt: int, hp) -> Finding | None:
     onset = above.filter(pl.col("_stays")).row(0, named=True)
     last = part.row(n - 1, named=True)
 
-    def step_of(row: dict) -> int:
-        return int(row["step"]) if row["step"] is not None else int(row["t"])
-
     direction = "below" if last["value"] < 0 else "above"
     return Finding(
         kind="divergence",
-        step_start=step_of(onset),
-        step_end=step_of(last),
-        peak_step=step_of(last),
+        step_start=row_step(onset),
+        step_end=row_step(last),
+        peak_step=row_step(last),
         severity="critical",
         score=end / start,
         attempt=attempt,
         evidence=[
             Evidence(
                 signal="loss",
-                step=step_of(last),
+                step=row_step(last),
                 value=float(last["value"]),
                 baseline=start,
                 ratio=end / start,
@@ -191,7 +188,7 @@ def _runaway(part: pl.DataFrame, attempt: int, hp) -> Finding | None:
         ),
         facts={
             "cause": "signed_runaway",
-            "onset_step": step_of(onset),
+            "onset_step": row_step(onset),
             "recovery": "never",
             "recovery_loss": "never",
             "signed_loss": True,

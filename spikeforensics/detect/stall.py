@@ -44,7 +44,7 @@ import math
 import polars as pl
 
 from spikeforensics.detect import signals
-from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.detect.base import Evidence, Finding, row_step
 from spikeforensics.rundata import RunData
 
 
@@ -271,9 +271,6 @@ def _back_to_chance(run: RunData, params) -> list[Finding]:
     climb = loss.filter((pl.col("t") > low["t"]) & (pl.col("value") >= level - _chance_tol(k, sp))).row(0, named=True)
     last = loss.row(loss.height - 1, named=True)
 
-    def step_of(row: dict) -> int:
-        return int(row["step"]) if row["step"] is not None else int(row["t"])
-
     summary = (
         f"the loss had come down to {best:.4g} and climbed back to {mid:.4g}, ln {k} = {level:.4f}, the cross-entropy "
         f"of a uniform guess over {k} classes, where it stays: the model collapsed to a constant output and lost "
@@ -282,16 +279,16 @@ def _back_to_chance(run: RunData, params) -> list[Finding]:
     return [
         Finding(
             kind="divergence",
-            step_start=step_of(low),
-            step_end=step_of(last),
-            peak_step=step_of(climb),
+            step_start=row_step(low),
+            step_end=row_step(last),
+            peak_step=row_step(climb),
             severity="critical",
             score=mid / best,
             summary=summary,
             evidence=[
                 Evidence(
                     signal="loss",
-                    step=step_of(climb),
+                    step=row_step(climb),
                     value=mid,
                     baseline=best,
                     ratio=mid / best,
@@ -301,7 +298,7 @@ def _back_to_chance(run: RunData, params) -> list[Finding]:
             facts={
                 "cause": "chance_collapse",
                 "chance_classes": k,
-                "onset_step": step_of(low),
+                "onset_step": row_step(low),
                 "recovery": "never",
                 "recovery_loss": "never",
                 "lead_signal": "loss",
