@@ -32,6 +32,14 @@ def row_step(row: dict) -> int:
     return int(row["step"]) if row["step"] is not None else int(row["t"])
 
 
+def as_notes(findings: list[Finding], fact: str, why: str) -> None:
+    """Make each of `findings` an `info` note marked `facts[fact]`, its summary ending with `why`."""
+    for f in findings:
+        f.severity = "info"
+        f.facts[fact] = True
+        f.summary += f"; {why} (note)"
+
+
 def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 

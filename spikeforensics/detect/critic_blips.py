@@ -16,41 +16,50 @@ from __future__ import annotations
 
 import polars as pl
 
-from spikeforensics.detect.base import Finding
+from spikeforensics.detect.base import Finding, as_notes
 from spikeforensics.rundata import RunData
 
 
 def _one_record_blips(findings: list[Finding], run: RunData, hp) -> list[Finding]:
-    """Loss-only hard spikes of one record after which the loss falls back by `hard_spike.loss_ratio_floor` or more
-    on the next record that is no such spike itself (a critic's loss trends with the returns, so "back at the level
-    before" is too strict; two blips in a row are judged by the record after the second)."""
-    loss = run.series("loss").filter(pl.col("value").is_finite()).sort("t")
+    """Loss-only hard spikes of one record under `critic_blip_max_ratio` x their baseline after which the loss falls
+    back by `hard_spike.loss_ratio_floor` or more on the next record that is no such spike itself (a critic's loss
+    trends with the returns, so "back at the level before" is too strict; two blips in a row are judged by the
+    record after the second)."""
     candidates = [
         f
         for f in findings
         if f.kind == "hard_spike"
         and f.severity != "info"
         and f.step_start == f.step_end
-        and f.evidence
         and {e.signal for e in f.evidence} == {"loss"}
         and f.evidence[0].value is not None
         and f.evidence[0].baseline
         and f.evidence[0].value < hp.critic_blip_max_ratio * f.evidence[0].baseline
     ]
-    spiked = {(f.attempt, f.peak_step) for f in candidates}
-    rows = loss.select("attempt", "step", "value").rows()
-    at = {(a, s): i for i, (a, s, _) in enumerate(rows)}
-    out = []
-    for f in candidates:
-        i = at.get((f.attempt, f.peak_step))
-        if i is None:
-            continue
-        j = i + 1
-        while j < len(rows) and (rows[j][0], rows[j][1]) in spiked:
-            j += 1
-        if j < len(rows) and rows[j][2] * hp.loss_ratio_floor <= rows[i][2]:
-            out.append(f)
-    return out
+    return _fall_back(candidates, run, hp) if candidates else []
+
+
+def _fall_back(candidates: list[Finding], run: RunData, hp) -> list[Finding]:
+    """The candidates whose loss falls back on the next record that is no candidate itself."""
+    spiked = pl.DataFrame(
+        {"attempt": [f.attempt for f in candidates], "step": [f.peak_step for f in candidates], "_spiked": True},
+        schema={"attempt": pl.Int32, "step": pl.Int64, "_spiked": pl.Boolean},
+    )
+    loss = (
+        run.series("loss")
+        .filter(pl.col("value").is_finite())
+        .sort("t")
+        .select(pl.col("attempt").cast(pl.Int32), pl.col("step").cast(pl.Int64), "value")
+        .join(spiked, on=["attempt", "step"], how="left")
+        .with_columns(pl.col("_spiked").fill_null(False))
+    )
+    # the value of the next record that is no candidate: the clean values, shifted up one and filled backwards
+    clean = pl.when(~pl.col("_spiked")).then(pl.col("value"))
+    back = loss.with_columns(clean.shift(-1).backward_fill().alias("_next")).filter(
+        pl.col("_spiked") & (pl.col("_next") * hp.loss_ratio_floor <= pl.col("value"))
+    )
+    fell = set(zip(back.get_column("attempt").to_list(), back.get_column("step").to_list()))
+    return [f for f in candidates if (f.attempt, f.peak_step) in fell]
 
 
 def quiet_critic_blips(findings: list[Finding], run: RunData, params) -> list[Finding]:
@@ -59,11 +68,10 @@ def quiet_critic_blips(findings: list[Finding], run: RunData, params) -> list[Fi
     blips = _one_record_blips(findings, run, params.hard_spike)
     if len(blips) < params.signed_jump.game_blips_min:
         return findings
-    for f in blips:
-        f.severity = "info"
-        f.facts["critic_blip"] = True
-        f.summary += (
-            f"; back on the next record, one of {len(blips)} such one-batch blips of a critic's loss against "
-            "moving bootstrapped targets (note)"
-        )
+    as_notes(
+        blips,
+        "critic_blip",
+        f"back on the next record, one of {len(blips)} such one-batch blips of a critic's loss against moving "
+        "bootstrapped targets",
+    )
     return findings

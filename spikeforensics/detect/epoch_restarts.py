@@ -77,16 +77,26 @@ def _epoch_table(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def quiet_epoch_restarts(findings: list[Finding], run: RunData, params) -> list[Finding]:
-    hp = params.hard_spike
-    if not any(f.kind == "hard_spike" and f.severity != "info" for f in findings):
+    """Loss-only hard spikes in the first `epoch_restart_start_frac` of an epoch's records (see the module's doc)."""
+    return _quiet(findings, run, params.hard_spike, ("hard_spike",), at_start=True)
+
+
+def quiet_epoch_drifts(findings: list[Finding], run: RunData, params) -> list[Finding]:
+    """Loss-only drifts and oscillations that lie inside one epoch (see the module's doc)."""
+    return _quiet(findings, run, params.hard_spike, ("soft_drift", "loss_oscillation"), at_start=False)
+
+
+def _quiet(findings: list[Finding], run: RunData, hp, kinds: tuple, at_start: bool) -> list[Finding]:
+    """Make notes of the loss-only findings of `kinds` that sit in one epoch of a restarting running mean (at its
+    start, or anywhere inside it) whose whole-epoch mean stays under `loss_ratio_floor` x the epoch before's."""
+    if not any(f.kind in kinds and f.severity != "info" for f in findings):
         return findings
     frame = _epochs(run)
     if frame is None or not restarting_mean(frame, hp):
         return findings
     epochs = _epoch_table(frame)
     for f in findings:
-        hit = {e.signal for e in f.evidence}
-        if f.kind != "hard_spike" or f.severity == "info" or hit != {"loss"}:
+        if f.kind not in kinds or f.severity == "info" or {e.signal for e in f.evidence} != {"loss"}:
             continue
         home = epochs.filter(
             (pl.col("attempt") == f.attempt) & (pl.col("first") <= f.step_start) & (pl.col("last") >= f.step_start)
@@ -94,47 +104,23 @@ def quiet_epoch_restarts(findings: list[Finding], run: RunData, params) -> list[
         if home.height != 1:
             continue
         ep = home.row(0, named=True)
-        head = frame.filter((pl.col("attempt") == f.attempt) & (pl.col("epoch") == ep["epoch"])).head(
-            max(1, int(ep["n"] * hp.epoch_restart_start_frac))
-        )
-        if f.step_start > head.get_column("pos").max() or ep["before"] is None:
+        if ep["before"] is None or ep["mean"] > ep["before"] * hp.loss_ratio_floor:
             continue
-        if ep["mean"] <= ep["before"] * hp.loss_ratio_floor:
-            f.severity = "info"
-            f.facts["epoch_restart"] = True
-            f.summary += (
-                f"; at the start of epoch {ep['epoch']:g} of a loss printed as a running mean that restarts each "
-                f"epoch, whose whole-epoch mean ({ep['mean']:.4g}) stays within {hp.loss_ratio_floor:g}x the epoch "
-                f"before's ({ep['before']:.4g}): the restarted mean's small sample, not an instability (note)"
+        if at_start:  # within the epoch's first records, where the mean is over a handful of batches
+            head = frame.filter((pl.col("attempt") == f.attempt) & (pl.col("epoch") == ep["epoch"])).head(
+                max(1, int(ep["n"] * hp.epoch_restart_start_frac))
             )
-    return findings
-
-
-def quiet_epoch_drifts(findings: list[Finding], run: RunData, params) -> list[Finding]:
-    """See the module's doc: drifts and oscillations inside one epoch of a restarting running mean."""
-    hp = params.hard_spike
-    wanted = ("soft_drift", "loss_oscillation")
-    if not any(f.kind in wanted and f.severity != "info" for f in findings):
-        return findings
-    frame = _epochs(run)
-    if frame is None or not restarting_mean(frame, hp):
-        return findings
-    epochs = _epoch_table(frame)
-    for f in findings:
-        if f.kind not in wanted or f.severity == "info" or {e.signal for e in f.evidence} - {"loss"}:
+            if f.step_start > head.get_column("pos").max():
+                continue
+        elif f.step_end > ep["last"]:
             continue
-        home = epochs.filter(
-            (pl.col("attempt") == f.attempt) & (pl.col("first") <= f.step_start) & (pl.col("last") >= f.step_end)
+        f.severity = "info"
+        f.facts["epoch_restart"] = True
+        where = "at the start of" if at_start else "inside"
+        what = "the restarted mean's small sample" if at_start else "the mean's wander as its sample grows"
+        f.summary += (
+            f"; {where} epoch {ep['epoch']:g} of a loss printed as a running mean that restarts each epoch, whose "
+            f"whole-epoch mean ({ep['mean']:.4g}) stays within {hp.loss_ratio_floor:g}x the epoch before's "
+            f"({ep['before']:.4g}): {what}, not an instability (note)"
         )
-        if home.height != 1:
-            continue
-        ep = home.row(0, named=True)
-        if ep["before"] is not None and ep["mean"] <= ep["before"] * hp.loss_ratio_floor:
-            f.severity = "info"
-            f.facts["epoch_restart"] = True
-            f.summary += (
-                f"; inside epoch {ep['epoch']:g} of a loss printed as a running mean that restarts each epoch, whose "
-                f"whole-epoch mean ({ep['mean']:.4g}) stays within {hp.loss_ratio_floor:g}x the epoch before's "
-                f"({ep['before']:.4g}): the mean's wander as its sample grows, not an instability (note)"
-            )
     return findings

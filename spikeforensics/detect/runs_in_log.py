@@ -70,15 +70,13 @@ def split_runs(run: RunData, params) -> tuple[list[RunData], list[Finding]]:
         )
         .collect()
     )
-    copies: dict[tuple, list[int]] = {}
-    for r in sig.sort("part").iter_rows(named=True):
-        copies.setdefault((r["n"], r["h"], r["en"], r["eh"]), []).append(int(r["part"]))
-    judged = sorted(parts[-1] for parts in copies.values())  # each distinct run once, as its last copy
+    # runs with the same content: each distinct run judged once, as its last copy
+    distinct = sig.group_by("n", "h", "en", "eh").agg(pl.col("part").max())
+    judged = sorted(distinct.get_column("part").to_list())
+    n_copies = sig.height - distinct.height
     notes = []
-    repeated = {parts[-1]: len(parts) for parts in copies.values() if len(parts) > 1}
     first_step = run.step_range()[0] or 0
-    if repeated:
-        n_copies = sum(repeated.values()) - len(repeated)
+    if n_copies:
         notes.append(
             _note(
                 f"{len(starts)} runs from scratch in this log; {n_copies} of them repeat another run's records "

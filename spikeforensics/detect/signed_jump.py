@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from spikeforensics.detect.base import Evidence, Finding, row_step
+from spikeforensics.detect.base import Evidence, Finding, as_notes, row_step
 from spikeforensics.rundata import RunData
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution times this is its standard deviation
@@ -207,10 +207,9 @@ def _game_blips(found: list[Finding], run: RunData, hp) -> list[Finding]:
     blips = [f for f in found if f.facts.get("one_record")]
     if len(blips) < hp.game_blips_min:
         return found
-    for f in blips:
-        f.severity = "info"
-        f.facts["game_blip"] = True
-        f.summary += (
-            f"; over on the next record (no jump there), one of {len(blips)} such one-batch blips of the game (note)"
-        )
+    as_notes(
+        blips,
+        "game_blip",
+        f"over on the next record (no jump there), one of {len(blips)} such one-batch blips of the game",
+    )
     return found
