@@ -114,9 +114,11 @@ def _mode_from_events(events: pl.DataFrame) -> str:
     if prec.height == 0:
         return ""
     modes = prec.get_column("detail").fill_null("").str.json_path_match("$.mode").drop_nulls().to_list()
-    for wanted in ("fp16", "bf16", "fp32"):  # fp16 anywhere wins: its range problems are the ones that bite
+    # fp16 anywhere wins: its range problems are the ones that bite; mixed precision of no stated dtype
+    # (`amp`) is fp16 unless the log also declares bf16 (autocast, apex and AMP wrappers default to float16)
+    for wanted in ("fp16", "bf16", "amp", "fp32"):
         if any(wanted in m for m in modes):
-            return wanted
+            return "fp16" if wanted == "amp" else wanted
     return ""
 
 
