@@ -381,6 +381,10 @@ class BlipParams:
     max_width: int = 3  # why: a blip is at most 3 consecutive flagged records; longer is an episode
     pattern_loss_share: float = 0.2  # why: a blip pattern is a warning only when the loss answers a fifth of its blips or more (and recurring_count of them): one coincidental loss wobble in a hundred blips is noise
     lr_pattern_rate: float = 0.01  # why: grad-norm spikes recurring at least once per 100 records over their span are the LR-too-high pattern (DETECTION-ANCHORS: recurring spikes, shrinking interval) even when the loss holds; sparser ones are the norm's heavy tail
+    thinning_min_gaps: int = (
+        4  # why: a trend of the gaps between spikes needs 4 gaps (5 spikes) to be told from chance ...
+    )
+    thinning_ratio: float = 2.0  # why: ... and spikes whose later gaps have a median 2x the earlier ones' or more are thinning out (DETECTION-ANCHORS: the LR-too-high pattern is recurring spikes with a *shrinking* interval): a settling phase's tail, not that pattern
     short_run_min_blips: int = 5  # why: on a run shorter than long_run_records the grad norm's tail is not known: quiet grad-only spikes are grouped as its blips only when there are 5 or more of them (3 or 4 on a few hundred records are the run's events)
     tail_known_records: int = 1000  # why: from 1000 grad-norm records on, the norm's tail is sampled well enough that recurring_count (3) quiet spikes the loss never answers are that tail, not events (a healthy 2240-step SFT run at batch size 1 has 4 such 7-11x spikes); below it short_run_min_blips holds
     steps_listed: int = 50  # why: the grouped blip note lists at most 50 of its steps (first and last always given): a run with thousands of blips must not bloat diagnosis.json

@@ -36,6 +36,9 @@ TOTAL_LOSS = r"(?:^|_)(?:total_loss|loss_total)(?:_|$)"
 
 # why: ~80 bytes a row in memory, so up to ~160 MB eager; above, each query scans the Parquet files
 # (only the columns it reads, the row groups its filter keeps)
+# the bookkeeping of a reinforcement-learning loop (SB3/tianshou/PyMARL/AlphaZero-style logs): a run that logs one
+# trains on data its own policy generates
+RL_STATS = r"(?:^|_)(?:explained_var\w*|ep_len_mean|ep_rew_mean|episode_len\w*|episode_reward\w*|return_mean|env_step)$"
 EAGER_METRIC_ROWS = 2_000_000
 
 
@@ -162,7 +165,7 @@ class RunData:
         metric of that name but one training loss under another (`train/nll_loss`,
         `decode_loss_seg`): the training-record metric that totals the loss terms (`total_loss_g`),
         else one ending in `loss` (else holding it as a word), not an eval one, one that moves before one printed as 0 throughout (a term
-        switched off), non-negative before signed (a PPO policy loss is no loss curve to judge
+        switched off), not an entropy term, non-negative before signed (a PPO policy loss is no loss curve to judge
         when the critic's is printed beside it), with the most records (its own name
         is kept in the store)."""
         if name != "loss":
@@ -196,14 +199,21 @@ class RunData:
             )
             if names is not None:
                 train = names.filter(
-                    ~pl.col("name").str.contains(r"^(?:eval|val|valid|test)")
+                    # (an eval metric's prefix as a word: `value_loss` is a critic's training loss)
+                    ~pl.col("name").str.contains(r"^(?:eval|val|valid|validation|test)(?:_|$)")
                     & ~pl.col("name").str.starts_with("loss_scale")
                 )
                 # a total of the loss terms (`total_loss`, `loss_total`, a GAN generator's `total_loss_g`) before its
                 # parts, then a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
                 for pattern in (TOTAL_LOSS, r"loss$", schema.LOSS_TERM):
-                    lossy = train.filter(pl.col("name").str.contains(pattern)).sort(
-                        ["off", "signed", "len", "name"], descending=[False, False, True, False]
+                    # an entropy term (verl's `actor/entropy_loss`: the policy's entropy, a bonus, not what it fits)
+                    # after every other loss
+                    lossy = (
+                        train.filter(pl.col("name").str.contains(pattern))
+                        .with_columns(pl.col("name").str.contains("entropy").alias("entropy"))
+                        .sort(
+                            ["off", "entropy", "signed", "len", "name"], descending=[False, False, False, True, False]
+                        )
                     )
                     if lossy.height:
                         self._cache[key] = lossy.get_column("name")[0]
@@ -244,6 +254,16 @@ class RunData:
         """The run's loss is an RL critic's (`schema.VALUE_LOSS`): its bootstrapped targets start near 0 and grow
         with the policy's returns, so its rise over the first records is no unstable start."""
         return bool(re.search(schema.VALUE_LOSS, self.resolve("loss")))
+
+    def loss_is_reinforcement(self) -> bool:
+        """The run's loss is a reinforcement-learning loop's: a critic's (`loss_is_critic`), or any loss of a run that
+        logs RL bookkeeping (`RL_STATS`: explained variance, episode length or return, env steps). Its data come
+        from the policy being trained, so its level moves as the policy improves (self-play games get harder, a
+        critic's targets grow with the returns): a slow drift of it is no sign of damage."""
+        key = ("reinforcement", "loss")
+        if key not in self._cache:
+            self._cache[key] = self.loss_is_critic() or any(re.search(RL_STATS, n) for n in self.metric_names())
+        return self._cache[key]
 
     def loss_without_ratio(self) -> str | None:
         """Why the loss has no ratio scale for the spike and drift tests, else None:

@@ -9,6 +9,12 @@ record under `hard_spike.critic_blip_max_ratio` x its baseline after which the l
 lower on the next record that is no blip itself is such a blip (a 100x+ epoch of a DDPG critic is a Q-value blow-up) when the run has `signed_jump.game_blips_min` or more of them: notes. A
 lone one stays an incident, and so does a rise that lasts or that the grad norm shows.
 
+The same loss also climbs for good while the targets fill in and the returns grow (PyMARL's QMIX on SMAC: the TD
+loss 0.2 -> 1.9 over its first 600k of 10M steps as the returns go 1.8 -> 15, the win rate rising): a baseline
+taken over the first records then sees a 2-5x "spike" on a ramp. A loss-only hard spike under
+`critic_blip_max_ratio` x its baseline reached by records none of which is `hard_spike.loss_ratio_floor` x the
+one before it (from the record before the finding to its end) is such a climb: a note, whatever the count.
+
 `quiet_critic_blips(findings, run, params)`: pure, findings in, findings out.
 """
 
@@ -62,9 +68,46 @@ def _fall_back(candidates: list[Finding], run: RunData, hp) -> list[Finding]:
     return [f for f in candidates if (f.attempt, f.peak_step) in fell]
 
 
+def _climbs(findings: list[Finding], run: RunData, hp) -> list[Finding]:
+    """Loss-only hard spikes under `critic_blip_max_ratio` x their baseline whose records, from the one before the
+    finding to its end, each stay under `loss_ratio_floor` x the record before: a ramp, no jump."""
+    candidates = [
+        f
+        for f in findings
+        if f.kind == "hard_spike"
+        and f.severity != "info"
+        and {e.signal for e in f.evidence} == {"loss"}
+        and f.evidence[0].value is not None
+        and f.evidence[0].baseline
+        and f.evidence[0].value < hp.critic_blip_max_ratio * f.evidence[0].baseline
+    ]
+    if not candidates:
+        return []
+    loss = (
+        run.series("loss")
+        .filter(pl.col("value").is_finite() & (pl.col("value") > 0))
+        .sort("t")
+        .select("attempt", "step", (pl.col("value") / pl.col("value").shift(1)).over("attempt").alias("_up"))
+    )
+    out = []
+    for f in candidates:
+        span = loss.filter((pl.col("attempt") == f.attempt) & pl.col("step").is_between(f.step_start, f.step_end))
+        jumps = span.get_column("_up")
+        if span.height and jumps.null_count() == 0 and jumps.max() < hp.loss_ratio_floor:
+            out.append(f)
+    return out
+
+
 def quiet_critic_blips(findings: list[Finding], run: RunData, params) -> list[Finding]:
     if not run.loss_is_critic():
         return findings
+    climbs = _climbs(findings, run, params.hard_spike)
+    as_notes(
+        climbs,
+        "critic_climb",
+        f"no record {params.hard_spike.loss_ratio_floor:g}x the one before: a critic's loss climbing with its "
+        "bootstrapped targets as the returns grow, not a spike",
+    )
     blips = _one_record_blips(findings, run, params.hard_spike)
     if len(blips) < params.signed_jump.game_blips_min:
         return findings

@@ -478,12 +478,23 @@ def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
 
 
 def _dense(run: RunData, params, steps: list[int]) -> bool:
-    """Do these spikes recur at `blips.lr_pattern_rate` or more per record over their span?"""
+    """Do these spikes recur at `blips.lr_pattern_rate` or more per record over their span, without thinning out?
+    Spikes whose gaps grow (the median of the later half of the gaps `blips.thinning_ratio` x the earlier half's or
+    more, with `blips.thinning_min_gaps` gaps to judge) are an early phase settling (a PPO actor's pre-clip norm in
+    its first hundred updates), not the LR pattern's recurring spikes with a shrinking interval."""
     frame, _ = signals.raw(run, "grad_norm")
-    t = frame.filter(pl.col("step").is_in(steps)).get_column("t")
+    t = frame.filter(pl.col("step").is_in(steps)).get_column("t").unique().sort()
     if t.len() < 2:
         return False
-    return (len(set(steps)) - 1) / max(1, int(t.max()) - int(t.min())) >= params.blips.lr_pattern_rate
+    if (len(set(steps)) - 1) / max(1, int(t.max()) - int(t.min())) < params.blips.lr_pattern_rate:
+        return False
+    gaps = t.diff().drop_nulls()
+    if gaps.len() >= params.blips.thinning_min_gaps:
+        half = gaps.len() // 2
+        early, late = gaps.head(half).median(), gaps.tail(gaps.len() - half).median()
+        if early and late >= params.blips.thinning_ratio * early:
+            return False
+    return True
 
 
 def _finding(group: pl.DataFrame, tracks: list, layer_base: pl.DataFrame, run: RunData, params) -> Finding:

@@ -9,6 +9,9 @@
   median of the previous ones and >= c times the noise of that difference (ADTK
   LevelShiftAD idea, two-sided windows).
 The early phase (fast-falling loss, large initial norms) is skipped.
+A loss-only drift of an RL critic's loss (`RunData.loss_is_critic`: its targets move with the returns, so it
+rises as they grow, by design), or of any loss of a run that logs RL bookkeeping (`RunData.loss_is_reinforcement`:
+self-play games get harder as the policy improves), is a note; a runaway by orders is `divergence`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import math
 import polars as pl
 
 from spikeforensics.detect import robust, signals
-from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.detect.base import Evidence, Finding, as_notes
 from spikeforensics.frames import per_group
 from spikeforensics.rundata import RunData
 
@@ -247,6 +250,14 @@ def detect(run: RunData, params) -> list[Finding]:
         if g.filter(pl.col("signal") == "loss").height == 0:
             finding = _under_lr_decay(run, finding, grad, dp)
         findings.append(finding)
+    if run.loss_is_reinforcement():
+        loss_only = [f for f in findings if {e.signal for e in f.evidence} == {"loss"}]
+        why = (
+            "a critic's loss moves with its bootstrapped targets as the returns change"
+            if run.loss_is_critic()
+            else "a reinforcement-learning loss moves with the data its own policy generates"
+        )
+        as_notes(loss_only, "critic_drift" if run.loss_is_critic() else "rl_drift", why)
     return findings
 
 

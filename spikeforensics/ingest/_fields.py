@@ -151,6 +151,9 @@ def _eval_name(key: str) -> str:
     return "eval_" + ("loss" if base != name and canonical_metric(base) == "loss" else base)
 
 
+FIXED_ZERO = r"^\s*[-+]?0\.00+\s*$"
+
+
 def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.DataFrame:
     """`k`/`v` pairs -> `name` (canonical metric name via aliases) and Float64 `value`.
     In rows where `eval_rows` is true, names that are not already eval metrics get an
@@ -170,4 +173,7 @@ def named_values(pairs: pl.DataFrame, eval_rows: pl.Expr | None = None) -> pl.Da
             .otherwise(name)
         )
     out = parse_numbers(pairs.with_columns(name.alias("name")), raw="v", out="value")
-    return out.filter(pl.col("value").is_not_null() & (pl.col("name") != ""))
+    # a learning rate printed as a zero of fixed decimals (verl's `actor/lr:0.000`, a `{lr:.4f}` format) is an LR
+    # below the print's last digit, not 0: no value (an LR of exactly 0 prints as `0`, `0.0` or `0.000e+00`)
+    rounded = (pl.col("name") == "lr") & pl.col("v").str.contains(FIXED_ZERO)
+    return out.filter(pl.col("value").is_not_null() & (pl.col("name") != "") & ~rounded)

@@ -26,6 +26,7 @@ METRIC_ALIASES: dict[str, str] = {
     "train_loss": "loss",
     "training_loss": "loss",  # HF Trainer's notebook table `Step | Training Loss | Validation Loss`
     "batch_loss": "loss",  # `Average training batch loss: nan` (a TF loop's print)
+    "mini_batch_loss": "loss",  # MATLAB trainNetwork's verbose table `| Mini-batch Loss |` (ingest/pipe_table.py)
     "train_batch_loss": "loss",  # crnn-pytorch `train_batch_loss[ N ]:` (generic_steps)
     "trl": "loss",
     "train_crossentropyloss": "loss",
@@ -82,6 +83,7 @@ METRIC_ALIASES: dict[str, str] = {
     # learning rate
     "lr": "lr",
     "learning_rate": "lr",
+    "base_learning_rate": "lr",  # MATLAB trainNetwork's `| Base Learning Rate |`
     "train_learning_rate": "lr",
     "optim_lr": "lr",
     "actor_lr": "lr",  # verl (see actor_grad_norm)

@@ -15,6 +15,16 @@ whole numbers, else the row count (a fractional epoch alone); the epoch stays a 
 `eval_loss`); `No Log` (the Trainer's cell for a value not logged at that row) and empty cells are no value,
 `nan` a value. A new header starts a new table (a re-run cell); a row with another number of cells is
 unparsed.
+
+MATLAB's `trainNetwork` / `trainYOLOv2ObjectDetector` verbose table frames a header of two or three rows
+between rules of `=` and splits each name over them; a name is its column's cells joined (`Mini-batch` +
+`Loss` -> `Mini-batch Loss` -> `loss`, `Base Learning` + `Rate` -> `lr`, `Validation Loss` -> `eval_loss`):
+
+    |======================================================================================================================|
+    |  Epoch  |  Iteration  |  Time Elapsed  |  Mini-batch  |  Validation  |  Mini-batch  |  Validation  |  Base Learning  |
+    |         |             |   (hh:mm:ss)   |     RMSE     |     RMSE     |     Loss     |     Loss     |      Rate       |
+    |======================================================================================================================|
+    |       1 |           1 |       00:00:12 |         6.04 |         2.89 |      36.4648 |       8.3261 |          0.0010 |
 """
 
 from __future__ import annotations
@@ -43,23 +53,56 @@ HEADER = (
 )
 STEP_CELLS = ("step", "global_step", "iteration", "iter")
 RULE = r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)+\|?\s*$"
+# MATLAB's header frame: a rule of `=` (`|=====|`), the header's rows between two of them
+FRAME = r"^\s*(?:%\s*)?\|?={3,}\|?\s*$"  # also behind a MATLAB comment's `% ` (a table pasted into a script)
+FRAMED_COUNTER = rf"(?i)^\s*(?:%\s*)?\|(?:[^|\n]*\|)*\s*{COUNTER_CELL}\s*\|"
+FRAMED_HEADER_ROWS = 3
 # a row: cells between pipes, one of them a number
 ROW = r"^\s*\|?[^|\n]*\|(?:[^|\n]*\|?)*" + r"(?:^|\|)\s*[-+]?\d"
 
 
 def sniff(sample: SniffSample) -> float:
-    return 0.9 if sniff_share(sample, HEADER) and sniff_share(sample, RULE) and sniff_share(sample, ROW) >= 2 else 0.0
+    rows = sniff_share(sample, ROW) >= 2
+    if sniff_share(sample, HEADER) and sniff_share(sample, RULE) and rows:
+        return 0.9
+    framed = sniff_share(sample, FRAME) >= 2 and sniff_share(sample, FRAMED_COUNTER)
+    return 0.9 if framed and sniff_share(sample, r"(?i)^\s*(?:%\s*)?\|.*\bloss\b") and rows else 0.0
 
 
 def _cells(expr: pl.Expr) -> pl.Expr:
-    """The cells of a `|` row, outer pipes dropped."""
-    return expr.str.strip_chars().str.strip_chars("|").str.split("|").list.eval(pl.element().str.strip_chars())
+    """The cells of a `|` row, outer pipes (and a MATLAB comment's leading `%`) dropped."""
+    return (
+        expr.str.replace(r"^\s*%\s*\|", "|")
+        .str.strip_chars()
+        .str.strip_chars("|")
+        .str.split("|")
+        .list.eval(pl.element().str.strip_chars())
+    )
+
+
+def _framed_headers(lines: pl.DataFrame) -> list[tuple[int, list[str]]]:
+    """MATLAB's headers: 2-3 rows of as many cells between two `=` rules, each column's cells joined into its
+    name; a header names a counter and a loss. Each is placed at its closing rule, where its rows start."""
+    text = pl.col("text")
+    frames = lines.filter(text.str.contains(FRAME)).get_column("line").to_list()
+    out = []
+    for start, end in zip(frames, frames[1:], strict=False):
+        block = lines.filter((pl.col("line") > start) & (pl.col("line") < end)).select(_cells(text)).to_series()
+        widths = block.list.len().unique()
+        if not 2 <= block.len() <= FRAMED_HEADER_ROWS or widths.len() != 1 or widths[0] < 2:
+            continue
+        cols = [" ".join(c for c in parts if c) for parts in zip(*block.to_list(), strict=True)]
+        names = [normalise_name(c) for c in cols]
+        if any(n in (*STEP_CELLS, "epoch") for n in names) and any("loss" in n for n in names):
+            out.append((end, cols))
+    return out
 
 
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     headers = lines.filter(text.str.contains(HEADER)).select("line", _cells(text).alias("_h")).rows()
+    headers = sorted([*headers, *_framed_headers(lines)])
     if not headers:
         return ParseResult()
     rows = lines.filter(text.str.contains(ROW) & ~text.str.contains(RULE)).with_columns(_cells(text).alias("_c"))
