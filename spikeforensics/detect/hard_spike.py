@@ -266,15 +266,33 @@ def _tail_known(run: RunData, params) -> bool:
     return _grad_records(run) >= params.blips.tail_known_records
 
 
+def _core_width(f: Finding, run: RunData) -> int:
+    """The steps a grad-norm spike spans at its core: from the first to the last record of the finding at
+    sqrt(peak ratio) x its baseline or more (half the peak's height in log scale). A one-record spike whose norm
+    then relaxes over a few records (llm.c at step 10959: 11.8x, then 1.6x, 1.8x, 1.5x, 1.3x its level) is
+    one record wide; a finding without grad-norm evidence keeps its span."""
+    ev = next((e for e in f.evidence if e.signal == "grad_norm" and e.baseline and e.ratio), None)
+    span = f.step_end - f.step_start + 1
+    if ev is None or ev.ratio <= 1:
+        return span
+    grad = run.series("grad_norm").filter(
+        (pl.col("attempt") == f.attempt)
+        & pl.col("step").is_between(f.step_start, f.step_end)
+        & (pl.col("value") >= ev.baseline * math.sqrt(ev.ratio))
+    )
+    steps = grad.get_column("step").drop_nulls()
+    return int(steps.max() - steps.min() + 1) if steps.len() else span
+
+
 def _quiet_blip(f: Finding, run: RunData, params) -> Finding:
-    """On a long run, a grad-norm-only spike of at most `blips.max_width` records that the loss does not
-    answer is the norm's heavy tail: a note, whatever its size."""
+    """On a long run, a grad-norm-only spike of at most `blips.max_width` records at its core (`_core_width`) that
+    the loss does not answer is the norm's heavy tail: a note, whatever its size."""
     signals_hit = {e.signal for e in f.evidence} & set(SIGNALS)
     if (
         f.severity == "info"
         or f.facts.get("early_rise")
         or signals_hit != {"grad_norm"}
-        or f.step_end - f.step_start + 1 > params.blips.max_width * signals.record_interval(run)
+        or _core_width(f, run) > params.blips.max_width * signals.record_interval(run)
     ):
         return f
     answer = loss_answer.answer(run, params, list(range(f.step_start, f.step_end + 1)))
@@ -452,7 +470,7 @@ def _recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
         if not f.facts.get("early_rise")
         and not f.facts.get("blip")
         and {e.signal for e in f.evidence} & set(SIGNALS) == {"grad_norm"}
-        and f.step_end - f.step_start + 1 <= width
+        and _core_width(f, run) <= width
     ]
     if len(cands) < hp.recurring_count:
         return False
