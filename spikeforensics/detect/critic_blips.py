@@ -26,22 +26,25 @@ from spikeforensics.detect.base import Finding, as_notes
 from spikeforensics.rundata import RunData
 
 
+def _loss_only_under_cap(f: Finding, hp) -> bool:
+    """A loss-only hard spike (warning or above) under `critic_blip_max_ratio` x its baseline."""
+    ev = f.evidence[0] if f.evidence else None
+    return (
+        f.kind == "hard_spike"
+        and f.severity != "info"
+        and {e.signal for e in f.evidence} == {"loss"}
+        and ev.value is not None
+        and bool(ev.baseline)
+        and ev.value < hp.critic_blip_max_ratio * ev.baseline
+    )
+
+
 def _one_record_blips(findings: list[Finding], run: RunData, hp) -> list[Finding]:
     """Loss-only hard spikes of one record under `critic_blip_max_ratio` x their baseline after which the loss falls
     back by `hard_spike.loss_ratio_floor` or more on the next record that is no such spike itself (a critic's loss
     trends with the returns, so "back at the level before" is too strict; two blips in a row are judged by the
     record after the second)."""
-    candidates = [
-        f
-        for f in findings
-        if f.kind == "hard_spike"
-        and f.severity != "info"
-        and f.step_start == f.step_end
-        and {e.signal for e in f.evidence} == {"loss"}
-        and f.evidence[0].value is not None
-        and f.evidence[0].baseline
-        and f.evidence[0].value < hp.critic_blip_max_ratio * f.evidence[0].baseline
-    ]
+    candidates = [f for f in findings if _loss_only_under_cap(f, hp) and f.step_start == f.step_end]
     return _fall_back(candidates, run, hp) if candidates else []
 
 
@@ -71,16 +74,7 @@ def _fall_back(candidates: list[Finding], run: RunData, hp) -> list[Finding]:
 def _climbs(findings: list[Finding], run: RunData, hp) -> list[Finding]:
     """Loss-only hard spikes under `critic_blip_max_ratio` x their baseline whose records, from the one before the
     finding to its end, each stay under `loss_ratio_floor` x the record before: a ramp, no jump."""
-    candidates = [
-        f
-        for f in findings
-        if f.kind == "hard_spike"
-        and f.severity != "info"
-        and {e.signal for e in f.evidence} == {"loss"}
-        and f.evidence[0].value is not None
-        and f.evidence[0].baseline
-        and f.evidence[0].value < hp.critic_blip_max_ratio * f.evidence[0].baseline
-    ]
+    candidates = [f for f in findings if _loss_only_under_cap(f, hp)]
     if not candidates:
         return []
     loss = (
