@@ -82,6 +82,7 @@ def instrument(phases: Phases) -> None:
 
     detect.DETECTORS = tuple((n, phases.wrap(f"detect.{n}", fn)) for n, fn in detect.DETECTORS)
     phases.patch("spikeforensics.detect", "group_incidents", "detect.group_incidents")
+    phases.patch("spikeforensics.detect.runs_in_log", "_split", "detect.runs_in_log")
     diag = "spikeforensics.attribute.diagnosis"
     for name in ("build_context", "build_trace_context", "log_lines_all", "_incident_json", "calibrate", "coverage"):
         phases.patch(diag, name)

@@ -130,3 +130,30 @@ def test_beyond_max_runs_in_log_the_latest_distinct_runs_are_judged_and_a_note_n
     # by default all six are judged, each with its own spike
     incidents, _ = detect_incidents(run, Params())
     assert len([i for i in incidents if i.kind == "hard_spike" and i.severity != "info"]) == 6
+
+
+def test_a_log_copied_many_times_is_attributed_on_the_copy_judged_and_covered_whole():
+    """Attribution, calibration and raw lines read the runs that were judged (`runs_in_log.judged_run`): a log
+    copied 20,000 times (fuzz seed 15's input 488) held 7.2M records for the context and features of one incident
+    (2.3 GB), and its calibration counted each healthy step once per copy. What the verdict says was read (steps,
+    coverage) is still the whole log."""
+    from spikeforensics.attribute import diagnose_run
+    from spikeforensics.detect import runs_in_log
+
+    steps = list(range(100, 7700, 100))
+    same = _spiky(76, 1, 50)
+    parts = [(a, steps, same, None) for a in range(5)] + [(5, steps, _spiky(76, 2, 60), None)]
+    norms = [(a, s, [1.0 + 0.01 * (i % 7) for i in range(76)], None) for a, s, _, _ in parts]
+    run = RunData.from_frames(metrics=pl.concat([_metrics(parts), _metrics(norms, "grad_norm")]))
+    judged = runs_in_log.judged_run(run, Params())
+    assert sorted(judged.metrics.get_column("attempt").unique().to_list()) == [4, 5]  # the last copy, the other run
+    assert judged.metrics.height == 2 * 2 * 76
+    diagnosis = diagnose_run(run, Params())
+    assert 0 < diagnosis["calibration"]["healthy_steps"] <= 2 * 76  # not 6 x 76: a copy is no further evidence
+    assert diagnosis["verdict"]["coverage"]["series_records"]["loss"] == 6 * 76  # read: every copy
+    assert diagnosis["steps"]["count"] == 76
+    # a log whose runs are all judged is attributed as it is (the same object: nothing filtered, caches kept)
+    distinct = RunData.from_frames(metrics=_metrics([(a, steps, _spiky(76, 10 + a, 30), None) for a in range(3)]))
+    assert runs_in_log.judged_run(distinct, Params()) is distinct
+    single = RunData.from_frames(metrics=_metrics([(0, steps, same, None)]))
+    assert runs_in_log.judged_run(single, Params()) is single

@@ -264,3 +264,28 @@ def test_a_file_of_detached_loss_prints_is_a_loop(tmp_path, store):
     )
     metrics, _, f = ingest(store, write(tmp_path, "crashed.log", crashed), run="c")
     assert f.format == "torch_print" and len(series(metrics, "loss")) == 500
+
+
+def test_raw_lines_of_a_lone_cr_file_are_read_in_small_chunks_up_to_the_last_line_wanted(tmp_path, monkeypatch):
+    """The report's raw lines of a lone-CR file come from chunks of `RAW_CHUNK_BYTES` (not ingest's 32 MiB blocks,
+    held several times over: 0.3 GB for a 2.6 GB log) and the reading stops after the last line wanted."""
+    from spikeforensics.attribute import raw_lines
+    from spikeforensics.ingest.base import SourceFile as Source
+
+    text = "".join(f"step {i} loss {1 + i / 1000:.4f}\r" for i in range(1, 2001)).encode()
+    path = tmp_path / "cr.log"
+    path.write_bytes(text)
+    chunks_read = []
+    original = Source.iter_line_chunks
+
+    def counted(self, chunk_bytes=32 << 20):
+        for chunk in original(self, chunk_bytes):
+            chunks_read.append(chunk.height)
+            yield chunk
+
+    monkeypatch.setattr(Source, "iter_line_chunks", counted)
+    monkeypatch.setattr(raw_lines, "RAW_CHUNK_BYTES", 1024)
+    got = raw_lines._read_spans(path, [(1, 2), (99, 101)])
+    assert got == {n: f"step {n} loss {1 + n / 1000:.4f}" for n in (1, 2, 99, 100, 101)}
+    assert sum(chunks_read) < 200  # ~40 lines a chunk: stopped after line 101, not at line 2,000
+    assert raw_lines._read_spans(path, [(1999, 2005)])[2000] == "step 2000 loss 3.0000"

@@ -112,3 +112,38 @@ def test_a_chart_draws_the_first_and_latest_attempts_of_a_log_restarted_thousand
     assert all(p.get_column("y").to_list() == [10.0 * a + i for i in range(10)] for a, p in parts)
     few, none_left = charts.attempt_parts(frame.filter(pl.col("attempt") < 3))
     assert [a for a, _ in few] == [0, 1, 2] and none_left == 0
+
+
+def test_a_big_run_restarted_many_times_is_cut_to_the_attempts_drawn_before_its_series_are_taken_out():
+    """`charts.drawn_run`: a run held lazily (a big one) keeps only the attempts the charts draw, so the report
+    of a log copied 20,000 times takes 12 copies' series out of the store, not 20,000 (1.2 GB -> 0.4 GB), and the
+    charts still say how many attempts they left out. An eager (small) run is drawn as it is."""
+    import dataclasses
+
+    from spikeforensics.report import charts
+    from spikeforensics.rundata import RunData
+
+    n_attempts, per = 40, 10
+    metrics = pl.DataFrame(
+        {
+            "step": np.tile(np.arange(per), n_attempts),
+            "record": np.arange(per * n_attempts),
+            "attempt": np.repeat(np.arange(n_attempts), per).astype(np.int32),
+            "name": ["loss"] * (per * n_attempts),
+            "value": np.linspace(3.0, 1.0, per * n_attempts),
+            "line": np.arange(1, per * n_attempts + 1),
+            "source": ["train.log"] * (per * n_attempts),
+        }
+    )
+    run = RunData.from_frames(metrics=metrics)
+    assert charts.drawn_run(run) is run
+    lazy = dataclasses.replace(run, metrics=run.metrics.lazy(), _cache={})
+    drawn = charts.drawn_run(lazy)
+    kept = sorted(drawn.metrics.collect().get_column("attempt").unique().to_list())
+    assert kept == [0, *range(n_attempts - charts.MAX_ATTEMPT_TRACES + 1, n_attempts)]
+    assert drawn.attempts_left_out == n_attempts - charts.MAX_ATTEMPT_TRACES
+    # the overview's note counts the attempts of the whole run, as it did when it split the whole series
+    parts, left_out = charts.attempt_parts(charts.timeline(drawn.series("loss"))[0], drawn.attempts_left_out)
+    whole_parts, whole_left_out = charts.attempt_parts(charts.timeline(run.series("loss"))[0])
+    assert left_out == whole_left_out and [a for a, _ in parts] == [a for a, _ in whole_parts]
+    assert all(p.equals(q) for (_, p), (_, q) in zip(parts, whole_parts))

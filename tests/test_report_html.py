@@ -168,3 +168,28 @@ def test_write_reports(tmp_path):
     data = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))
     assert data["incidents"][1]["evidence"][-1]["value"] == "nan"
     assert paths["html"].stat().st_size > 4_000_000 and paths["markdown"].read_text().startswith("## ")
+
+
+def test_the_report_looks_up_only_the_peak_lines_the_diagnosis_did_not_give(monkeypatch):
+    """The lookup of a peak's line takes the loss and grad-norm series of the whole run out of the store (1.1 GB
+    for a log copied 20,000 times): the report makes it only for incidents whose lines the diagnosis did not
+    give, or gave without marking the peak."""
+    from spikeforensics.report import html as html_module
+
+    asked = []
+
+    def lookup(run, steps):
+        asked.append(list(steps))
+        return [None] * len(steps)
+
+    monkeypatch.setattr(html_module, "peak_lines_from_series", lookup)
+    diagnosis = make_diagnosis()
+    for inc in diagnosis["incidents"]:
+        inc["log_lines"] = [
+            {"line": 10 + i, "text": f"given line {i}", "source": "train.log", "peak": i == 1} for i in range(3)
+        ]
+    page = render_html(diagnosis, make_run(with_layers=False))
+    assert asked == [] and "given line 1" in page
+    del diagnosis["incidents"][1]["log_lines"]
+    render_html(diagnosis, make_run(with_layers=False))
+    assert asked == [[int(diagnosis["incidents"][1]["peak_step"])]]

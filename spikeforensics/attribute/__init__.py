@@ -22,9 +22,11 @@ __all__ = ["diagnose_run", "build_diagnosis", "json_safe", "write_outputs", "fai
 
 def diagnose_run(run: RunData, params: Params | None = None, rule_dirs: list[str | Path] | None = None) -> dict:
     """Detect incidents in `run`, then attribute, trace and calibrate them."""
-    from spikeforensics.detect import detect_incidents
+    from spikeforensics.detect import detect_incidents, runs_in_log
 
     params = params or Params()
     with run.engine():
         incidents, notes = detect_incidents(run, params)
-        return build_diagnosis(run, incidents, notes, params, rule_dirs)
+        # attributed on the runs that were judged (a log copied N times: its last copy), covered as read
+        judged = runs_in_log.judged_run(run, params)
+        return build_diagnosis(judged, incidents, notes, params, rule_dirs, whole=run)

@@ -29,6 +29,7 @@ from spikeforensics.rundata import RunData
 PeakRequest = tuple[int, "int | None"]
 PeakLine = tuple[str, int]
 
+RAW_CHUNK_BYTES = 4 << 20  # why: a lone-CR file is read in chunks of this size to find its lines (memory ~5x it)
 _SHA_CACHE: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: one hash per file and process
 
 
@@ -192,9 +193,14 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
             from spikeforensics.ingest.base import SourceFile
 
             wanted = pl.concat([pl.int_range(a, b + 1, eager=True) for a, b in merged]).alias("line").to_frame()
-            for chunk in SourceFile(path=path, name=path.name).iter_line_chunks():
+            last_wanted = merged[-1][1]
+            # small chunks, and no further than the last line wanted: a few lines of a 2.6 GB file cost ~30 MB,
+            # not ingest's 32 MiB blocks held three times over
+            for chunk in SourceFile(path=path, name=path.name).iter_line_chunks(chunk_bytes=RAW_CHUNK_BYTES):
                 for n, text in chunk.join(wanted, on="line", how="semi").iter_rows():
                     raw[n] = text.encode()
+                if chunk.height and chunk.get_column("line")[-1] >= last_wanted:
+                    break
         else:
             at = 1  # the number of the next line the file iterator yields
             for first, last in merged:

@@ -118,7 +118,8 @@ def detect_incidents(run: RunData, params) -> tuple[list[Incident], list[Finding
     """(incidents at warning and above, info notes); failed detectors are notes with `detector_failed`."""
     findings = run_detectors(run, params)
     notes = [f for f in findings if f.severity == "info"]
-    return group_incidents(findings, params, signals.record_interval(run)), notes
+    interval = signals.record_interval(runs_in_log.judged_run(run, params))
+    return group_incidents(findings, params, interval), notes
 
 
 from spikeforensics.detect.base import KINDS as _KINDS  # noqa: E402

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from spikeforensics.attribute.model import Calibration, DiagnosedIncident, Diagnosis
 from spikeforensics.report import downsample as ds
 from spikeforensics.report.text import as_float, fmt_num
+from spikeforensics.rundata import RunData
 
 # Okabe-Ito colour-blind-safe palette; every series also has a name in the legend.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#8C6D31", "#999999"]
@@ -212,16 +213,38 @@ class SeriesInfo:
     xlabel: str = "step"
 
 
-def attempt_parts(frame: pl.DataFrame) -> tuple[list[tuple[int, pl.DataFrame]], int]:
+def _drawn_attempts(attempts: list[int]) -> list[int]:
+    """Every attempt when there are at most MAX_ATTEMPT_TRACES, else the first and the latest."""
+    return attempts if len(attempts) <= MAX_ATTEMPT_TRACES else [attempts[0], *attempts[1 - MAX_ATTEMPT_TRACES :]]
+
+
+def drawn_run(run: RunData) -> RunData:
+    """The run as the charts take it: a run held lazily (a big one) with more attempts than a chart draws is cut to
+    the attempts drawn before any series is taken out of it (a log copied 20,000 times: 12 copies in memory, not
+    20,000), and the attempts cut are counted in `attempts_left_out` for the charts' notes. Any other run as it is."""
+    if not isinstance(run.metrics, pl.LazyFrame):
+        return run
+    column = pl.col("attempt").fill_null(0)
+    attempts = sorted(run.metrics.select(column.unique()).collect().to_series().to_list())
+    drawn = _drawn_attempts(attempts)
+    if len(drawn) == len(attempts):
+        return run
+    return replace(
+        run, metrics=run.metrics.filter(column.is_in(drawn)), _cache={}, attempts_left_out=len(attempts) - len(drawn)
+    )
+
+
+def attempt_parts(frame: pl.DataFrame, left_before: int = 0) -> tuple[list[tuple[int, pl.DataFrame]], int]:
     """A timeline split by attempt in one pass, in attempt order: every attempt when there are at most
-    MAX_ATTEMPT_TRACES, else the first and the latest; and how many attempts were left out."""
+    MAX_ATTEMPT_TRACES, else the first and the latest; and how many attempts were left out (with `left_before`,
+    those cut before the timeline was taken: `drawn_run`)."""
     keyed = frame.with_columns(pl.col("attempt").fill_null(0).alias("_attempt"))
     attempts = sorted(keyed.get_column("_attempt").unique().to_list())
-    drawn = attempts if len(attempts) <= MAX_ATTEMPT_TRACES else [attempts[0], *attempts[1 - MAX_ATTEMPT_TRACES :]]
+    drawn = _drawn_attempts(attempts)
     if len(drawn) < len(attempts):
         keyed = keyed.filter(pl.col("_attempt").is_in(drawn))
     parts = keyed.partition_by("_attempt", as_dict=True, maintain_order=True)
-    return [(a, parts[(a,)].drop("_attempt")) for a in drawn], len(attempts) - len(drawn)
+    return [(a, parts[(a,)].drop("_attempt")) for a in drawn], len(attempts) - len(drawn) + left_before
 
 
 def _left_out_note(name: str, left_out: int) -> str:
@@ -229,11 +252,17 @@ def _left_out_note(name: str, left_out: int) -> str:
 
 
 def _downsampled_traces(
-    frame: pl.DataFrame, name: str, colour: str, yaxis: str, max_points: int, windows: list[tuple[int, int]]
+    frame: pl.DataFrame,
+    name: str,
+    colour: str,
+    yaxis: str,
+    max_points: int,
+    windows: list[tuple[int, int]],
+    left_before: int = 0,
 ) -> tuple[list[dict], SeriesInfo, pl.Series, int]:
     """One trace per attempt drawn (a resumed run replays steps), min/max downsampled; and the attempts left out."""
     traces, bad, n_in, n_out, down = [], [], 0, 0, False
-    parts, left_out = attempt_parts(frame)
+    parts, left_out = attempt_parts(frame, left_before)
     for attempt, part in parts:
         d = ds.downsample_series(part, "x", "y", max_points, windows)
         label = name if attempt == 0 else f"{name} (attempt {attempt + 1}, after resume)"
@@ -294,7 +323,9 @@ def overview(run, diagnosis: Diagnosis, max_points: int) -> tuple[Figure | None,
     panels = []  # (axis name, title, values)
     if loss_s.height:
         frame, xlabel = timeline(loss_s)
-        traces, info, values, left_out = _downsampled_traces(frame, "loss", PALETTE[0], "y", max_points, windows)
+        traces, info, values, left_out = _downsampled_traces(
+            frame, "loss", PALETTE[0], "y", max_points, windows, run.attempts_left_out
+        )
         if left_out:
             notes.append(_left_out_note(info.signal, left_out))
         data += traces
@@ -305,7 +336,9 @@ def overview(run, diagnosis: Diagnosis, max_points: int) -> tuple[Figure | None,
         xlabel = xlabel if loss_s.height else gx
         name = "grad norm (derived from layers)" if derived else "grad norm"
         axis = "y2" if loss_s.height else "y"
-        traces, info, values, left_out = _downsampled_traces(frame, name, PALETTE[1], axis, max_points, windows)
+        traces, info, values, left_out = _downsampled_traces(
+            frame, name, PALETTE[1], axis, max_points, windows, run.attempts_left_out
+        )
         if left_out:
             notes.append(_left_out_note(info.signal, left_out))
         data += traces
@@ -432,7 +465,7 @@ def incident_windows(run, diagnosis: Diagnosis) -> dict[str, Figure]:
     first, last, _ = run.step_range()
     # each series' timeline split by attempt once, not once per incident
     signals = [
-        (attempt_parts(timeline(series)[0]), name, colour, axis)
+        (attempt_parts(timeline(series)[0], run.attempts_left_out), name, colour, axis)
         for series, name, colour, axis in (
             (loss_s, "loss", PALETTE[0], "y"),
             (grad_s, "grad norm (derived)" if derived else "grad norm", PALETTE[1], "y2"),

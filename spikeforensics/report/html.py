@@ -189,11 +189,17 @@ def _samples(inc: DiagnosedIncident, run) -> dict:
 def _log_lines_all(incidents: list[DiagnosedIncident], run) -> list[list[dict]]:
     """Raw log lines around each incident's peak: the diagnosis' `log_lines`, else read from the ingested
     file (only when its hash still matches: raw_lines.py), all incidents located and read at once."""
-    peaks = peak_lines_from_series(run, [int(inc.peak_step) for inc in incidents])
     given = [
         [g for g in inc.log_lines if isinstance(g, dict)] if isinstance(inc.log_lines, list) else []
         for inc in incidents
     ]
+    # the peaks are looked up only for lines the diagnosis did not give or did not mark (a lookup takes the
+    # loss and grad-norm series of the whole run out of the store: 1.1 GB for a log copied 20,000 times)
+    wanted = [not items or any(not isinstance(g.get("peak"), bool) for g in items) for items in given]
+    peaks = [None] * len(incidents)
+    if any(wanted):
+        found = peak_lines_from_series(run, [int(inc.peak_step) for inc, w in zip(incidents, wanted) if w])
+        peaks = [found.pop(0) if w else None for w in wanted]
     read = read_windows(run, [None if g else p for g, p in zip(given, peaks)], LOG_CONTEXT)
     out = []
     for items, fallback, peak in zip(given, read, peaks):
@@ -398,18 +404,19 @@ def _skiplist(diagnosis: Diagnosis) -> dict | None:
 def build_context(diagnosis: dict | Diagnosis, run, max_points: int = 2000) -> dict:
     # the report reads attributes: a renamed field fails loudly (values as the JSON holds them: NaN as "nan")
     typed = as_diagnosis(diagnosis.to_dict() if isinstance(diagnosis, Diagnosis) else diagnosis)
-    overview, infos = charts.overview(run, typed, max_points)
-    windows = charts.incident_windows(run, typed)
+    drawn = charts.drawn_run(run)  # the attempts the charts draw (a log copied 20,000 times: 12 copies)
+    overview, infos = charts.overview(drawn, typed, max_points)
+    windows = charts.incident_windows(drawn, typed)
     overview_notes = overview.notes if overview else []  # printed once, under "Downsampled for display"
     if overview:
         overview.notes = []
     extra = {
-        "layers": panels.layer_heatmap(run, typed),
-        "ranks": panels.rank_comparison(run, typed, max_points),
-        "clip_rate": panels.clip_rate(run, typed),
-        "loss_scale": panels.loss_scale(run, max_points),
+        "layers": panels.layer_heatmap(drawn, typed),
+        "ranks": panels.rank_comparison(drawn, typed, max_points),
+        "clip_rate": panels.clip_rate(drawn, typed),
+        "loss_scale": panels.loss_scale(drawn, max_points),
         "telemetry": panels.telemetry(run, max_points),
-        "calibration": panels.calibration_hist(run, typed),
+        "calibration": panels.calibration_hist(drawn, typed),
     }
     figures = [f for f in [overview, *windows.values(), *extra.values()] if f is not None]
     verdict = typed.verdict
