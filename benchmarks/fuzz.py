@@ -160,7 +160,7 @@ def make_case(seeds: list[dict], seed: int, index: int, case_dir: Path, formats:
     elif path.suffix == ".npz" and rng.random() < 0.7:
         data, what = mutate_npz(path, rng)
         applied.append(what)
-    elif "tfevents" in path.name and rng.random() < 0.7:
+    elif "tfevents" in path.name and s["main"] is not None and rng.random() < 0.7:  # (a real event file: no log)
         mutation = rng.choice(TB_MUTATIONS)
         data = tb_file(rng, tb_events_from_log(s["main"]), mutation)
         applied.append(mutation)

@@ -378,7 +378,7 @@ class BlipParams:
     loss_effect_z: float = 3.0  # why: ... or >= 3 robust sigma above it
     reach: int = 3  # why: a bad update shows in the loss within the next few records
     loss_effect_records: int = 2  # why: the loss answered a blip when >= 2 records within reach rise: a bad update's damage lasts; one record of loss noise at z >= 3 among reach+1 comes by chance (0.5% a blip: 40% over 100 blips), two almost never (1e-5)
-    max_width: int = 3  # why: a blip is at most 3 records wide at its core (records at sqrt(peak ratio) x its level or more: a norm relaxing after the blip is no width; hard_spike._core_width); wider is an episode
+    max_width: int = 3  # why: a blip is at most 3 records wide at its core (records at sqrt(peak ratio) x its level or more: a norm relaxing after the blip is no width; blips.core_width); wider is an episode
     pattern_loss_share: float = 0.2  # why: a blip pattern is a warning only when the loss answers a fifth of its blips or more (and recurring_count of them): one coincidental loss wobble in a hundred blips is noise
     lr_pattern_rate: float = 0.01  # why: grad-norm spikes recurring at least once per 100 records over their span are the LR-too-high pattern (DETECTION-ANCHORS: recurring spikes, shrinking interval) even when the loss holds; sparser ones are the norm's heavy tail
     thinning_min_gaps: int = (

@@ -13,7 +13,7 @@ from _detect_synth import run_from
 from _ingest_helpers import REAL, ingest, real_case
 
 from spikeforensics import api
-from spikeforensics.detect import hard_spike, soft_drift
+from spikeforensics.detect import blips, hard_spike, soft_drift
 from spikeforensics.ingest.pipe_table import _framed_headers
 from spikeforensics.params import Params
 
@@ -146,12 +146,12 @@ def test_grad_norm_spikes_whose_gaps_grow_are_no_lr_pattern(tmp_path):
     api.ingest([str(p) for p in case.glob("*.log")], run_id="r", store=tmp_path)
     run = api.load_run("r", tmp_path)
     early = [8, 16, 25, 33, 42, 64, 86, 159, 175, 328]  # gaps 8-9 early, 70-150 late
-    assert not hard_spike._dense(run, P, early)
+    assert not blips.dense(run, P, early)
     steady = list(range(20, 420, 40))  # every 40 records, evenly: the LR pattern's rate
-    assert hard_spike._dense(run, P, steady)
+    assert blips.dense(run, P, steady)
     diagnosis = api.diagnose(run)
-    blips = [n for n in diagnosis["notes"] if "isolated grad-norm blips" in n["summary"]]
-    assert blips and "steps 8 and 328" in blips[0]["summary"]
+    grouped = [n for n in diagnosis["notes"] if "isolated grad-norm blips" in n["summary"]]
+    assert grouped and "steps 8 and 328" in grouped[0]["summary"]
 
 
 def test_a_self_play_loss_drift_is_a_note(tmp_path):

@@ -40,6 +40,32 @@ PAIR = rf"([A-Za-z_][\w/.-]*):\s+({NUM_TOKEN})"
 PAIRS_LINE = rf"^\s*(?:[A-Za-z_][\w/.-]*:\s+{NUM_TOKEN}\s*)+$"
 # stats a Q-learner logs beside its TD loss
 TD_STATS = ("target_mean", "td_error_abs", "q_taken_mean")
+# what a learner logs at each of its updates (`q_learner.py`, `coma_learner.py`, ...), the rest being the runner's
+LEARNER_STATS = ("loss", "grad_norm", "critic_loss", "critic_grad_norm", "pg_loss", "agent_grad_norm", *TD_STATS)
+
+
+def _without_stale_learner_stats(pairs: pl.DataFrame) -> pl.DataFrame:
+    """The learner's stats of a block that prints them exactly as the block before did are dropped: the logger
+    prints every stat's latest mean in every block, so a runner that logs more often than the learner (LINDA's
+    runs: a block every ~400 env steps, a learner update every ~10,000) repeats the learner's last loss, grad norm
+    and Q statistics ~25 times over. Those repeats are no new records of them: a block is stale when each learner
+    stat it prints equals that stat's previous value (all of them at once: a real update repeating five means to
+    four decimals does not happen)."""
+    learner = pl.col("name").is_in(LEARNER_STATS)
+    same = pl.col("value") == pl.col("value").shift(1).over("name")
+    stale_blocks = (
+        pairs.with_row_index("_i")
+        .filter(learner)
+        .sort("line", "_i")
+        .with_columns(same.fill_null(False).alias("_same"))
+        .group_by("line")
+        .agg(pl.col("_same").all())
+        .filter(pl.col("_same"))
+        .get_column("line")
+    )
+    if stale_blocks.len() == 0:
+        return pairs
+    return pairs.filter(~(learner & pl.col("line").is_in(stale_blocks.implode())))
 
 
 def sniff(sample: SniffSample) -> float:
@@ -64,6 +90,7 @@ def parse(src: SourceFile) -> ParseResult:
             to_float(pl.col("_p").str.extract(PAIR, 2)).alias("value"),
         )
     )
+    pairs = _without_stale_learner_stats(pairs)
     if pairs.filter(pl.col("name").is_in(TD_STATS)).height:
         pairs = pairs.with_columns(
             pl.when(pl.col("name") == "loss").then(pl.lit("td_loss")).otherwise("name").alias("name")
