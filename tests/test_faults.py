@@ -792,3 +792,33 @@ def test_an_incident_that_runs_to_a_garbled_step_is_not_enumerated(tmp_path, run
     (run_dir / "train.log").write_bytes((seed / "train.log").read_bytes())
     report = _diagnosed(runner, run_dir, tmp_path)
     assert report["verdict"]["status"] in ("unstable", "degraded")
+
+
+def test_a_signed_loss_without_step_numbers_is_judged_by_record(tmp_path):
+    """Fuzz seed 17's input 530 (a wandb console log of a GAN's losses, no step printed, numbers and NaN mutated):
+    the signed-jump detector read the steps of a step-less log as they are (null) and crashed on the jump it found
+    (exit 4); it now takes the record index, as the other detectors do (`robust.prepare`)."""
+    import numpy as np
+
+    from spikeforensics.detect import signed_jump
+    from spikeforensics.params import Params
+    from spikeforensics.rundata import RunData
+
+    rng = np.random.default_rng(530)
+    values = list(-1.0 + 0.02 * rng.standard_normal(200))
+    values[120] = 25.0  # a jump far past the signed loss's range
+    metrics = pl.DataFrame(
+        {
+            "source": ["output.log"] * 200,
+            "line": list(range(1, 201)),
+            "step": pl.Series([None] * 200, dtype=pl.Int64),
+            "record": list(range(200)),
+            "attempt": [0] * 200,
+            "name": ["loss"] * 200,
+            "value": values,
+        }
+    )
+    run = RunData.from_frames(metrics=metrics)
+    assert run.loss_without_ratio() == "signed"
+    found = signed_jump.detect(run, Params())
+    assert [f.peak_step for f in found] == [120]  # the record index stands for the step

@@ -61,7 +61,8 @@ def jumps(values: pl.DataFrame, window: int, min_records: int, z: float) -> pl.D
 def detect(run: RunData, params) -> list[Finding]:
     hp = params.signed_jump
     loss = run.series("loss")
-    finite = loss.filter(pl.col("value").is_finite()).sort("t")
+    # a log without step numbers: the record index, as the other detectors take it (robust.prepare)
+    finite = loss.filter(pl.col("value").is_finite()).with_columns(pl.col("step").fill_null(pl.col("t"))).sort("t")
     if finite.height == 0 or not run.loss_without_ratio():
         return []
     out: list[Finding] = []
