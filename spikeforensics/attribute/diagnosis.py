@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import traceback
 from pathlib import Path
 
@@ -325,13 +326,17 @@ def coverage(
         events = {
             r["kind"]: int(r["len"]) for r in run.events.group_by("kind").len().sort("kind").iter_rows(named=True)
         }
-    unjudged = {}
+    unjudged, limited = {}, {}
     why = (judged or run).loss_without_ratio() if "loss" in signals else None
-    if why == "signed":
+    if why == "signed" and _signed_loss_judged(judged or run, loss_name, params):
+        limited["loss"] = (
+            f"{loss_name} takes negative values, a signed objective with no ratio scale: judged for non-finite "
+            "values, a runaway by orders and jumps far past its whole range, not for spikes or drifts"
+        )
+    elif why == "signed":
         unjudged["loss"] = (
             f"{loss_name} takes negative values, a signed objective with no ratio scale (spike tests skipped)"
         )
-    limited = {}
     if why == "adversarial":
         limited["loss"] = (
             f"{loss_name} is one side of a GAN's generator/discriminator pair, a game's score with no ratio "
@@ -349,6 +354,22 @@ def coverage(
         "series_records": {n: series[n] for n in CANONICAL_METRICS if n in series},
         "events": events,
     }
+
+
+# a reinforcement-learning objective by its name (a PPO/GRPO actor's or policy-gradient loss): no health in its level
+POLICY_LOSS = r"(?:^|_)(?:actor|policy|pg|ppo|grpo|dpo|reward)(?:_|$)"
+
+
+def _signed_loss_judged(run: RunData, loss_name: str, params: Params) -> bool:
+    """Is a signed loss judged in part (`limited`: a healthy verdict is possible) rather than not at all? A
+    supervised objective that goes negative (nnU-Net's Dice + cross-entropy, a flow's NLL bound) of at least
+    `signed_jump.window` finite records: its non-finite values, a runaway and the jumps far past its range are
+    what breaks such a run. Not an RL objective (a policy loss's level says nothing of the run's health), nor a
+    short excerpt, whose range is too little to call a value impossible: those stay `unjudged` (inconclusive)."""
+    if run.loss_is_reinforcement() or re.search(POLICY_LOSS, loss_name.lower()):
+        return False
+    finite = run.series("loss").filter(pl.col("value").is_finite()).height
+    return finite >= params.signed_jump.window
 
 
 def skiplist(run_id: str, incidents: list[dict], params: Params) -> dict:

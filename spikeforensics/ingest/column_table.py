@@ -146,10 +146,22 @@ def _objective_is_loss(file_name: str) -> pl.Expr:
     return pl.when(first).then(pl.lit(loss)).otherwise(pl.element())
 
 
+def _cells(text: pl.Expr) -> pl.Expr:
+    """A line's cells: tab-separated when it holds a tab (Spinning Up's `Time Steps` and `AVG Time Per Epoch` are
+    one column each), else whitespace-separated."""
+    by_tab = (
+        text.str.strip_chars()
+        .str.split("\t")
+        .list.eval(pl.element().str.strip_chars())
+        .list.eval(pl.element().filter(pl.element() != ""))
+    )
+    return pl.when(text.str.contains("\t")).then(by_tab).otherwise(text.str.extract_all(r"\S+"))
+
+
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    names = text.str.replace(r"^\s*#", "").str.extract_all(r"\S+")  # (a `#`-commented header's names)
+    names = _cells(text.str.replace(r"^\s*#", ""))  # (a `#`-commented header's names)
     headers = lines.filter(
         (text.str.contains(HEADER) & text.str.contains(LOSSY_HEADER)) | text.str.contains(CATBOOST_HEADER)
     ).select(
@@ -177,7 +189,7 @@ def parse(src: SourceFile) -> ParseResult:
     # or the row before (a 1,000-row `lcurve.out` under one header; tqdm redraws between YOLO's rows)
     gap = (pl.col("line") - pl.col("line").shift(1).over("_hline")).fill_null(pl.col("line") - pl.col("_hline"))
     rows = rows.filter(pl.col("_hline").is_not_null()).filter(((gap > MAX_GAP).cum_sum().over("_hline")) == 0)
-    tokens = text.str.extract_all(r"\S+")
+    tokens = _cells(text)
     rows = rows.with_columns(tokens.alias("_vals")).with_columns(
         _header_names(pl.col("_names"), pl.col("_vals")).alias("_names")
     )

@@ -240,7 +240,12 @@ UNCOUNTED_SHARE = (
 # (a colon, as a log prints it: `loss = 0.0` three times is more likely a script's source than a log; a name of
 # two words opening the line before `=` is no Python: MOERec's per-epoch `train loss = 1.2836`; within a
 # sentence, `The train loss = 0.91 at the start`, it is prose)
-UNCOUNTED_LOSS = r"(?i)(?:loss\w*\s*:|^\W*[a-z]+\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
+# (`loss = x` opening a line only as the first of `name = value` pairs: chemprop's `Loss = 1.1e+00, PNorm = 34.6,
+# GNorm = 3.7, lr_0 = 1.3e-04`; a bare `loss = 0.5` is as likely a line of a printed script or config)
+UNCOUNTED_LOSS = (
+    r"(?i)(?:(?:loss\w*\s*:|^\W*[a-z]+\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
+    r"|^\W*loss\w*\s*=\s*[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*,\s*\w+\s*=\s*[-+]?(?:\d|nan|inf))"
+)
 # a loss named as the training's (`train loss = x`, `Training loss: x`): in a file of step-less loss lines that
 # names its training loss so, a loss line naming no phase is the other phase's (MOERec prints `loss: 1.4166,
 # Performance is better... saving the model`, its validation, after each epoch's `train loss = 1.2836`)

@@ -10,6 +10,8 @@ Sockeye 1 (MXNet) printed the same speedometer as
 
     [INFO:sockeye.callback] Epoch[0] Batch [50]	Speed: 1025.55 samples/sec	perplexity=1060.906348
 
+(from 1.18 also `... samples/sec 1820.19 tokens/sec 0.35 updates/sec	perplexity=...`)
+
 -> a training record: step = `B` / `Batch [N]` (batches done, counted over the whole run, not per
 epoch), `epoch` = `E`, the metrics by name (`ppl`/`perplexity` -> `ppl`, and `loss` = ln(ppl): the
 training perplexity is exp of the mean token cross-entropy, so its log is the loss the detectors
@@ -46,7 +48,10 @@ SPEED3 = (
     rf"\bE=(?P<epoch>\d+) B=(?P<step>\d+)\s+s/sec=(?P<sps>{N}) tok/sec=(?P<tps>{N}) u/sec=(?P<ups>{N})"
     rf"\s+(?:ppl|perplexity)=(?P<ppl>{N})"
 )
-SPEED1 = rf"\bEpoch\[(?P<epoch>\d+)\] Batch \[(?P<step>\d+)\]\s+Speed: (?P<sps>{N}) samples/sec\s+(?:ppl|perplexity)=(?P<ppl>{N})"
+SPEED1 = (
+    rf"\bEpoch\[(?P<epoch>\d+)\] Batch \[(?P<step>\d+)\]\s+Speed: (?P<sps>{N}) samples/sec"
+    rf"(?:\s+(?P<tps>{N}) tokens/sec)?(?:\s+(?P<ups>{N}) updates/sec)?\s+(?:ppl|perplexity)=(?P<ppl>{N})"
+)
 CKPT = r"\bCheckpoint \[(?P<ckpt>\d+)\]\s+"
 VALID = rf"{CKPT}Validation-(?:ppl|perplexity)=(?P<vppl>{N})"
 VALID_FIELD = rf"Validation-(?P<k>[a-z0-9-]+)=(?P<v>{N})"
@@ -72,7 +77,7 @@ def parse(src: SourceFile) -> ParseResult:
     cand = lines.filter(pl.col("text").str.contains(r"B=\d|Batch \[|Checkpoint \["))
     cols = {"epoch": "epoch", "ppl": "ppl", "sps": "samples_per_s", "tps": "tokens_per_s", "ups": "updates_per_s"}
     r1, v1, cand = grammar_records(cand, SPEED3, cols)
-    r2, v2, cand = grammar_records(cand, SPEED1, {k: v for k, v in cols.items() if k not in ("tps", "ups")})
+    r2, v2, cand = grammar_records(cand, SPEED1, cols)
     train = pl.concat([r1, r2]).sort("line")
     values = _with_log(pl.concat([v1, v2]), "ppl", "loss")
     # validation: one eval record per checkpoint, at the step of the training record before it
