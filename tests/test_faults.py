@@ -822,3 +822,23 @@ def test_a_signed_loss_without_step_numbers_is_judged_by_record(tmp_path):
     assert run.loss_without_ratio() == "signed"
     found = signed_jump.detect(run, Params())
     assert [f.peak_step for f in found] == [120]  # the record index stands for the step
+
+
+def test_a_line_of_70000_digits_is_read_in_linear_time(tmp_path):
+    """Fuzz seed 17's inputs 679 and 1685: a log with one line of 70,000 (or a million) `1`s hung ingest for minutes
+    (162 s for a 71 kB file): the number patterns matched by Python's `re` (`\\d+\\.?\\d*`) could split a digit run
+    in as many ways as it has digits, and a sniffer's `fullmatch` backtracked through all of them. The patterns are
+    unambiguous now (`\\d+(?:\\.\\d*)?`, the same numbers). A hang test (a generous bound, not a speed target)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "loss.out"
+    rows = [f"{i} 0.5{i} 0.01 0.02 0.3 0.4" for i in range(1, 6)]
+    path.write_text("\n".join([*rows[:3], "1" * 70_000, *rows[3:]]) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "spikeforensics", "ingest", str(path), "--run", "r", "--store", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr

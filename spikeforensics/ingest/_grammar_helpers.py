@@ -16,7 +16,7 @@ VALUE_SCHEMA = {"line": pl.Int64, "name": pl.String, "value": pl.Float64}
 
 # A number as C's printf writes it, NaN and Inf included in every C library's spelling: `-nan`, `nan`, `inf`,
 # MSVC's `-nan(ind)`, `1.#QNAN0`, `1.#INF00`, `-1.#IND00` (darknet, CNTK: C/C++ trainers run on Windows)
-CNUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|1\.#(?:QNAN|INF|IND|SNAN)\d*|[Nn]a[Nn](?:\([a-z]*\))?|[Ii]nf)"
+CNUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|1\.#(?:QNAN|INF|IND|SNAN)\d*|[Nn]a[Nn](?:\([a-z]*\))?|[Ii]nf)"
 
 
 def snake_case(name: str) -> str:

@@ -79,7 +79,7 @@ TQDM_COUNT = r"\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\["
 # YOLOv5's `results.txt` before v6 (and Ultralytics YOLOv3's), one headerless row per epoch: `E/last  mem  box  obj  cls
 # total  labels  img_size  P  R  mAP@.5  mAP@.5:.95  val_box  val_obj  val_cls` (`train.py` writes `'%10s' * 2 + '%10.4g'
 # * 13`; YOLOv3 has GIoU for box and F1 for mAP@.5:.95): read under these names
-NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf)"
+NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|nan|inf)"
 RESULTS_TXT_ROW = rf"^\s*\d+/\d+\s+\S+(?:\s+{NUM}){{13}}\s*$"
 RESULTS_TXT_NAMES = [
     "epoch", "gpu_mem", "box_loss", "obj_loss", "cls_loss", "loss", "labels", "img_size", "precision", "recall",

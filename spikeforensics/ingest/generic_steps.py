@@ -179,8 +179,8 @@ EPOCH_LEAD = (
 LOSS_AT = r"(?i)\b(\w*loss\w*)\s+(?:at|@)\s+(?:global[_ ]step|step|iteration|iter|it|batch|epoch)\b\s*[:=#]?\s*\d+"
 # a bare fraction and one number, nothing else on the line (karpathy's makemore: `print(f'{i:7d}/{max_steps:7d}:
 # {loss.item():.4f}')`, `      0/ 200000: 3.3167`): the counter and the loss, in a file of >= MIN_UNCOUNTED such lines
-FRAC_VALUE = r"^\s*(\d+)\s*/\s*\d+\s*:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|inf)))\s*$"
-_BARE = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|(?i:nan|inf)))"
+FRAC_VALUE = r"^\s*(\d+)\s*/\s*\d+\s*:\s*([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?i:nan|inf)))\s*$"
+_BARE = r"([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|(?i:nan|inf)))"
 # a count, a colon and two to four bare numbers (a GAN loop's `print('{}: {}\t{}'.format(step, loss_d, loss_g))`,
 # `0: inf  nan`, `10: 1.38  0.69`): the count and unnamed values, the first stored as `loss` and the others as
 # `column_2` ... (the log names none of them), in a file of >= MIN_UNCOUNTED such lines with rising counts

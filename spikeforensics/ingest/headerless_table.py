@@ -36,7 +36,7 @@ from spikeforensics.ingest.base import (
 )
 
 NAME = "headerless_table"
-N = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|(?i:nan|inf))"
+N = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|(?i:nan|inf))"
 SEPARATORS = {",": r"\s*,\s*", ";": r"\s*;\s*", "\t": r"\t", " ": r" +"}
 MIN_COLUMNS, MAX_COLUMNS = 2, 8
 MIN_ROWS = 5  # rows of the sniffed head: a handful of number pairs is no log yet

@@ -34,7 +34,7 @@ import polars as pl
 from spikeforensics.ingest.base import ParseResult, SniffSample, SourceFile, prepared_lines, step_int, text_result
 
 NAME = "loss_columns"
-NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
+NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 DEEPXDE_HEADER = r"^#\s*step,\s*loss_train,\s*loss_test"
 NEP_COLUMNS = {
     10: [

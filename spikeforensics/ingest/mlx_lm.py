@@ -33,7 +33,7 @@ from spikeforensics.ingest.base import (
 
 NAME = "mlx_lm"
 # numbers without thousands separators: `Trained Tokens 3290, Peak mem ...` (the comma is a separator)
-N = r"(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
+N = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
 TRAIN = rf"\bIter (?P<step>\d+): Train loss (?P<loss>{N})(?P<rest>(?:,\s*[A-Za-z][^,]*)*)"
 # `, Learning Rate 1.000e-05`, `, Peak mem 9.707 GB`, `, grad_norm 5044.074`: a name of words, then its number
 FIELD = rf",\s*(?P<k>[A-Za-z][\w/ ]*?)\s+(?P<v>{N})"

@@ -39,7 +39,7 @@ from spikeforensics.ingest.base import (
 NAME = "nolearn"
 HEADER = r"^\s*epoch\s{2,}(?:trn|train) loss\s{2,}"
 RULE = r"^\s*-{3,}(?:\s{2}-{3,})+\s*$"
-N = r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?)|nan|inf|-inf)"
+N = r"(?:[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|nan|inf|-inf)"
 # a headerless row of nolearn's default table: epoch, trn loss, val loss, trn/val, valid acc, dur
 ROW6 = rf"^\s*(\d+)\s+({N})\s+({N})\s+({N})\s+({N})\s+(\d+(?:\.\d+)?)s\s*$"
 DEFAULT = ["epoch", "trn loss", "val loss", "trn/val", "valid acc", "dur"]

@@ -24,7 +24,7 @@ from spikeforensics.ingest._event_frames import EVENT_COLUMNS, _ret, empty_event
 from spikeforensics.ingest.base import SKIP_KIND, detail_expr
 from spikeforensics.ingest.run_facts import RUN_FACT_LITERALS, run_fact_events
 
-NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 
 # Lines that may hold an event; everything else is dropped before the real patterns run.
 KEYWORDS = (

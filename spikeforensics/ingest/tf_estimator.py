@@ -58,7 +58,7 @@ from spikeforensics.ingest.base import (
 
 NAME = "tf_estimator"
 # numbers as numpy's `%s` prints a scalar (no thousands separators: `, ` separates the pairs)
-N = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
+N = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf|infinity)"
 # `INFO:tensorflow:` (anywhere: a launcher prefix may stand before it), absl/glog
 # `I0521 14:43:59.269938 140033274427136 basic_session_run_hooks.py:260] ` (thread id or name),
 # or a logging.Formatter naming the `tensorflow` logger (`... - tensorflow - INFO - `)
