@@ -134,7 +134,11 @@ class RunData:
     def attempts_between(self, lo: int, hi: int | None) -> RunData:
         """The run restricted to metrics and events of attempts lo <= a < hi (hi None: to the end); the
         other tables as they are."""
-        keep = pl.col("attempt") >= lo if hi is None else pl.col("attempt").is_between(lo, hi - 1)
+        return self.attempts_where(pl.col("attempt") >= lo if hi is None else pl.col("attempt").is_between(lo, hi - 1))
+
+    def attempts_where(self, keep: pl.Expr) -> RunData:
+        """The run restricted to metrics and events of the attempts `keep` holds for (events of no attempt kept);
+        the other tables as they are."""
         return RunData(
             run_id=self.run_id,
             metrics=self.metrics.filter(keep),

@@ -80,15 +80,7 @@ def judged_run(run: RunData, params) -> RunData:
     keep = pl.lit(False)
     for lo, hi in ranges:
         keep = keep | (pl.col("attempt") >= lo if hi is None else pl.col("attempt").is_between(lo, hi - 1))
-    return RunData(
-        run_id=run.run_id,
-        metrics=run.metrics.filter(keep),
-        events=run.events.filter(keep | pl.col("attempt").is_null()),
-        layers=run.layers,
-        batches=run.batches,
-        telemetry=run.telemetry,
-        sources=run.sources,
-    )
+    return run.attempts_where(keep)
 
 
 def _judged_ranges(run: RunData, params) -> tuple[list[tuple[int, int | None]] | None, list[Finding]]:
