@@ -244,7 +244,7 @@ def holds_any(f: Finding, steps: list[int]) -> bool:
 def recurring_blips(findings: list[Finding], run: RunData, params) -> bool:
     """On a run too short for `quiet_blip`: when `blips.short_run_min_blips` or more grad-norm-only spikes of at most
     `blips.max_width` records come and go without the loss moving, they are the run's blips, not separate
-    events, unless they come often (`dense`): each becomes a note (fact `blip`) for `_recurring` to group,
+    events, unless they come often (`dense`): each becomes a note (fact `blip`) for `recurring` to group,
     and True is returned. Fewer keep their severity: a one-off 50x grad norm on a short run is worth a look."""
     hp, width = params.hard_spike, params.blips.max_width * signals.record_interval(run)
     cands = [
