@@ -40,6 +40,9 @@ TOTAL_LOSS = r"(?:^|_)(?:total_loss|loss_total)(?:_|$)"
 # trains on data its own policy generates
 RL_STATS = r"(?:^|_)(?:explained_var\w*|ep_len_mean|ep_rew_mean|episode_len\w*|episode_reward\w*|return_mean|env_step)$"
 EAGER_METRIC_ROWS = 2_000_000
+# a policy's objective by its name (a PPO/GRPO actor's, a policy-gradient or preference loss): its level says nothing
+# of the run's health
+POLICY_LOSS = r"(?:^|_)(?:actor|policy|pg|ppo|grpo|dpo|reward)(?:_|$)"
 
 
 @dataclass
@@ -81,8 +84,6 @@ class RunData:
         loss = rows.filter(pl.col("name") == name)
 
         def first(frame: pl.LazyFrame, column: str, alias: str) -> pl.DataFrame:
-            if column == "step":
-                frame = frame.filter(pl.col("step").is_not_null())
             return frame.group_by("attempt").agg(pl.col(column).sort_by("record").first().alias(alias)).collect()
 
         median = (
@@ -91,7 +92,7 @@ class RunData:
             .agg(pl.col("value").median().alias("median"))
             .collect()
         )
-        out = first(loss, "step", "step")
+        out = first(loss.filter(pl.col("step").is_not_null()), "step", "step")  # the first step printed
         for part in (first(rows.filter(pl.col("name") == "epoch"), "value", "epoch"), first(loss, "value", "first")):
             out = out.join(part, on="attempt", how="full", coalesce=True)
         return out.join(median, on="attempt", how="full", coalesce=True).sort("attempt")
@@ -276,6 +277,10 @@ class RunData:
         if key not in self._cache:
             self._cache[key] = self.loss_is_critic() or any(re.search(RL_STATS, n) for n in self.metric_names())
         return self._cache[key]
+
+    def loss_is_policy(self) -> bool:
+        """The run's loss is named as a policy's objective (`POLICY_LOSS`), whatever else the run logs."""
+        return re.search(POLICY_LOSS, self.resolve("loss").lower()) is not None
 
     def loss_without_ratio(self) -> str | None:
         """Why the loss has no ratio scale for the spike and drift tests, else None:

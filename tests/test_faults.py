@@ -6,33 +6,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import polars as pl
 import pytest
+from _fault_helpers import write_lines
 
 from spikeforensics.cli import cli
 from spikeforensics.ingest import ingest_paths, parse_file
 from spikeforensics.ingest.base import MAX_STEP
 
 BIG = 2**63  # does not fit Int64
-
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _write(path, lines, end="\n"):
-    path.write_bytes((end.join(lines) + end).encode())
-    return path
-
-
-def _diagnosed(runner, path, tmp_path) -> dict:
-    """`diagnose PATH` into a fresh store under tmp_path: exit 0, and the diagnosis JSON."""
-    res = runner.invoke(
-        cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--out", str(tmp_path / "r" / "report.html")]
-    )
-    assert res.exit_code == 0, res.output
-    return json.loads((tmp_path / "r" / "report.json").read_text())
 
 
 def _nanogpt(n=20, first=0):
@@ -49,7 +32,7 @@ def _losses(store, run):
 
 @pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
 def test_every_line_ending_reads_each_record(tmp_path, store, end):
-    path = _write(tmp_path / "train.log", [*_nanogpt(20), "saving checkpoint to out"], end)
+    path = write_lines(tmp_path / "train.log", [*_nanogpt(20), "saving checkpoint to out"], end)
     ingest_paths([path], "r", store)
     loss = _losses(store, "r")
     assert loss.get_column("step").to_list() == list(range(20))
@@ -64,7 +47,7 @@ def test_lone_cr_file_streamed_by_the_megatron_parser(tmp_path, store):
         f" iteration {i}/ 100 | consumed samples: {i * 8} | lm loss: {3 - i * 0.01:.6E} | grad norm: 1.000 |"
         for i in range(1, 21)
     ]
-    path = _write(tmp_path / "megatron.log", lines, "\r")
+    path = write_lines(tmp_path / "megatron.log", lines, "\r")
     ingest_paths([path], "r", store, fmt="megatron")
     loss = _losses(store, "r")
     assert loss.get_column("step").to_list() == list(range(1, 21))
@@ -78,7 +61,7 @@ def test_tqdm_redraws_inside_a_newline_file_still_split(tmp_path, store):
             f" {i * 10}%|##| {i}/10 [00:01<00:01,  1.00it/s]\r {i * 10}%|##| {i}/10 [00:01<00:01,  1.00it/s]"
             + "{'loss': %.4f, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.%d}" % (3 - i * 0.01, i)
         )
-    path = _write(tmp_path / "hf.log", lines)
+    path = write_lines(tmp_path / "hf.log", lines)
     ingest_paths([path], "r", store)
     loss = _losses(store, "r")
     assert loss.get_column("step").to_list() == list(range(1, 11))
@@ -139,7 +122,7 @@ def _text_logs(big):
 @pytest.mark.parametrize("name", list(_text_logs(0)))
 def test_a_step_out_of_range_costs_its_row_not_the_file(tmp_path, store, name, big):
     lines, fmt, bad_line = _text_logs(big)[name]
-    path = _write(tmp_path / name, lines)
+    path = write_lines(tmp_path / name, lines)
     report = ingest_paths([path], "r", store)
     f = report.files[0]
     assert f.status == "ingested" and f.format.split("+")[0] == fmt
@@ -152,13 +135,15 @@ def test_a_step_out_of_range_costs_its_row_not_the_file(tmp_path, store, name, b
 
 def test_a_step_at_the_bound_is_kept(tmp_path):
     lines = _nanogpt(5) + [f"iter {MAX_STEP}: loss 2.0, time 100.00ms, mfu 10.00%"]
-    result = parse_file(_write(tmp_path / "train.log", lines), "nanogpt")
+    result = parse_file(write_lines(tmp_path / "train.log", lines), "nanogpt")
     assert result.unparsed == 0
     assert result.tables["metrics"].get_column("step").max() == MAX_STEP
 
 
 def test_diagnose_survives_the_largest_int64_step(tmp_path, runner):
-    path = _write(tmp_path / "train.log", _nanogpt(60) + [f"iter {2**63 - 1}: loss 2.0, time 100.00ms, mfu 10.00%"])
+    path = write_lines(
+        tmp_path / "train.log", _nanogpt(60) + [f"iter {2**63 - 1}: loss 2.0, time 100.00ms, mfu 10.00%"]
+    )
     store = tmp_path / "st"
     res = runner.invoke(cli, ["diagnose", str(path), "--store", str(store), "--out", str(tmp_path / "r.html"), "-q"])
     assert res.exit_code == 0, res.output
@@ -173,7 +158,7 @@ def test_one_malformed_csv_row_costs_that_row(tmp_path, store, kind):
     else:
         lines = ["step,sample_id,sample_loss"] + [f"{i},s{i}-{j},2.0" for i in range(10) for j in range(4)]
         lines[7] = '1,"s-x,2.0'
-    path = _write(tmp_path / f"{kind}.csv", lines)
+    path = write_lines(tmp_path / f"{kind}.csv", lines)
     f = ingest_paths([path], "r", store).files[0]
     assert f.status == "ingested" and f.format == kind
     assert f.unparsed == 1 and f.unparsed_examples[0][0] == (6 if kind == "layers" else 8)
@@ -231,7 +216,7 @@ def test_failed_commit_removes_its_staging_and_moved_files(tmp_path, store, monk
 
     from spikeforensics.store import StoreError
 
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     real_replace = os.replace
 
     def full_disk_at_the_manifest(src, dst):
@@ -257,7 +242,7 @@ def test_full_disk_while_staging_leaves_nothing_and_names_the_store(tmp_path, ru
 
     monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
     monkeypatch.setattr(pq.ParquetWriter, "close", full)
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     root = tmp_path / "st"
     res = runner.invoke(cli, ["ingest", str(path), "--store", str(root), "--run", "r"])
     assert res.exit_code == 1
@@ -269,7 +254,7 @@ def test_full_disk_while_staging_leaves_nothing_and_names_the_store(tmp_path, ru
 def test_uncommitted_data_of_a_killed_commit_is_swept(tmp_path, store, monkeypatch):
     import spikeforensics.store as store_mod
 
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     ingest_paths([path], "r", store)
     committed = next((store.root / "tables" / "metrics" / "run=r").glob("*.parquet"))
     orphan = committed.with_name("deadbeefdeadbeef.parquet")  # data renamed, manifest never
@@ -281,9 +266,9 @@ def test_uncommitted_data_of_a_killed_commit_is_swept(tmp_path, store, monkeypat
 
 
 def test_a_file_that_grew_is_not_stored_twice(tmp_path, store):
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     ingest_paths([path], "r", store)
-    _write(path, _nanogpt(30))  # the same log, 10 more records appended
+    write_lines(path, _nanogpt(30))  # the same log, 10 more records appended
     report = ingest_paths([path], "r", store)
     assert report.files[0].status == "ingested"
     loss = _losses(store, "r")
@@ -294,7 +279,7 @@ def test_a_file_that_grew_is_not_stored_twice(tmp_path, store):
     # another file of the same name elsewhere is another source
     other = tmp_path / "b"
     other.mkdir()
-    ingest_paths([_write(other / "train.log", _nanogpt(5, first=100))], "r", store)
+    ingest_paths([write_lines(other / "train.log", _nanogpt(5, first=100))], "r", store)
     assert store.sources("r").height == 2
 
 
@@ -302,7 +287,7 @@ def test_a_file_that_grew_is_not_stored_twice(tmp_path, store):
 
 
 def test_store_path_that_is_a_file(tmp_path, runner, monkeypatch):
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     blocker = tmp_path / "store-file"
     blocker.write_text("x")
     for args in (
@@ -320,7 +305,7 @@ def test_store_path_that_is_a_file(tmp_path, runner, monkeypatch):
 
 
 def test_a_file_inside_the_store_where_a_folder_belongs(tmp_path, runner):
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     root = tmp_path / "st"
     (root / "tables").mkdir(parents=True)
     (root / "tables" / "metrics").write_text("x")
@@ -334,7 +319,7 @@ def test_read_only_or_forbidden_store(tmp_path, runner, monkeypatch, err):
     import errno
     import pathlib
 
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     root = tmp_path / "st"
     real_mkdir = pathlib.Path.mkdir
 
@@ -361,7 +346,7 @@ def test_control_characters_never_reach_the_terminal(tmp_path, runner):
     assert strip_controls("x\ny\x1b[2J", keep_newlines=True) == "x\ny"
     folder = tmp_path / "run"
     folder.mkdir()
-    _write(folder / "train.log", _nanogpt(20))
+    write_lines(folder / "train.log", _nanogpt(20))
     (folder / "evil\x1b[2J\x1b]0;pwned\x07.bin").write_bytes(bytes(range(256)) * 4)
     res = runner.invoke(cli, ["ingest", str(folder), "--store", str(tmp_path / "st")])
     assert res.exit_code == 0
@@ -388,14 +373,14 @@ def _diagnosed_log_lines(tmp_path, path, runner, extra=()):
 
 @pytest.mark.parametrize("end", ["\n", "\r"])
 def test_report_log_lines_come_from_the_ingested_file(tmp_path, runner, end):
-    path = _write(tmp_path / "train.log", _spiky_log(), end)
+    path = write_lines(tmp_path / "train.log", _spiky_log(), end)
     lines, _ = _diagnosed_log_lines(tmp_path, path, runner)
     peak = [x for x in lines if x["peak"]]
     assert peak and peak[0]["line"] == 81 and peak[0]["text"].startswith("iter 80: loss 9.0")
 
 
 def test_report_log_lines_not_read_from_a_swapped_file(tmp_path, runner):
-    path = _write(tmp_path / "train.log", _spiky_log())
+    path = write_lines(tmp_path / "train.log", _spiky_log())
     secret = "root:x:0:0:SECRET-LINE"
     swap = lambda: path.write_text("\n".join([secret] * 200) + "\n")  # noqa: E731
     lines, html = _diagnosed_log_lines(tmp_path, path, runner, extra=[swap])
@@ -407,12 +392,12 @@ def test_report_log_lines_not_read_from_a_swapped_file(tmp_path, runner):
 def test_symlinks_out_of_an_input_folder_are_not_followed(tmp_path, runner):
     outside = tmp_path / "outside"
     outside.mkdir()
-    _write(outside / "secret.log", _nanogpt(20, first=500))
+    write_lines(outside / "secret.log", _nanogpt(20, first=500))
     (outside / "sub").mkdir()
-    _write(outside / "sub" / "more.log", _nanogpt(20, first=900))
+    write_lines(outside / "sub" / "more.log", _nanogpt(20, first=900))
     folder = tmp_path / "run"
     folder.mkdir()
-    _write(folder / "train.log", _nanogpt(20))
+    write_lines(folder / "train.log", _nanogpt(20))
     (folder / "link.log").symlink_to(outside / "secret.log")
     (folder / "linkdir").symlink_to(outside / "sub")
     (folder / "inside.log").symlink_to(folder / "train.log")  # inside the folder: fine
@@ -512,7 +497,7 @@ def test_sane_format_specs_in_rules_still_load(tmp_path):
     ],
 )
 def test_out_of_range_parameters_are_usage_errors(tmp_path, runner, setting):
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--set", setting, "-q"])
     assert res.exit_code == 2, res.output
     name = setting.split("=")[0]
@@ -531,7 +516,7 @@ def test_parameter_ranges_are_stated_and_defaults_pass():
 def test_params_file_must_be_a_small_regular_file(tmp_path, runner):
     fifo = tmp_path / "p.toml"
     os.mkfifo(fifo)
-    path = _write(tmp_path / "train.log", _nanogpt(20))
+    path = write_lines(tmp_path / "train.log", _nanogpt(20))
     res = runner.invoke(cli, ["diagnose", str(path), "--store", str(tmp_path / "st"), "--params", str(fifo), "-q"])
     assert res.exit_code == 1 and "regular file" in res.output
 
@@ -546,10 +531,10 @@ def test_a_record_with_20000_keys_is_refused_fast(tmp_path, store, kind):
     keys = [f"k{i}" for i in range(20_000)]
     if kind == "jsonl":
         rows = [json.dumps({"step": s, "loss": 1.0, **{k: 0.5 for k in keys}}) for s in range(3)]
-        path = _write(tmp_path / "wide.jsonl", rows)
+        path = write_lines(tmp_path / "wide.jsonl", rows)
     else:
         rows = ["step,loss," + ",".join(keys)] + [f"{s},1.0," + ",".join("0.5" for _ in keys) for s in range(3)]
-        path = _write(tmp_path / "wide.csv", rows)
+        path = write_lines(tmp_path / "wide.csv", rows)
     start = time.monotonic()
     with pytest.raises(IngestError, match=r"wide\.(jsonl|csv): .*20,00\d (keys|columns); at most 4,096"):
         ingest_paths([path], "r", store, fmt="jsonl_metrics" if kind == "jsonl" else "csv_metrics")
@@ -558,7 +543,7 @@ def test_a_record_with_20000_keys_is_refused_fast(tmp_path, store, kind):
 
 def test_wide_records_ingest_in_linear_time(tmp_path, store):
     keys = [f"k{i}" for i in range(3000)]
-    path = _write(
+    path = write_lines(
         tmp_path / "wide.jsonl", [json.dumps({"step": s, "loss": 1.0, **{k: 0.5 for k in keys}}) for s in range(20)]
     )
     start = time.monotonic()
@@ -626,8 +611,8 @@ def test_kill_inside_the_commit_leaves_the_run_absent_or_whole(tmp_path, runner,
     from spikeforensics.store import Store
 
     root = tmp_path / "st"
-    log = _write(tmp_path / "train.log", [*_nanogpt(20), "saving checkpoint to out"])  # metrics and events
-    ingest_paths([_write(tmp_path / "base.log", _nanogpt(10))], "base", Store(root))
+    log = write_lines(tmp_path / "train.log", [*_nanogpt(20), "saving checkpoint to out"])  # metrics and events
+    ingest_paths([write_lines(tmp_path / "base.log", _nanogpt(10))], "base", Store(root))
     _killed_ingest(tmp_path, root, point, log)
     if not whole:  # before the commit point nothing of it is visible, not even to the direct read
         assert _direct_rows(root) == {"base": 30}  # 10 records x (loss, time, mfu)
@@ -645,9 +630,9 @@ def test_kill_while_replacing_a_grown_file_never_shows_both_copies(tmp_path):
     from spikeforensics.store import Store
 
     root = tmp_path / "st"
-    log = _write(tmp_path / "train.log", _nanogpt(20))
+    log = write_lines(tmp_path / "train.log", _nanogpt(20))
     ingest_paths([log], "r", Store(root))
-    _write(log, _nanogpt(30))
+    write_lines(log, _nanogpt(30))
     _killed_ingest(tmp_path, root, "drop_data_removed:1", log, run="r")
     assert _direct_rows(root) == {"r": 90}  # 30 records x 3 metrics: the old copy's rows are gone already
     st = Store(root)
@@ -664,7 +649,7 @@ def test_report_temporaries_of_a_killed_diagnose_are_swept(tmp_path, runner):
     from spikeforensics.store import Store, temp_path
 
     root = tmp_path / "st"
-    ingest_paths([_write(tmp_path / "train.log", _nanogpt(20))], "r", Store(root))
+    ingest_paths([write_lines(tmp_path / "train.log", _nanogpt(20))], "r", Store(root))
     report = Store(root).run_dir("r") / "report.html"
     report.parent.mkdir(parents=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -677,168 +662,3 @@ def test_report_temporaries_of_a_killed_diagnose_are_swept(tmp_path, runner):
     foreign.write_text("#")
     assert runner.invoke(cli, ["runs", "--store", str(root)]).exit_code == 0
     assert not leftover.exists() and mine.exists() and foreign.exists()
-
-
-# -- 9. inputs the fuzzer (benchmarks/fuzz.py) found ------------------------------------------------
-
-
-@pytest.mark.parametrize("lr", ["-0.0001", "nan"])
-def test_negative_or_nan_learning_rate_does_not_break_attribution(tmp_path, runner, lr):
-    # fuzz seed 14 input 301: a real log with its numbers made negative; the warmup end was
-    # looked up as the first LR >= 0.99 x the largest, which no negative LR is
-    lines = []
-    for i in range(1, 81):
-        loss = 9.0 if i == 50 else 2.0 - i * 0.005
-        lines.append(f"{{'loss': {loss}, 'grad_norm': 1.0, 'learning_rate': {lr}, 'epoch': {i / 100}}}")
-        lines.append(f" {i}/80 [00:01<00:01,  1.00it/s]")
-    path = _write(tmp_path / "train.log", lines)
-    report = _diagnosed(runner, path, tmp_path)
-    assert report["verdict"]["status"] in ("degraded", "unstable")
-
-
-@pytest.mark.parametrize("garbled", ["9223372036854775807", "1e309"])
-def test_a_garbled_skipped_iterations_counter_does_not_break_the_loss_scale_detector(tmp_path, runner, garbled):
-    # fuzz seed 14 input 361: a Megatron counter jumping by inf or 2^63 was cast to Int64 strictly
-    lines = [
-        f" iteration {i:8d}/     100 | consumed samples: {i * 8:10d} | lm loss: {3 - i * 0.01:.6E} | "
-        f"loss scale: 1024.0 | grad norm: 1.000 | number of skipped iterations: "
-        f"{garbled if i == 30 else '0'} | number of nan iterations:   0 |"
-        for i in range(1, 61)
-    ]
-    path = _write(tmp_path / "train.log", lines)
-    report = _diagnosed(runner, path, tmp_path)
-    assert "skipped_iters" in report["verdict"]["coverage"]["signals"]
-
-
-def test_oscillation_after_a_flat_loss_is_described_without_a_ratio(tmp_path, runner):
-    # fuzz seed 14 input 541: duplicated lines made the loss flat (usual noise 0), so the ratio
-    # to the usual noise was None and formatting it crashed the detector. (300 oscillating records:
-    # with 100, the flat records' zero volatility counted as "3x the usual" and made up the stretch; a
-    # swing must be >= oscillation.min_vol now, and 100 such records never fill a 100-record window)
-    lines = [
-        f"iter {i}: loss {2.0 if i < 300 else (1.0 if i % 2 else 4.0):.4f}, time 100.00ms, mfu 10.00%"
-        for i in range(600)
-    ]
-    path = _write(tmp_path / "train.log", lines)
-    report = _diagnosed(runner, path, tmp_path)
-    kinds = {k for inc in report["incidents"] for k in inc["kinds"]}
-    assert "loss_oscillation" in kinds
-
-
-@pytest.mark.parametrize("name", ["metrics.jsonl", "batches.jsonl"])
-def test_a_deeply_nested_json_record_costs_its_line(tmp_path, store, name):
-    # fuzz seed 14 inputs 633 and 665: one record nested 1,000 deep (9 kB) took polars' schema
-    # inference past 2 GB; 512 levels took 32 s and 1.8 GB
-    if name == "metrics.jsonl":
-        rows = [json.dumps({"step": s, "loss": 3 - s * 0.01}) for s in range(20)]
-    else:
-        rows = [json.dumps({"step": s, "sample_ids": [f"a{s}", f"b{s}"]}) for s in range(20)]
-    rows[7] = '{"step": 7, "loss": ' + '{"loss":' * 1000 + "1" + "}" * 1001
-    path = _write(tmp_path / name, rows)
-    start = time.monotonic()
-    ingest_paths([path], "r", store)
-    assert time.monotonic() - start < 30  # a hang guard, not a speed target
-    table = "metrics" if name == "metrics.jsonl" else "batches"
-    assert sorted(set(store.table("r", table).get_column("step").to_list())) == [s for s in range(20) if s != 7]
-    src = store.sources("r").row(0, named=True)
-    assert src["unparsed"] == 1 and json.loads(src["unparsed_examples"])[0][0] == 8
-
-
-def test_a_long_number_before_a_date_is_no_year_zero(tmp_path, runner):
-    # fuzz seed 14 input 1594: a huge number glued before a Megatron timestamp made `0000-03-09 ...`
-    # a time of year 0, which polars holds and Python's datetime cannot (attribution crashed)
-    lines = [
-        f"[{'1' + '0' * 40 if i == 40 else ''}2026-03-09 14:02:{i % 60:02d}.75] iteration {i:8d}/     100 | "
-        f"consumed samples: {i * 8:10d} | lm loss: {9.0 if i == 50 else 3 - i * 0.01:.6E} | grad norm: 1.000 |"
-        for i in range(1, 81)
-    ]
-    path = _write(tmp_path / "train.log", lines)
-    report = _diagnosed(runner, path, tmp_path)
-    assert report["verdict"]["status"] == "unstable"
-
-
-def test_records_sharing_a_physical_line_are_not_multiplied(tmp_path, store):
-    # fuzz seed 14 input 1830: a Megatron log whose line breaks became lone CRs, with a few LFs left
-    # (2 LFs, 800 CRs): read as an LF file, each physical line held 400 records as CR segments, and
-    # joining records to values by line made 2.4 million metric rows from a 240 kB file
-    src = (ROOT / "sample_logs" / "holdout" / "layer_dominates_clip" / "train.log").read_bytes()
-    body = src.replace(b"\r\n", b"\n").rstrip(b"\n").replace(b"\n", b"\r")
-    path = tmp_path / "train.log"
-    path.write_bytes(body + b"\n" + body + b"\n")
-    assert ingest_paths([path], "r", store).ok
-    m = parse_file(path, "megatron").tables["metrics"]
-    assert m.select("line", "name").is_duplicated().sum() == 0  # at most one record per physical line
-    assert m.height < 10_000
-
-
-def test_an_incident_that_runs_to_a_garbled_step_is_not_enumerated(tmp_path, runner):
-    # fuzz seed 16 input 50: one bit flip made a layer dump's step 23,593,320 among steps 0-360; an incident
-    # running to it was enumerated step by step for the "outside every incident" sets (23.6M rows: diagnose
-    # 1.16 GB, 16 s). The windows stay intervals now (`merged_windows`), whatever they span
-    from spikeforensics.attribute.context import merged_windows, outside_windows
-
-    w = merged_windows([(0, 23_593_320), (5, 9), (23_593_321, 23_593_400), (30_000_000, 30_000_001)])
-    assert w.rows() == [(0, 23_593_400), (30_000_000, 30_000_001)]  # overlapping and touching ones merged
-    frame = pl.DataFrame({"step": [None, 3, 23_593_401, 30_000_001, 29_999_999]}, schema={"step": pl.Int64})
-    assert outside_windows(frame, w).get_column("step").to_list() == [None, 23_593_401, 29_999_999]
-    seed = ROOT / "sample_logs" / "holdout" / "fp16_overflow_storm"
-    dump = pl.read_parquet(seed / "grad_stats.parquet")
-    dump = dump.with_columns(
-        pl.when(pl.int_range(pl.len()) == 100).then(23_593_320).otherwise(pl.col("step")).alias("step")
-    )
-    run_dir = tmp_path / "in"
-    run_dir.mkdir()
-    dump.write_parquet(run_dir / "grad_stats.parquet")
-    (run_dir / "train.log").write_bytes((seed / "train.log").read_bytes())
-    report = _diagnosed(runner, run_dir, tmp_path)
-    assert report["verdict"]["status"] in ("unstable", "degraded")
-
-
-def test_a_signed_loss_without_step_numbers_is_judged_by_record(tmp_path):
-    """Fuzz seed 17's input 530 (a wandb console log of a GAN's losses, no step printed, numbers and NaN mutated):
-    the signed-jump detector read the steps of a step-less log as they are (null) and crashed on the jump it found
-    (exit 4); it now takes the record index, as the other detectors do (`robust.prepare`)."""
-    import numpy as np
-
-    from spikeforensics.detect import signed_jump
-    from spikeforensics.params import Params
-    from spikeforensics.rundata import RunData
-
-    rng = np.random.default_rng(530)
-    values = list(-1.0 + 0.02 * rng.standard_normal(200))
-    values[120] = 25.0  # a jump far past the signed loss's range
-    metrics = pl.DataFrame(
-        {
-            "source": ["output.log"] * 200,
-            "line": list(range(1, 201)),
-            "step": pl.Series([None] * 200, dtype=pl.Int64),
-            "record": list(range(200)),
-            "attempt": [0] * 200,
-            "name": ["loss"] * 200,
-            "value": values,
-        }
-    )
-    run = RunData.from_frames(metrics=metrics)
-    assert run.loss_without_ratio() == "signed"
-    found = signed_jump.detect(run, Params())
-    assert [f.peak_step for f in found] == [120]  # the record index stands for the step
-
-
-def test_a_line_of_70000_digits_is_read_in_linear_time(tmp_path):
-    """Fuzz seed 17's inputs 679 and 1685: a log with one line of 70,000 (or a million) `1`s hung ingest for minutes
-    (162 s for a 71 kB file): the number patterns matched by Python's `re` (`\\d+\\.?\\d*`) could split a digit run
-    in as many ways as it has digits, and a sniffer's `fullmatch` backtracked through all of them. The patterns are
-    unambiguous now (`\\d+(?:\\.\\d*)?`, the same numbers). A hang test (a generous bound, not a speed target)."""
-    import subprocess
-    import sys
-
-    path = tmp_path / "loss.out"
-    rows = [f"{i} 0.5{i} 0.01 0.02 0.3 0.4" for i in range(1, 6)]
-    path.write_text("\n".join([*rows[:3], "1" * 70_000, *rows[3:]]) + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "spikeforensics", "ingest", str(path), "--run", "r", "--store", str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode in (0, 1) and "Traceback" not in done.stderr

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import traceback
 from pathlib import Path
 
@@ -328,7 +327,7 @@ def coverage(
         }
     unjudged, limited = {}, {}
     why = (judged or run).loss_without_ratio() if "loss" in signals else None
-    if why == "signed" and _signed_loss_judged(judged or run, loss_name, params):
+    if why == "signed" and _signed_loss_judged(judged or run, params):
         limited["loss"] = (
             f"{loss_name} takes negative values, a signed objective with no ratio scale: judged for non-finite "
             "values, a runaway by orders and jumps far past its whole range, not for spikes or drifts"
@@ -356,17 +355,13 @@ def coverage(
     }
 
 
-# a reinforcement-learning objective by its name (a PPO/GRPO actor's or policy-gradient loss): no health in its level
-POLICY_LOSS = r"(?:^|_)(?:actor|policy|pg|ppo|grpo|dpo|reward)(?:_|$)"
-
-
-def _signed_loss_judged(run: RunData, loss_name: str, params: Params) -> bool:
+def _signed_loss_judged(run: RunData, params: Params) -> bool:
     """Is a signed loss judged in part (`limited`: a healthy verdict is possible) rather than not at all? A
     supervised objective that goes negative (nnU-Net's Dice + cross-entropy, a flow's NLL bound) of at least
     `signed_jump.window` finite records: its non-finite values, a runaway and the jumps far past its range are
     what breaks such a run. Not an RL objective (a policy loss's level says nothing of the run's health), nor a
     short excerpt, whose range is too little to call a value impossible: those stay `unjudged` (inconclusive)."""
-    if run.loss_is_reinforcement() or re.search(POLICY_LOSS, loss_name.lower()):
+    if run.loss_is_reinforcement() or run.loss_is_policy():
         return False
     finite = run.series("loss").filter(pl.col("value").is_finite()).height
     return finite >= params.signed_jump.window

@@ -367,7 +367,7 @@ def _absurd_norms(run: RunData, params, found: list[Finding]) -> list[Finding]:
     bad = grad.filter(pl.col("value").is_finite() & (pl.col("value") >= params.hard_spike.absurd_grad_norm))
     if bad.height == 0:
         return []
-    bad = bad.with_columns(pl.col("step").fill_null(pl.col("t")).alias("step"))
+    bad = bad.with_columns(robust.step_or_record())
     covered = [(f.attempt, f.step_start, f.step_end) for f in found]
     out = []
     bad = bad.with_columns(robust.position(pl.col("attempt"), pl.col("step")).alias("pos"))

@@ -48,7 +48,7 @@ def _is_loss_bump(f: Finding, run: RunData, params) -> bool:
     # (the four columns read, sorted only when out of order)
     loss = in_order(run.series("loss").select("t", "step", "value", "attempt"), "t")
     # (a log without step numbers: the record index is the step, as `robust.prepare` numbers it)
-    loss = loss.with_columns(pl.col("step").fill_null(pl.col("t")))
+    loss = loss.with_columns(robust.step_or_record())
     span = loss.filter((pl.col("attempt") == f.attempt) & pl.col("step").is_between(f.step_start, f.step_end))
     if loss.height < hp.short_series_records or span.height == 0:
         return False  # a short excerpt: no band to come back to

@@ -177,7 +177,7 @@ def _masked_zero_rows(run: RunData, params) -> pl.DataFrame:
     # a run of zeros continues the outbreak its first zero started
     run_id = (~zero).cum_sum()
     seeded = seed.cast(pl.Int32).cum_sum().over(run_id) > 0
-    rows = frame.filter(zero & seeded).with_columns(pl.col("step").fill_null(pl.col("t")))
+    rows = frame.filter(zero & seeded).with_columns(robust.step_or_record())
     return _global_rows(rows, pl.lit("loss_masked_zero"))
 
 

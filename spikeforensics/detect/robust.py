@@ -31,6 +31,12 @@ EXACT_SCALE_RECORDS = 20_000
 SCALE_SAMPLES = 50  # why: on a long series every sigma is the median of 50 residuals spread over its window (as many for every record: consistent); the noise scale of a long run moves slowly
 
 
+def step_or_record() -> pl.Expr:
+    """`step`, or the record index `t` where the log prints no step number: every detector numbers a step-less
+    log's records so (its findings need a step)."""
+    return pl.col("step").fill_null(pl.col("t"))
+
+
 def prepare(series: pl.DataFrame) -> pl.DataFrame:
     """Timeline of one metric: sorted by rank then `t`, with `finite`, `y` = log(value) (null if <= 0 or non-finite)
     and `pos` (attempt-major step position, comparable across signals from one log)."""
@@ -40,7 +46,7 @@ def prepare(series: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Float64).alias("y"),
             pl.lit(None, pl.Int64).alias("pos"),
         )
-    series = series.with_columns(pl.col("step").fill_null(pl.col("t")))  # a log without step numbers: record index
+    series = series.with_columns(step_or_record())  # a log without step numbers: record index
     if not _in_order(series):  # a series already in order keeps its columns (shared, not copied)
         series = series.sort("rank", "t", nulls_last=True)
     return share_pos(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from spikeforensics.detect import robust
 from spikeforensics.detect.base import Evidence, Finding, as_notes, row_step
 from spikeforensics.rundata import RunData
 
@@ -61,8 +62,8 @@ def jumps(values: pl.DataFrame, window: int, min_records: int, z: float) -> pl.D
 def detect(run: RunData, params) -> list[Finding]:
     hp = params.signed_jump
     loss = run.series("loss")
-    # a log without step numbers: the record index, as the other detectors take it (robust.prepare)
-    finite = loss.filter(pl.col("value").is_finite()).with_columns(pl.col("step").fill_null(pl.col("t"))).sort("t")
+    # a log without step numbers: the record index, as the other detectors take it
+    finite = loss.filter(pl.col("value").is_finite()).with_columns(robust.step_or_record()).sort("t")
     if finite.height == 0 or not run.loss_without_ratio():
         return []
     out: list[Finding] = []
