@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pytest
 
+from spikeforensics import frames
 from spikeforensics.detect import detect_incidents
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
@@ -101,9 +103,13 @@ def _spiky(n: int, seed: int, at: int) -> list[float]:
     return curve
 
 
-def test_a_run_repeated_exactly_is_judged_once_and_the_note_counts_the_copies():
+@pytest.mark.parametrize("slice_rows", [None, 7, 64])
+def test_a_run_repeated_exactly_is_judged_once_and_the_note_counts_the_copies(monkeypatch, slice_rows):
     """A log concatenated to itself (fuzz seed 15's input 488: one HF log copied 20,000 times) holds the same run
-    again and again: each distinct run is judged once, not once per copy (detect/runs_in_log.py)."""
+    again and again: each distinct run is judged once, not once per copy (detect/runs_in_log.py). The runs'
+    content sums are taken over slices of the table (`frames.in_slices`): the same with slices that cut runs."""
+    if slice_rows:
+        monkeypatch.setattr(frames, "SLICE_ROWS", slice_rows)
     steps = list(range(100, 7700, 100))
     same = _spiky(76, 1, 50)
     parts = [(a, steps, same, None) for a in range(5)] + [(5, steps, _spiky(76, 2, 60), None)]

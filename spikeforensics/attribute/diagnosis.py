@@ -47,6 +47,7 @@ from spikeforensics.attribute.tracing import (
     skip_candidates,
 )
 from spikeforensics.detect.base import SEVERITIES, Evidence, Finding, Incident, severity_rank
+from spikeforensics.frames import in_slices
 from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 from spikeforensics.schema import CANONICAL_METRICS
@@ -283,15 +284,21 @@ def coverage(
 
     loss_name = run.resolve("loss")  # a training loss logged under its own name counts as the loss
     name = pl.col("name").replace(loss_name, "loss") if loss_name != "loss" else pl.col("name")
+
     # lazily, one metric at a time: only the columns read are taken out of the long table, and each
     # distinct-record count hashes one metric's rows (a count over all metrics at once costs ~1 GB
     # per million steps)
-    rows = (
-        run.metrics.lazy()
-        .select(name.alias("name"), "source", "attempt", "record", "value")
-        .filter(pl.col("record").is_not_null() & pl.col("value").is_finite())
+    def read(metrics: pl.LazyFrame) -> pl.LazyFrame:
+        return metrics.select(name.alias("name"), "source", "attempt", "record", "value").filter(
+            pl.col("record").is_not_null() & pl.col("value").is_finite()
+        )
+
+    rows = read(run.metrics.lazy())
+    held = in_slices(
+        run.metrics.lazy(),
+        lambda piece: read(piece).filter(pl.col("name").is_in(CANONICAL_METRICS)).select("name", "source").unique(),
+        pl.DataFrame.unique,
     )
-    held = rows.filter(pl.col("name").is_in(CANONICAL_METRICS)).select("name", "source").unique().collect()
     series = {}
     for metric in CANONICAL_METRICS:
         # distinct (source, attempt, record): the distinct records of each attempt, summed, one source holding the

@@ -24,6 +24,7 @@ from bisect import bisect_right
 import polars as pl
 
 from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.frames import in_slices
 from spikeforensics.rundata import RunData
 
 # a row's content as one number: the hash of the columns that make two runs the same run, reduced below 2^32 so
@@ -32,13 +33,16 @@ _ROW_MOD = 4_294_967_291
 
 
 def _signature(rows: pl.LazyFrame, columns: list[str], part: pl.Expr) -> pl.DataFrame:
-    """Per part: (rows, order-free content sum) of `columns`. Summed per attempt over the table first (a query that
-    streams), then per part over those few rows: mapping every row to its part held a 7.2M-record log whole."""
-    per_attempt = (
-        rows.filter(pl.col("attempt").is_not_null())
-        .group_by("attempt")
-        .agg(pl.len().alias("n"), (pl.struct(columns).hash(seed=7) % _ROW_MOD).sum().alias("h"))
-        .collect()
+    """Per part: (rows, order-free content sum) of `columns`. Summed per attempt over slices of the table first
+    (`in_slices`), then per part over those few rows: mapping every row to its part held a 7.2M-record log whole."""
+    per_attempt = in_slices(
+        rows,
+        lambda piece: (
+            piece.filter(pl.col("attempt").is_not_null())
+            .group_by("attempt")
+            .agg(pl.len().cast(pl.UInt64).alias("n"), (pl.struct(columns).hash(seed=7) % _ROW_MOD).sum().alias("h"))
+        ),
+        lambda parts: parts.group_by("attempt").agg(pl.col("n").sum(), pl.col("h").sum()),
     )
     return (
         per_attempt.with_columns(part)

@@ -10,7 +10,8 @@ driver then writes each chunk into the store's staging files as it comes (one Pa
 group per chunk), so memory does not grow with the log (only for files of at least the
 parser's `STREAM_MIN_BYTES`, if it sets one: a smaller file is read whole, and mixed). Such a parser leaves `rank` in
 `metrics` as the prefix rank; the driver applies the contract's rule after the last chunk
-(a source in which a single rank prints values is global: rank null).
+(a source in which a single rank prints values is global: rank null). A big text log read by a
+grammar without `parse_chunks` goes the same way in windows (`_windows.py`).
 
 The file's SHA-256 and line count are taken from the blocks the parser reads
 (`SourceFile.tap`), so a file is read once; it is hashed up front only when the run
@@ -27,7 +28,7 @@ import os
 import pkgutil
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ import polars as pl
 from spikeforensics import schema
 from spikeforensics.ingest import encoded
 from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
+from spikeforensics.ingest._windows import parse_windows, windowed
 from spikeforensics.ingest.base import (
     CR_DECISION_BYTES,
     MAX_STEP,
@@ -483,18 +485,19 @@ def _parse_whole(parser: ModuleType, src: SourceFile, stage: Staging, mixing: bo
 
 
 def _parse_streaming(
-    parser: ModuleType, src: SourceFile, stage: Staging, on_chunk: Callable[[int], None] | None = None
+    parts: Iterator[ParseResult], src: SourceFile, stage: Staging, on_chunk: Callable[[int], None] | None = None
 ) -> _Parsed:
-    """Write each chunk's tables as they come (chunk k is written in a background thread
-    while chunk k + 1 is parsed); then apply the one-rank rule (see the module
-    docstring), rewriting the staged metrics only when exactly one rank printed values
-    (and the `nan` events derived from them, which take the metrics' rank)."""
+    """Write each chunk's tables as they come (`parser.parse_chunks`, or a grammar's windows:
+    `_windows.py`; chunk k is written in a background thread while chunk k + 1 is parsed); then
+    apply the one-rank rule (see the module docstring), rewriting the staged metrics only when
+    exactly one rank printed values (and the `nan` events derived from them, which take the
+    metrics' rank)."""
     parsed = _Parsed()
     derived: list[pl.Series] = []  # positions of derived `nan` events in the staged events
     events_rows = 0
     with ThreadPoolExecutor(max_workers=1) as writer:
         pending = None
-        for part in parser.parse_chunks(src):
+        for part in parts:
             drop_out_of_range_steps(part)
             tables, nans = _finish_tables(part.tables, src.name)
             parsed.add(part, tables)
@@ -573,9 +576,15 @@ def _ingest_file(
     src = SourceFile(path=data, name=source, year=year, tap=read)
     with store.staging() as stage:
         try:
+            big = progress is not None and size >= PROGRESS_MIN_BYTES
+            on_chunk = _chunk_progress(progress, path) if big else None
             if hasattr(parser, "parse_chunks") and size >= getattr(parser, "STREAM_MIN_BYTES", 0):
-                big = progress is not None and size >= PROGRESS_MIN_BYTES
-                parsed = _parse_streaming(parser, src, stage, _chunk_progress(progress, path) if big else None)
+                parsed = _parse_streaming(parser.parse_chunks(src), src, stage, on_chunk)
+            elif windowed(parser, size):
+                read_by: list[str] = []
+                windows = parse_windows(parser, src, parsers() if mixing else None, read_by)
+                parsed = _parse_streaming(windows, src, stage, on_chunk)
+                parsed.grammars = read_by
             else:
                 parsed = _parse_whole(parser, src, stage, mixing=mixing)
         except IngestError as exc:

@@ -104,10 +104,16 @@ def _record_lines(result: ParseResult) -> pl.Series:
 
 
 def mix(
-    primary_name: str, src: SourceFile, primary: ParseResult, grammars: dict[str, ModuleType]
+    primary_name: str,
+    src: SourceFile,
+    primary: ParseResult,
+    grammars: dict[str, ModuleType],
+    chosen: list[str] | None = None,
 ) -> tuple[ParseResult, list[str]]:
-    """Offer the lines `primary` did not read as records to the other line grammars.
-    Returns the merged result and the names of the grammars that read records (primary first)."""
+    """Offer the lines `primary` did not read as records to the other line grammars: those that sniff
+    surest on them, or the `chosen` ones, in order and unsniffed (a big file's later windows take the
+    grammars its first window chose: `_windows.py`). Returns the merged result and the names of the
+    grammars that read records (primary first)."""
     lines = prepared_lines(src)  # cached on `src`: the primary already computed it
     rest = lines.join(_record_lines(primary).to_frame(), on="line", how="anti")
     # a line the event catalogue read (an overflow, a checkpoint, a traceback) is no record for a
@@ -120,15 +126,21 @@ def mix(
     )
     parts: list[tuple[str, ParseResult]] = []
     tried = {primary_name}
+    queue = None if chosen is None else [n for n in chosen if n in grammars and n != primary_name]
     while rest.height:
-        sample = record_like_sample(src.path, rest, SNIFF_REST_LINES)
-        if not sample.lines:
-            break
-        candidates = {n: m for n, m in grammars.items() if n not in tried and is_line_grammar(n)}
-        scores = [(s, n) for s, n in sniff_scores(sample, candidates) if s >= MIN_SECONDARY_CONFIDENCE]
-        if not scores:
-            break
-        _, name = max(scores)
+        if queue is not None:
+            if not queue:
+                break
+            name = queue.pop(0)
+        else:
+            sample = record_like_sample(src.path, rest, SNIFF_REST_LINES)
+            if not sample.lines:
+                break
+            candidates = {n: m for n, m in grammars.items() if n not in tried and is_line_grammar(n)}
+            scores = [(s, n) for s, n in sniff_scores(sample, candidates) if s >= MIN_SECONDARY_CONFIDENCE]
+            if not scores:
+                break
+            _, name = max(scores)
         tried.add(name)
         offered = rest.join(event_lines, on="line", how="anti") if getattr(grammars[name], "CATCH_ALL", False) else rest
         sub = grammars[name].parse(SourceFile(path=src.path, name=src.name, year=src.year, only_lines=offered))
@@ -235,6 +247,9 @@ def _merge(primary: ParseResult, parts: list[tuple[str, ParseResult]]) -> ParseR
     merged = _renumber(_drop_repeats(merged)).drop("_part")
     out.add("metrics", merged)
     out.records = primary.records + sum(sub.records for _, sub in parts)
+    counted = [r.record_lines for r in (primary, *[s for _, s in parts])]
+    if all(c is not None for c in counted):
+        out.record_lines = pl.concat([c.cast(pl.Int64) for c in counted])
     if events:
         ev = pl.concat(events, how="diagonal_relaxed")
         ev = ev.unique(["line", "kind"], keep="first", maintain_order=True) if "line" in ev.columns else ev

@@ -114,6 +114,9 @@ class ParseResult:
     # the lines a multi-line record's body spans beyond the line its metrics are numbered by (Coqui's
     # `| > loss: 2.3` lines under a `--> STEP` header): read, so never offered to another grammar
     body_lines: pl.Series | None = None
+    # the lines of the `records` counted, where the parser knows them (`text_result`): a window of a big file
+    # counts the records of its own lines (`_windows.py`)
+    record_lines: pl.Series | None = None
 
     def add(self, table: str, frame: pl.DataFrame | None) -> None:
         if frame is None or frame.height == 0:
@@ -141,6 +144,9 @@ class SourceFile:
     # When set, the parser sees only these prepared lines (`line`, `text`, `prefix_rank`):
     # the driver hands a line grammar the lines no other grammar of the file claimed.
     only_lines: pl.DataFrame | None = field(default=None, repr=False, compare=False)
+    # `only_lines` is a window of the whole file (`_windows.py`), not the lines other grammars left:
+    # a grammar that decides on the whole file's lines decides on the window's
+    window: bool = False
     # `prepared_lines` keeps what it computed, so the driver reuses it without re-reading
     _prepared: pl.DataFrame | None = field(default=None, repr=False, compare=False)
 
@@ -158,10 +164,12 @@ class SourceFile:
 
     def iter_line_chunks(self, chunk_bytes: int = 32 << 20) -> Iterator[pl.DataFrame]:
         """The same as `lines()`, in chunks cut at newlines, for files too big to hold twice.
-        Whether the file breaks its lines at CRs is decided on its head (`lone_cr_endings`)."""
+        Whether the file breaks its lines at CRs is decided on its head (`lone_cr_endings`). A line
+        longer than a chunk and than MAX_LINE_BYTES is held only as far as `prepare` keeps it."""
         offset = 0
         tail = b""
         held_cr = b""  # a CR file's block ending in CR: its LF may open the next block (one CRLF, one line end)
+        skipping = False  # the line being read is past MAX_LINE_BYTES: its rest is dropped up to its end
         with open(self.path, "rb") as fh:
             cr_file = lone_cr_endings(fh.read(CR_DECISION_BYTES))
             fh.seek(0)
@@ -176,10 +184,17 @@ class SourceFile:
                     if block.endswith(b"\r"):
                         block, held_cr = block[:-1], b"\r"
                     block = to_lf(block)
+                if skipping:
+                    end = block.find(b"\n")
+                    if end < 0:
+                        continue
+                    block, skipping = block[end:], False
                 block = tail + block
                 cut = block.rfind(b"\n")
                 if cut < 0:
                     tail = block
+                    if len(tail) > MAX_LINE_BYTES:  # keep the head `prepare` cuts the line to, not the whole line
+                        tail, skipping = tail[: MAX_LINE_BYTES + 1], True
                     continue
                 tail = block[cut + 1 :]
                 frame = lines_from_bytes(block[: cut + 1], first_line=offset + 1, lone_cr=False)
@@ -622,6 +637,7 @@ def text_result(
     metrics = metrics_from_long(records, values, source)
     out.add("metrics", metrics)
     out.records = records.height
+    out.record_lines = records.get_column("line")
     recs = step_records(metrics)
     events = extract_events(lines.select("line", "text", "prefix_rank"))
     if extra_events is not None and extra_events.height:

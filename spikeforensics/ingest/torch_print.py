@@ -92,7 +92,7 @@ def parse(src: SourceFile) -> ParseResult:
         & pl.col("_adjacent").fill_null(False)
         & pl.col("_next").str.contains(CONTINUED_NODE).fill_null(False)
     )
-    if src.only_lines is None and bare_tensor_file(lines.get_column("text")):
+    if (src.only_lines is None or src.window) and bare_tensor_file(lines.get_column("text")):
         whole = whole | text.str.contains(BARE_TENSOR)  # a file of detached loss prints (see BARE_TENSOR)
     cand = marked.filter(whole | wrapped).with_columns(
         text.str.extract(TENSOR, 1).alias("_v"), text.str.extract(COUNTER, 1).alias("_c")
@@ -100,7 +100,7 @@ def parse(src: SourceFile) -> ParseResult:
     counted = cand.filter(pl.col("_c").is_not_null())
     if counted.height:
         rec = counted.with_columns(step_int(pl.col("_c")).alias("step"))
-    elif cand.height >= MIN_LINES and src.only_lines is None:
+    elif cand.height >= MIN_LINES and (src.only_lines is None or src.window):
         rec = cand.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
     else:
         rec = cand.head(0).with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
