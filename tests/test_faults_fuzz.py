@@ -175,3 +175,23 @@ def test_a_line_of_70000_digits_is_read_in_linear_time(tmp_path):
         timeout=90,
     )
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr
+
+
+def test_one_json_record_of_500_keys_is_decoded_typed_and_long_form_keeps_only_its_cells(tmp_path, monkeypatch):
+    """Fuzz seed 18's input 199: a 1.5 MB JSONL whose 5,000 records print 5 keys, and one record 500 (a key first
+    seen after the rows the schema is inferred from). The keys were decoded as text for every row and the wide
+    frame went to long form whole (2.7M mostly-null rows, 413 MB to ingest): now the schema comes from every row
+    (typed values) and long form keeps the cells that hold a value, column by column. The rows are the same."""
+    from spikeforensics.ingest import base
+
+    lines = [json.dumps({"step": i, "loss": 2.0 - i * 1e-4, "lr": 1e-3}) for i in range(1, 301)]
+    wide_record = {"step": 301, "loss": 1.9, **{f"k{j}": 0.5 + j for j in range(500)}}
+    lines.insert(150, json.dumps(wide_record))
+    path = write_lines(tmp_path / "metrics.jsonl", lines)
+    dense = parse_file(path, "jsonl_metrics").tables["metrics"]
+    monkeypatch.setattr(base, "SPARSE_CELLS", 100)
+    sparse = parse_file(path, "jsonl_metrics").tables["metrics"]
+    assert dense.sort("line", "name").equals(sparse.sort("line", "name"))
+    assert dense.height == 300 * 2 + 1 + 500  # loss and lr of 300 records; the wide one: loss and its 500 keys
+    k7 = dense.filter(pl.col("name") == "k7")
+    assert k7.height == 1 and k7.item(0, "value") == 7.5 and k7.item(0, "step") == 301

@@ -7,6 +7,7 @@ CSV file is read by polars' CSV reader; no Python loop per line.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 from collections.abc import Iterable
@@ -236,8 +237,17 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
             return good.select(cols), bad
         out = decoded.unnest("_obj")
     except pl.exceptions.PolarsError:
-        # Types too mixed to infer one schema from the first rows, or a key first seen after them (an HF
-        # log's closing summary dict): every key as text, decoded whole (exact digits); with lists or
+        out = None
+        # a key first seen after the first rows (an HF log's closing summary dict, one record of many keys): the
+        # schema inferred from every row, values typed (as text, a record of 500 keys made 5,000 rows of 500
+        # string columns: 400 MB for a 1.5 MB file)
+        with contextlib.suppress(pl.exceptions.PolarsError):
+            obj = good.get_column(_JSON).str.json_decode(infer_schema_length=None).alias("_obj")
+            if isinstance(obj.dtype, pl.Struct) and obj.dtype.fields:
+                out = good.select(inner).with_columns(obj).unnest("_obj")
+    if out is None:
+        # Types too mixed to infer one schema (a key that is a number here and text there): every key as text,
+        # decoded whole (exact digits); with lists or
         # objects among the values, key by key (the path matcher re-renders a float, one ulp off at times).
         keys = [k for k in _json_keys(good.get_column(_JSON)) if k not in inner]
         try:
