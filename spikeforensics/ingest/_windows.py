@@ -41,8 +41,9 @@ from spikeforensics.ingest.base import ParseResult, SourceFile, prepare
 # a whole read peaks at about 10x the file (a 16 MB mmengine log: ~300 MB) and the grammar sees
 # every line at once.
 WINDOW_MIN_BYTES = 16 << 20
-# The bytes of one window (cut at a line end): ~100k lines of a typical log, ~80 MB parsed.
-WINDOW_BYTES = 8 << 20
+# The bytes of one window (cut at a line end): ~50k lines of a typical log. A 52 MB generic_steps log (fuzz seed 18's
+# input 525): 8 MiB windows 359 MB / 68 s, 4 MiB 301 MB / 56 s (the window and the one being written in flight).
+WINDOW_BYTES = 4 << 20
 # Context given with every window: the file's first lines, and the lines just before the window.
 HEAD_LINES = 200
 OVERLAP_LINES = 200
