@@ -195,3 +195,29 @@ def test_one_json_record_of_500_keys_is_decoded_typed_and_long_form_keeps_only_i
     assert dense.height == 300 * 2 + 1 + 500  # loss and lr of 300 records; the wide one: loss and its 500 keys
     k7 = dense.filter(pl.col("name") == "k7")
     assert k7.height == 1 and k7.item(0, "value") == 7.5 and k7.item(0, "step") == 301
+
+
+def test_a_wide_csv_header_over_short_rows_is_read_in_slices_with_the_same_rows(tmp_path, monkeypatch):
+    """Fuzz seed 18's input 978: a text log under a 500-name CSV header (its lone CRs row breaks to the CSV
+    reader) is read as rows x 500 cells, 776 MB for 1.4 MB. Chunks are cut into slices of at most MAX_CELLS cells
+    (rows counted with the CRs inside lines); a real Lightning-style CSV gives the same rows through slices of a
+    few rows as read whole, the header carried to every slice."""
+    from spikeforensics.ingest import csv_metrics
+
+    header = "epoch,step,train_loss,val_loss," + ",".join(f"extra_{j}" for j in range(40))
+    rows = [header]
+    for i in range(1, 400):
+        rows.append(f"{i // 50},{i},{2.0 - i * 1e-3:.4f},," + "," * 39)
+        if i % 50 == 0:
+            rows.append(f"{i // 50},{i},,{1.5 - i * 1e-3:.4f}," + "," * 39)
+    rows.insert(100, "7,7\r8,8")  # a line holding a CR: two CSV rows
+    path = write_lines(tmp_path / "metrics.csv", rows)
+    whole = parse_file(path, "csv_metrics").tables["metrics"]
+    monkeypatch.setattr(csv_metrics, "MAX_CELLS", 44 * 7)  # 7 rows a slice
+    sliced = parse_file(path, "csv_metrics").tables["metrics"]
+    assert whole.height > 400 and whole.sort("line", "name").equals(sliced.sort("line", "name"))
+    lines = pl.DataFrame({"line": range(1, 6), "text": ["a,b,c", "1,2,3", "4\r5\r6", "7,8,9", "1,1,1"]})
+    monkeypatch.setattr(csv_metrics, "MAX_CELLS", 9)  # 3 rows of 3 cells a slice
+    parts = [p.get_column("line").to_list() for p in csv_metrics._bounded(iter([lines]))]
+    # rows counted with line 3's CRs (rows 1-2 | 3-6 | 7); counting lines would give [[1, 2, 3], [4, 5]]
+    assert parts == [[1, 2], [3, 4], [5]]
