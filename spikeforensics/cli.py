@@ -189,6 +189,7 @@ def ingest(paths, run_id, store, fmt, as_json, aliases, follow_symlinks, quiet, 
     PATH is a file or a folder (ingested file by file). Formats are detected from
     content; a gzip, xz, bzip2 or zstd file (train.log.gz) or a UTF-16 one is read
     as the file it holds. Ingesting the same file twice changes nothing; new files append to the run.
+    A file with nothing usable is skipped with a warning (exit 1 only when no PATH is usable).
 
     \b
     Examples:

@@ -324,9 +324,9 @@ def ingest_paths(
     progress: Callable[[str], None] | None = None,
     follow_symlinks: bool = False,
 ) -> IngestReport:
-    """Ingest files and folders into `run_id`. Raises IngestError for a file given
-    directly that has nothing usable; files inside a folder are skipped with a message
-    (so are symlinks leading out of a folder, unless `follow_symlinks`)."""
+    """Ingest files and folders into `run_id`. Raises IngestError when the one file given has nothing
+    usable, or none of several has; otherwise a file that has nothing usable (given directly or inside a
+    folder) is skipped with a message (so are symlinks leading out of a folder, unless `follow_symlinks`)."""
     validate_run_id(run_id)
     if fmt is not None and fmt not in parsers():
         raise IngestError(f"unknown format {fmt!r}; known: {', '.join(format_names())}")
@@ -357,9 +357,13 @@ def ingest_paths(
             needs_year = bool(name and getattr(parsers()[name], "NEEDS_YEAR", False))
             year = _run_year(store, run_id) if needs_year else None
             outcome = _ingest_file(path, source, name, run_id, store, year, progress, mixing=fmt is None, data=data)
-            if outcome.status == "failed" and not in_folder:
+            if outcome.status == "failed" and not in_folder and len(files) == 1:
                 raise IngestError(outcome.message)
             outcomes.append(outcome)
+        # several files given: one that cannot be used (an aborted launch's log with no record, a file of
+        # another kind picked up by a glob) is skipped with its message, as in a folder; none usable is an error
+        if len(files) > 1 and not any(o.status != "failed" for o in outcomes):
+            raise IngestError(next(o.message for o in outcomes if o.status == "failed"))
     outcomes += [
         FileOutcome(path=str(f), source=source, status="failed", message=f"{f}: {why}") for f, source, why in skipped
     ]

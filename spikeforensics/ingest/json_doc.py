@@ -19,7 +19,20 @@ one JSON line of `jsonl_metrics` would be (same aliases, same train/eval/summary
 same record rules: an object that repeats the previous object's step, as a run's final summary
 does, is the same record). HF's `trainer_state.json` has its own parser (its `log_history`).
 `line` is the object's position in that list (1-based): a pretty-printed document has no one line
-per record. The document is read whole (`json.loads`, NaN/Infinity accepted): at most
+per record.
+
+Sacred's `FileStorageObserver` writes a run's `metrics.json` column-wise instead: one object per metric
+name (`_run.log_scalar("training.loss", value, step)`) holding parallel lists,
+
+    {
+      "training.loss": {
+        "steps": [1, 2, ...],
+        "timestamps": ["2024-02-08T23:02:17.744847", ...],
+        "values": [0.2630771433830261, ...]
+      }, ...
+
+read as one object per step (`{"step": 1, "training.loss": 0.263, "time": ...}`, the metrics of one step
+together); `line` is the step's position among the steps (1-based). The document is read whole (`json.loads`, NaN/Infinity accepted): at most
 `MAX_DOC_BYTES`; nested deeper than `T.MAX_JSON_DEPTH` it is refused.
 """
 
@@ -41,11 +54,15 @@ LOSS_KEY = re.compile(r"loss")
 # the head of a pretty-printed document: `{` or `[` alone on the first line, a quoted key soon after
 HEAD = re.compile(r'^\s*[\[{]\s*\n\s*(?:"[^"\n]+"\s*:|\{)')
 HEAD_COUNTER = re.compile(r'"(?:step|global_step|iteration|iter|epoch)"\s*:\s*\d')
+# Sacred's metrics.json: `{`, a metric name, then its object's first list
+SACRED_HEAD = re.compile(r'^\s*\{\s*\n\s*"[^"\n]+"\s*:\s*\{\s*\n\s*"(?:steps|timestamps|values)"\s*:\s*\[')
 HEAD_LOSS = re.compile(r'"[^"\n]*loss[^"\n]*"\s*:\s*(?:-?\d|NaN|-?Infinity|null|"(?:nan|inf))', re.IGNORECASE)
 
 
 def sniff(sample: SniffSample) -> float:
     text = sample.text
+    if SACRED_HEAD.match(text):
+        return 0.6
     if not HEAD.match(text) or '"log_history"' in text:
         return 0.0
     return 0.6 if HEAD_COUNTER.search(text) and HEAD_LOSS.search(text) else 0.0
@@ -82,6 +99,31 @@ def record_list(doc: object, depth: int = 0) -> list[dict]:
     return best
 
 
+def sacred_records(doc: object) -> list[dict]:
+    """One object per step of a Sacred `metrics.json` (see the module docstring): `step`, each metric's value at
+    that step, and `time` (the first metric's timestamp); [] if `doc` is not one."""
+    if not isinstance(doc, dict) or not doc:
+        return []
+    by_step: dict[int, dict] = {}
+    for name, series in doc.items():
+        if not isinstance(series, dict) or not isinstance(series.get("steps"), list):
+            return []
+        steps, values = series["steps"], series.get("values")
+        if not isinstance(values, list) or len(values) != len(steps):
+            return []
+        times = series.get("timestamps")
+        times = times if isinstance(times, list) and len(times) == len(steps) else [None] * len(steps)
+        for step, value, time in zip(steps, values, times, strict=True):
+            if not isinstance(step, int) or isinstance(step, bool):
+                continue
+            record = by_step.setdefault(step, {"step": step})
+            if isinstance(value, (int, float)) or value is None:
+                record[name] = value
+            if isinstance(time, str):
+                record.setdefault("time", time)
+    return [by_step[s] for s in sorted(by_step)] if len(by_step) >= 2 else []
+
+
 def parse(src: SourceFile) -> ParseResult:
     result = ParseResult()
     size = src.path.stat().st_size
@@ -94,7 +136,7 @@ def parse(src: SourceFile) -> ParseResult:
         doc = json.loads(text)  # accepts NaN / Infinity / -Infinity
     except json.JSONDecodeError as exc:
         raise T.ingest_error(f"{src.path}: not a readable JSON document (line {exc.lineno}: {exc.msg})") from None
-    entries = record_list(doc)
+    entries = sacred_records(doc) or record_list(doc)
     if not entries:
         return result
     flat = [{k: v for k, v in e.items() if isinstance(v, (int, float, str)) or v is None} for e in entries]
