@@ -221,3 +221,18 @@ def test_a_wide_csv_header_over_short_rows_is_read_in_slices_with_the_same_rows(
     parts = [p.get_column("line").to_list() for p in csv_metrics._bounded(iter([lines]))]
     # rows counted with line 3's CRs (rows 1-2 | 3-6 | 7); counting lines would give [[1, 2, 3], [4, 5]]
     assert parts == [[1, 2], [3, 4], [5]]
+
+
+def test_an_error_naming_columns_cuts_each_name_and_stays_one_short_line(tmp_path, runner):
+    """Fuzz seed 18's input 1498: a CSV forced as `csv_metrics` whose one column name is a 1.4 MB run of nested
+    JSON: the "CSV without a step column (found: ...)" error quoted it whole (1.4 MB of stderr). Names are cut to
+    40 characters, at most 12 shown, control characters dropped."""
+    from spikeforensics.cli import cli
+
+    path = tmp_path / "measurements.csv"
+    path.write_text('{"loss":' * 50_000 + ",\x1b[31mred\n1,2\n")
+    result = runner.invoke(cli, ["ingest", str(path), "--format", "csv_metrics", "--store", str(tmp_path / "s")])
+    assert result.exit_code == 1
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("spikeforensics: error")]
+    assert str(path) in line and "CSV without a step column" in line and len(line) < 400
+    assert "\x1b" not in line

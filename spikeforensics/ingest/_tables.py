@@ -89,6 +89,23 @@ def ingest_error(message: str) -> Exception:
     return IngestError(message)
 
 
+# a name shown in an error message is cut to this many characters (a fuzzed header's "name" was 1.4 MB), at most
+# SHOWN_NAMES of them
+SHOWN_NAME_CHARS = 40
+SHOWN_NAMES = 12
+
+
+def shown_names(names) -> str:
+    """Column or key names for a one-line error message: the first SHOWN_NAMES, each cut to SHOWN_NAME_CHARS
+    characters, control characters dropped; 'none' when there are none."""
+    from spikeforensics.ingest.base import strip_controls
+
+    cut = [strip_controls(str(n)) for n in list(names)[:SHOWN_NAMES]]
+    cut = [n if len(n) <= SHOWN_NAME_CHARS else n[: SHOWN_NAME_CHARS - 3] + "..." for n in cut]
+    more = len(list(names)) - SHOWN_NAMES
+    return (", ".join(cut) + (f", ... ({more} more)" if more > 0 else "")) or "none"
+
+
 # ---------------------------------------------------------------------------
 # File kinds
 

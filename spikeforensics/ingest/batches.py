@@ -61,8 +61,7 @@ def parse(src: SourceFile, chunk_bytes: int | None = None) -> ParseResult:
         parts.append(_batch_rows(frame.rename(_canonical(columns)), result))
     if lacking is not None and not parts:
         raise T.ingest_error(
-            f"{src.path}: not a batch manifest: no sample_id or sample_ids column "
-            f"(found: {', '.join(lacking[:12]) or 'none'})"
+            f"{src.path}: not a batch manifest: no sample_id or sample_ids column (found: {T.shown_names(lacking)})"
         )
     if parts:
         result.add("batches", schema.conform("batches", pl.concat(parts, how="diagonal_relaxed")))

@@ -264,7 +264,7 @@ def _chunk_wide(
     cols = [c for c in frame.columns if c != "line"]
     step_col = counter_columns(cols)
     if step_col is None and not row_counted(cols):
-        raise T.ingest_error(f"{src.path}: CSV without a step column (found: {', '.join(cols[:12]) or 'none'})")
+        raise T.ingest_error(f"{src.path}: CSV without a step column (found: {T.shown_names(cols)})")
     if step_col is None:  # one row per epoch, counted (see `row_counted`)
         loss_col = next(c for c in cols if re.search(schema.LOSS_TERM, _norm(c)) or _norm(c).endswith("loss"))
         frame = frame.filter(pl.col(loss_col).is_null() | (pl.col(loss_col) != loss_col))  # repeated headers

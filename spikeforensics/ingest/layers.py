@@ -125,7 +125,7 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
         missing = [c for c in ("step", "layer", "grad_norm") if c not in rename.values()]
         if missing:  # a chunk without the columns: its rows are unparsed (the file fails if none has them)
             lacking = lacking or (missing, columns)
-            T.unparsed(result, frame.select("line", pl.lit(f"no column for {', '.join(missing)}").alias("text")))
+            T.unparsed(result, frame.select("line", pl.lit(f"no column for {T.shown_names(missing)}").alias("text")))
             _move_unparsed(result, rest)
             continue
         part = _layer_rows(frame.rename(rename), result)
@@ -138,8 +138,8 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
     if lacking and not found:
         missing, columns = lacking
         raise T.ingest_error(
-            f"{src.path}: not a per-layer gradient dump: no column for {', '.join(missing)} "
-            f"(found: {', '.join(columns[:12]) or 'none'})"
+            f"{src.path}: not a per-layer gradient dump: no column for {T.shown_names(missing)} "
+            f"(found: {T.shown_names(columns)})"
         )
     _move_unparsed(reading, rest)
     if global_frames:
@@ -298,7 +298,7 @@ def read_npz(src: SourceFile) -> pl.DataFrame:
     if needed:
         raise T.ingest_error(
             f"{src.path}: NPZ gradient dump needs arrays {', '.join(needed)} (or an alias); "
-            f"found: {', '.join(sorted(arrays)) or 'none'}"
+            f"found: {T.shown_names(sorted(arrays))}"
         )
     norm = arrays["grad_norm"]
     if norm.ndim == 2 and "layer" in arrays:
