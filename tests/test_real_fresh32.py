@@ -49,3 +49,29 @@ def test_sacred_metrics_json_is_read_column_wise_one_record_per_step(store):
     assert loss.get_column("record").to_list() == list(range(400))
     assert abs(loss.item(0, "value") - 0.2630771433830261) < 1e-12 and loss.item(399, "value") < -0.67
     assert outcome.unparsed == 0
+
+
+def test_tf_nmt_prints_perplexity_only_and_the_loss_is_its_log(store):
+    """tensorflow/nmt issue 164's pasted log prints `ppl` and no loss: the loss is ln(ppl), the exploding
+    perplexity (2.3e6 at step 300 -> 1.8e17 at step 900) a loss rising 14.65 -> 39.71."""
+    import math
+
+    path = REAL / "fresh32" / "tf-nmt-164-gru-sgd-lr1-ppl-explodes-from-2e6-to-1e17" / "issue_log.txt"
+    assert detect_format(path)[0] == "tf_nmt"
+    metrics, _, _ = ingest(store, path)
+    loss = metrics.filter(pl.col("name") == "loss").sort("step")
+    assert loss.get_column("step").to_list() == list(range(100, 1001, 100))
+    assert abs(loss.item(2, "value") - math.log(2312801.91)) < 1e-9
+    ppl = metrics.filter(pl.col("name") == "ppl").sort("step")
+    assert ppl.item(8, "value") == 175912961198871744.0
+    tps = metrics.filter((pl.col("name") == "tokens_per_s") & (pl.col("step") == 100))
+    assert tps.item(0, "value") == 7340.0
+    text = "  global step 200 lr 0.001 step-time 0.32s wps 12.28K ppl 23.17 gN 5.21 bleu 0.00\n"
+    text += "  eval dev: perplexity 25.07, time 3s, Mon Jan 15 10:01:13 2018.\n"
+    from spikeforensics.ingest import tf_nmt
+    from spikeforensics.ingest.base import SourceFile, lines_from_bytes, prepare
+
+    lines = prepare(lines_from_bytes(text.encode()))
+    result = tf_nmt.parse(SourceFile(path=path, name="t", only_lines=lines))
+    got = dict(result.tables["metrics"].select("name", "value").iter_rows())
+    assert got["grad_norm"] == 5.21 and abs(got["eval_loss"] - math.log(25.07)) < 1e-12
