@@ -37,10 +37,10 @@ import polars as pl
 from spikeforensics.ingest._mixing import is_line_grammar, mix
 from spikeforensics.ingest.base import ParseResult, SourceFile, prepare
 
-# A file at least this big is read in windows by a grammar that has no `parse_chunks`: below it,
-# a whole read peaks at about 10x the file (a 16 MB mmengine log: ~300 MB) and the grammar sees
-# every line at once.
-WINDOW_MIN_BYTES = 16 << 20
+# A file at least this big is read in windows by a grammar that has no `parse_chunks`: below it, a whole read
+# peaks at 10-20x the file (a 15.4 MB generic_steps log of fuzz seed 19: 307 MB) and the grammar sees every line
+# at once. (The largest real log of the corpus is 3.8 MB.)
+WINDOW_MIN_BYTES = 8 << 20
 # The bytes of one window (cut at a line end): ~50k lines of a typical log. A 52 MB generic_steps log (fuzz seed 18's
 # input 525): 8 MiB windows 359 MB / 68 s, 4 MiB 301 MB / 56 s (the window and the one being written in flight).
 WINDOW_BYTES = 4 << 20
