@@ -100,9 +100,10 @@ def shown_names(names) -> str:
     characters, control characters dropped; 'none' when there are none."""
     from spikeforensics.ingest.base import strip_controls
 
-    cut = [strip_controls(str(n)) for n in list(names)[:SHOWN_NAMES]]
+    names = list(names)
+    cut = [strip_controls(str(n)) for n in names[:SHOWN_NAMES]]
     cut = [n if len(n) <= SHOWN_NAME_CHARS else n[: SHOWN_NAME_CHARS - 3] + "..." for n in cut]
-    more = len(list(names)) - SHOWN_NAMES
+    more = len(names) - SHOWN_NAMES
     return (", ".join(cut) + (f", ... ({more} more)" if more > 0 else "")) or "none"
 
 
