@@ -130,3 +130,17 @@ def test_a_line_longer_than_a_chunk_is_held_only_to_its_cut(tmp_path, monkeypatc
     assert lines.get_column("text").str.len_bytes().to_list() == [15, 1001, 15, 1001]
     assert lines.item(2, "text") == "step 2 loss 1.9"
     assert sum(len(b) for b in seen) == path.stat().st_size
+
+
+def test_progress_is_the_first_window_then_at_most_every_few_seconds(tmp_path, monkeypatch):
+    import spikeforensics.ingest as ingest
+
+    path = REAL / LOGS[0]
+    monkeypatch.setattr(ingest, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(_windows, "WINDOW_MIN_BYTES", 1024)
+    monkeypatch.setattr(_windows, "WINDOW_BYTES", path.stat().st_size // 6)
+    for every, expected in ((3600.0, 1), (0.0, 7)):  # six windows and the tail
+        monkeypatch.setattr(ingest, "PROGRESS_EVERY_S", every)
+        said: list[str] = []
+        ingest_paths([path], "r", Store(tmp_path / str(every)), progress=said.append)
+        assert len([m for m in said if m.endswith("records parsed")]) == expected, said
