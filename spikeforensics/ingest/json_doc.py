@@ -31,8 +31,10 @@ name (`_run.log_scalar("training.loss", value, step)`) holding parallel lists,
         "values": [0.2630771433830261, ...]
       }, ...
 
-read as one object per step (`{"step": 1, "training.loss": 0.263, "time": ...}`, the metrics of one step
-together); `line` is the step's position among the steps (1-based). The document is read whole (`json.loads`, NaN/Infinity accepted): at most
+read as one object per step (`{"step": 1, "training.loss": 0.263}`, the metrics of one step together; the
+timestamps are not read); `line` is the step's position among the steps (1-based).
+
+The document is read whole (`json.loads`, NaN/Infinity accepted): at most
 `MAX_DOC_BYTES`; nested deeper than `T.MAX_JSON_DEPTH` it is refused.
 """
 
@@ -99,29 +101,27 @@ def record_list(doc: object, depth: int = 0) -> list[dict]:
     return best
 
 
-def sacred_records(doc: object) -> list[dict]:
-    """One object per step of a Sacred `metrics.json` (see the module docstring): `step`, each metric's value at
-    that step, and `time` (the first metric's timestamp); [] if `doc` is not one."""
+def sacred_objects(doc: object) -> pl.DataFrame | None:
+    """One row per step of a Sacred `metrics.json` (see the module docstring): `step` and each metric's value at
+    that step (metrics joined on the step); None if `doc` is not one."""
     if not isinstance(doc, dict) or not doc:
-        return []
-    by_step: dict[int, dict] = {}
+        return None
+    frames = []
     for name, series in doc.items():
-        if not isinstance(series, dict) or not isinstance(series.get("steps"), list):
-            return []
-        steps, values = series["steps"], series.get("values")
-        if not isinstance(values, list) or len(values) != len(steps):
-            return []
-        times = series.get("timestamps")
-        times = times if isinstance(times, list) and len(times) == len(steps) else [None] * len(steps)
-        for step, value, time in zip(steps, values, times, strict=True):
-            if not isinstance(step, int) or isinstance(step, bool):
-                continue
-            record = by_step.setdefault(step, {"step": step})
-            if isinstance(value, (int, float)) or value is None:
-                record[name] = value
-            if isinstance(time, str):
-                record.setdefault("time", time)
-    return [by_step[s] for s in sorted(by_step)] if len(by_step) >= 2 else []
+        steps = series.get("steps") if isinstance(series, dict) else None
+        values = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(steps, list) or not isinstance(values, list) or len(values) != len(steps):
+            return None
+        frame = pl.DataFrame({"step": steps, name: values}, strict=False)
+        frames.append(
+            frame.select(
+                pl.col("step").cast(pl.Int64, strict=False), pl.col(name).cast(pl.Float64, strict=False)
+            ).filter(pl.col("step").is_not_null())
+        )
+    objects = frames[0]
+    for frame in frames[1:]:
+        objects = objects.join(frame, on="step", how="full", coalesce=True)
+    return objects.sort("step") if objects.height >= 2 else None
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -136,11 +136,13 @@ def parse(src: SourceFile) -> ParseResult:
         doc = json.loads(text)  # accepts NaN / Infinity / -Infinity
     except json.JSONDecodeError as exc:
         raise T.ingest_error(f"{src.path}: not a readable JSON document (line {exc.lineno}: {exc.msg})") from None
-    entries = sacred_records(doc) or record_list(doc)
-    if not entries:
-        return result
-    flat = [{k: v for k, v in e.items() if isinstance(v, (int, float, str)) or v is None} for e in entries]
-    objects = pl.DataFrame(flat, infer_schema_length=None, strict=False)
+    objects = sacred_objects(doc)
+    if objects is None:
+        entries = record_list(doc)
+        if not entries:
+            return result
+        flat = [{k: v for k, v in e.items() if isinstance(v, (int, float, str)) or v is None} for e in entries]
+        objects = pl.DataFrame(flat, infer_schema_length=None, strict=False)
     if objects.width > T.MAX_KEYS:
         raise T.ingest_error(f"{src.path}: record objects with {objects.width} keys (at most {T.MAX_KEYS})")
     objects = objects.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
