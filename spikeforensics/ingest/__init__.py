@@ -293,8 +293,10 @@ class _ReadOnce:
         if len(self.head) < CR_DECISION_BYTES:
             self.head += block[: CR_DECISION_BYTES - len(self.head)]
         self.newlines += block.count(b"\n")
-        self.crs += block.count(b"\r")
-        self.crlfs += block.count(b"\r\n") + (self.last == b"\r" and block[:1] == b"\n")
+        if b"\r" in block:  # (most files have none: one search instead of two counts)
+            self.crs += block.count(b"\r")
+            self.crlfs += block.count(b"\r\n")
+        self.crlfs += self.last == b"\r" and block[:1] == b"\n"
         self.last = block[-1:]
 
     def lines(self) -> int:

@@ -211,7 +211,10 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
         cand = pl.concat([plain, prefixed]).sort("line", maintain_order=True)
     else:
         cand = plain
-    keys = cand.select(pl.col(_JSON).str.count_matches(r'"\s*:').max()).item() if cand.height else 0
+    # a key is at least `":` (2 bytes): only lines longer than 2 * MAX_KEYS can have too many (the count is a regex
+    # pass that cost as much as the decoding)
+    long = cand.filter(pl.col(_JSON).str.len_bytes() > 2 * MAX_KEYS)
+    keys = long.select(pl.col(_JSON).str.count_matches(r'"\s*:').max()).item() if long.height else 0
     if keys and keys > MAX_KEYS:
         raise ingest_error(
             f"a JSON record with {keys:,} keys; at most {MAX_KEYS:,} are read per record "
@@ -231,10 +234,11 @@ def json_objects(lines: pl.DataFrame, keep: tuple[str, ...] = ()) -> tuple[pl.Da
     nonfinite = pl.col(_JSON).str.contains_any(["nan", "inf"], ascii_case_insensitive=True)
     cand = cand.with_columns(nonfinite.alias(_NF))
     flagged = bool(cand.get_column(_NF).any())
-    if flagged:
-        cand = cand.with_columns(
-            pl.when(pl.col(_NF)).then(_to_sentinels(pl.col(_JSON))).otherwise(pl.col(_JSON)).alias(_JSON)
-        )
+    if flagged:  # rewritten on the flagged rows alone (a when/then would run the regexes on every row)
+        rows = cand.get_column(_NF).arg_true()
+        texts = cand.get_column(_JSON).clone()
+        fixed = texts.gather(rows).to_frame().select(_to_sentinels(pl.col(_JSON))).to_series()
+        cand = cand.with_columns(texts.scatter(rows, fixed))
     if cand.height == 0:
         return cand.select(cols), unclosed
     obj = None

@@ -172,11 +172,11 @@ def _events(lines: pl.DataFrame) -> pl.DataFrame | None:
     saves = hits.filter(pl.col("_path").is_not_null())
     ovf = hits.filter(scale.is_not_null())
     frames = [
-        _ret(saves, "checkpoint_save", detail_expr(strings={"path": pl.col("_path")})),
+        _ret(saves, "checkpoint_save", lambda: detail_expr(strings={"path": pl.col("_path")})),
         _ret(
             ovf,
             "overflow",
-            detail_expr(
+            lambda: detail_expr(
                 floats={
                     "new_scale": scale,
                     "old_scale": pl.when(pl.col("_halved")).then(scale * COST_SCALE_MULTIPLIER),

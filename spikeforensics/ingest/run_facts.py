@@ -119,7 +119,7 @@ def run_fact_events(extra: pl.DataFrame) -> list[pl.DataFrame]:
         _ret(
             prec,
             "precision",
-            detail_expr(strings={"mode": pl.col("_mode"), "text": text.str.strip_chars().str.slice(0, 300)}),
+            lambda: detail_expr(strings={"mode": pl.col("_mode"), "text": text.str.strip_chars().str.slice(0, 300)}),
         ),
-        _ret(dev, "device", detail_expr(strings={"name": n}, bools={"bf16_supported": bf16})),
+        _ret(dev, "device", lambda: detail_expr(strings={"name": n}, bools={"bf16_supported": bf16})),
     ]

@@ -217,7 +217,7 @@ def _scale_overflow(rows: pl.DataFrame, old: str, new: str, source: str) -> pl.D
     return _ret(
         rows,
         "overflow",
-        detail_expr(
+        lambda: detail_expr(
             floats={"old_scale": _num(pl.col(old)), "new_scale": _num(pl.col(new))},
             strings={"source_format": pl.lit(source)},
         ),
@@ -259,7 +259,7 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             h,
             "hysteresis",
-            detail_expr(
+            lambda: detail_expr(
                 floats={"old_scale": _num(pl.col("_h_scale")), "new_scale": _num(pl.col("_h_scale"))},
                 ints={"hysteresis": pl.col("_h_from"), "new_hysteresis": pl.col("_h_to")},
                 strings={"source_format": pl.lit("deepspeed")},
@@ -269,14 +269,14 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     o = c.filter(pl.col("_o_old").is_not_null() & pl.col("_h_scale").is_null())
     out.append(_scale_overflow(o, "_o_old", "_o_new", "deepspeed"))
     b = c.filter(pl.col("_bare") & pl.col("_o_old").is_null() & pl.col("_h_scale").is_null())
-    out.append(_ret(b, "overflow", detail_expr(strings={"source_format": pl.lit("deepspeed")})))
+    out.append(_ret(b, "overflow", lambda: detail_expr(strings={"source_format": pl.lit("deepspeed")})))
     # fairseq halves the scale (scale_factor 2) on overflow: old_scale is inferred.
     f = c.filter(pl.col("_f_new").is_not_null())
     out.append(
         _ret(
             f,
             "overflow",
-            detail_expr(
+            lambda: detail_expr(
                 floats={"old_scale": _num(pl.col("_f_new")) * 2, "new_scale": _num(pl.col("_f_new"))},
                 bools={"old_scale_inferred": pl.lit(True)},
                 strings={"source_format": pl.lit("fairseq")},
@@ -290,7 +290,7 @@ def _loss_scale(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             g,
             "overflow",
-            detail_expr(ints={"iteration": pl.col("_g_iter")}),
+            lambda: detail_expr(ints={"iteration": pl.col("_g_iter")}),
             step=pl.col("_g_iter").cast(pl.Int64, strict=False),
         )
     )
@@ -338,7 +338,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             apex,
             "overflow",
-            detail_expr(
+            lambda: detail_expr(
                 floats={"old_scale": _num(pl.col("_apex")) * 2, "new_scale": _num(pl.col("_apex"))},
                 bools={"old_scale_inferred": pl.lit(True)},
                 strings={"source_format": pl.lit("apex")},
@@ -351,7 +351,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             floor,
             "overflow",
-            detail_expr(
+            lambda: detail_expr(
                 floats={"old_scale": _num(pl.col("_floor_scale"))},
                 bools={"at_floor": pl.lit(True), "fatal": pl.lit(True)},
                 strings={
@@ -372,7 +372,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             nonfinite,
             "nan",
-            detail_expr(
+            lambda: detail_expr(
                 ints={"iteration": pl.col("_d2")},
                 strings={
                     "metric": pl.lit("loss"),
@@ -390,7 +390,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             ecc,
             "ecc",
-            detail_expr(
+            lambda: detail_expr(
                 bools={"uncorrectable": pl.lit(True)},
                 strings={"message": pl.col("text").str.strip_chars().str.slice(0, 300)},
             ),
@@ -402,7 +402,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             cuda,
             "error",
-            detail_expr(
+            lambda: detail_expr(
                 strings={
                     "exception": pl.lit("CUDAError"),
                     "message": pl.concat_str(pl.lit("CUDA error: "), pl.col("_cuda").str.strip_chars()),
@@ -418,7 +418,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             gnan,
             "nan",
-            detail_expr(
+            lambda: detail_expr(
                 strings={
                     "metric": pl.when(pl.col("_snan")).then(pl.lit("sample_grad")).otherwise(pl.lit("grad_norm")),
                     "value": pl.coalesce(pl.col("_gnan").str.to_lowercase(), pl.lit("nan")),
@@ -438,7 +438,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             mavg,
             "nan",
-            detail_expr(
+            lambda: detail_expr(
                 strings={"metric": pl.lit("loss"), "value": pl.col("_mavg").str.to_lowercase(), "message": msg},
                 bools={"skipped": pl.lit(True)},
             ),
@@ -450,7 +450,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             linv,
             SKIP_KIND,
-            detail_expr(
+            lambda: detail_expr(
                 floats={"value": _num(pl.col("_linv"))},
                 strings={"metric": pl.lit("loss"), "reason": pl.lit("invalid_loss"), "message": msg},
                 bools={"skipped": pl.lit(True)},
@@ -464,7 +464,7 @@ def _guarded(extra: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
             skip,
             # a skip that names a non-finite grad norm is that value, skipped (as ESPnet's `grad norm is nan`)
             pl.when(pl.col("_snorm").str.contains(NONFINITE_WORD)).then(pl.lit("nan")).otherwise(pl.lit(SKIP_KIND)),
-            detail_expr(
+            lambda: detail_expr(
                 strings={
                     "reason": pl.lit("user_skip"),
                     "metric": pl.when(pl.col("_snorm").is_not_null()).then(pl.lit("grad_norm")),
@@ -516,7 +516,7 @@ def _nccl(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         ev = _ret(
             hits.with_columns(pl.col("_rank").alias("prefix_rank")),
             "nccl_timeout",
-            detail_expr(
+            lambda: detail_expr(
                 ints={
                     "seq": pl.col("_seq"),
                     "timeout_ms": pl.col("_tmo"),
@@ -548,7 +548,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             xid,
             "xid",
-            detail_expr(
+            lambda: detail_expr(
                 ints={"code": pl.col("_xid").struct.field("2")},
                 strings={
                     "pci": pl.col("_xid").struct.field("1").str.to_lowercase(),
@@ -564,7 +564,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             bad,
             pl.when(bad_val.is_finite()).then(pl.lit(SKIP_KIND)).otherwise(pl.lit("nan")),
-            detail_expr(
+            lambda: detail_expr(
                 floats={"value": bad_val},
                 strings={"metric": pl.lit("grad_norm"), "reason": pl.lit("bad_grad_norm")},
                 bools={"skipped": pl.lit(True)},
@@ -578,7 +578,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             skip,
             SKIP_KIND,
-            detail_expr(
+            lambda: detail_expr(
                 floats={"zscore": z},
                 strings={"reason": pl.concat_str(pl.col("_skip").struct.field("1"), pl.lit("_zscore"))},
                 bools={"skipped": pl.lit(True)},
@@ -587,7 +587,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     )
     rest = rest.filter(pl.col("_skip").struct.field("1").is_null())
     oom = rest.filter(pl.col("_oom"))
-    out.append(_ret(oom, "oom", detail_expr(strings={"message": text.str.strip_chars().str.slice(0, 300)})))
+    out.append(_ret(oom, "oom", lambda: detail_expr(strings={"message": text.str.strip_chars().str.slice(0, 300)})))
     rest = rest.filter(~pl.col("_oom"))
     res_g = text.str.extract_groups(RESUME_STEP)
     res = rest.filter(pl.col("_resume"))
@@ -595,7 +595,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             res,
             "resume",
-            detail_expr(
+            lambda: detail_expr(
                 strings={
                     "path": _not_word(text.str.extract(RESUME_PATH, 1)),
                     "message": text.str.strip_chars().str.slice(0, 300),
@@ -611,7 +611,7 @@ def _simple(cand: pl.DataFrame) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
         _ret(
             sv,
             "checkpoint_save",
-            detail_expr(
+            lambda: detail_expr(
                 strings={"path": text.str.extract(SAVE_PATH, 1), "message": text.str.strip_chars().str.slice(0, 300)},
             ),
             step=_first_int(*[sv_g.struct.field(str(i)) for i in range(1, 11)]),
@@ -677,7 +677,7 @@ def _errors(cand: pl.DataFrame, all_lines: pl.DataFrame) -> list[pl.DataFrame]:
             _ret(
                 tbj,
                 "error",
-                detail_expr(
+                lambda: detail_expr(
                     strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
                     bools={"traceback": pl.lit(True)},
                 ),
@@ -689,7 +689,7 @@ def _errors(cand: pl.DataFrame, all_lines: pl.DataFrame) -> list[pl.DataFrame]:
         _ret(
             alone,
             "error",
-            detail_expr(
+            lambda: detail_expr(
                 strings={"exception": pl.col("_etype"), "message": pl.col("_emsg"), "reason": reason},
             ),
         )
