@@ -316,6 +316,17 @@ def coverage(
         )
         if n:
             series[metric] = int(n)
+    # records whose value is NaN/inf, per metric (a loss read but never finite is "read, none finite", not "not read")
+    nonfinite = dict(
+        run.metrics.lazy()
+        .select(name.alias("name"), "source", "attempt", "record", "value")
+        .filter(pl.col("record").is_not_null() & pl.col("value").is_not_null() & ~pl.col("value").is_finite())
+        .filter(pl.col("name").is_in(CANONICAL_METRICS))
+        .group_by("name")
+        .agg(pl.struct("source", "attempt", "record").n_unique().alias("n"))
+        .collect()
+        .iter_rows()
+    )
     ordered = [n for n in CANONICAL_METRICS if series.get(n, 0) >= params.coverage.min_series_records]
     signals = ordered + [t for t in ("layers", "batches", "telemetry", "events") if getattr(run, t).height]
     if run.sources.height:
@@ -358,6 +369,11 @@ def coverage(
         "detectors_failed": list(detectors_failed),
         "stages_failed": list(stages_failed or []),
         "series_records": {n: series[n] for n in CANONICAL_METRICS if n in series},
+        **(
+            {"series_nonfinite": {n: int(nonfinite[n]) for n in CANONICAL_METRICS if n in nonfinite}}
+            if nonfinite
+            else {}
+        ),
         "events": events,
     }
 

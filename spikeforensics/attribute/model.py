@@ -181,6 +181,7 @@ class Coverage(_Record):
     detectors_failed: list[str] = field(default_factory=list)
     stages_failed: list[str] | Any = ABSENT
     series_records: dict[str, int] | Any = ABSENT  # records per canonical metric
+    series_nonfinite: dict[str, int] | Any = ABSENT  # records per canonical metric whose value is NaN/inf
     events: dict[str, int] | Any = ABSENT  # events per kind
     other: dict = field(default_factory=dict)
 

@@ -1,0 +1,45 @@
+"""What sample_logs/real/fresh33 first needed: Lightning's progress bar pads the floats it shows to five
+characters, so a non-finite loss prints as `train_loss=inf.0` / `nan.0` (`-inf.`), and a run whose every loss
+is non-finite was refused as a file with no usable record."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+from _ingest_helpers import REAL
+
+from spikeforensics import api
+from spikeforensics.ingest._fields import to_float
+from spikeforensics.report.text import coverage_sentence
+
+HP_VADE = REAL / "fresh33" / "lightning-hp-vade-deconvolution-train-loss-inf-step1-nan-all-4282-steps"
+
+
+def test_lightning_padded_non_finite_values_parse():
+    values = pl.DataFrame({"raw": ["nan.0", "inf.0", "-inf.", "+inf.00", "NaN", "0.279", "info.0", "nan.5"]})
+    got = values.select(to_float(pl.col("raw"))).to_series().to_list()
+    assert math.isnan(got[0]) and got[1] == math.inf and got[2] == -math.inf and got[3] == math.inf
+    assert math.isnan(got[4]) and got[5] == 0.279
+    assert got[6] is None and got[7] is None  # not a padded token: no value
+
+
+def test_lightning_run_with_no_finite_loss_is_read_and_judged_unstable(tmp_path):
+    """4,282 bar redraws (`Epoch 0: ... N/4282 [..., v_num=0, train_loss=inf.0]`, CR-separated, most steps drawn
+    twice): one record per step, the loss inf at step 1 and NaN from step 2; the run is unstable from step 1."""
+    store = tmp_path / "store"
+    api.ingest([HP_VADE / "log_train.txt"], run_id="hp", store=store)
+    loss = api.export("hp", "metrics", store).filter(pl.col("name") == "loss").sort("step")
+    assert loss.height == 4282
+    assert loss.get_column("step").to_list() == list(range(1, 4283))
+    values = loss.get_column("value")
+    assert values[0] == math.inf and values.slice(1).is_nan().all()
+    diagnosis = api.diagnose("hp", store=store)
+    assert diagnosis["verdict"]["status"] == "unstable"
+    first = diagnosis["incidents"][0]
+    coverage = diagnosis["verdict"]["coverage"]
+    assert coverage["series_nonfinite"]["loss"] == 4282 and "loss" not in coverage["signals"]
+    # the summary says the loss was read, not "Not read: loss"
+    sentence = coverage_sentence(diagnosis)
+    assert "Read, never finite: loss (4,282 records)" in sentence and "Not read: loss" not in sentence
+    assert first["kind"] == "nonfinite" and first["step_start"] == 1 and first["first_nonfinite_step"] == 1
