@@ -92,17 +92,28 @@ def _is_hf_dict(line: str) -> bool:
     return bool(m and re.search(HF_KEYS_RE, m.group(0)))
 
 
-def to_json(expr: pl.Expr) -> pl.Expr:
-    """A Python dict repr as JSON text (strings quoted with `"`, None/True/False, wrappers)."""
-    return (
-        expr.str.replace_all(r"\*\*([^*]*)\*\*", "$1")  # markdown bold of a pasted log: 'loss': **4.7581**
-        .str.replace_all(r"(?:np\.)?(?:float|int|bfloat|half)\d*\(([^()]*)\)", "$1")
-        .str.replace_all(r"tensor\(([^(),]+)(?:,[^()]*)?\)", "$1")
-        .str.replace_all(r"'((?:[^'\\]|\\.)*)'", '"$1"')
-        .str.replace_all(r"([:\[,]\s*)None\b", "${1}null")
-        .str.replace_all(r"([:\[,]\s*)True\b", "${1}true")
-        .str.replace_all(r"([:\[,]\s*)False\b", "${1}false")
-    )
+def to_json(expr: pl.Expr, texts: pl.Series | None = None) -> pl.Expr:
+    """A Python dict repr as JSON text (strings quoted with `"`, None/True/False, wrappers). With `texts` (the
+    values `expr` will be applied to), a rewrite whose marker none of them holds is left out, and without a `"` or a
+    backslash in any, every `'` is a string's quote and a literal swap replaces the quoting regex (a chunk of
+    58,000 Trainer dicts: 105 -> 17 ms)."""
+
+    def has(marker: str) -> bool:
+        return texts is None or bool(texts.str.contains(marker, literal=True).any())
+
+    if has("**"):  # markdown bold of a pasted log: 'loss': **4.7581**
+        expr = expr.str.replace_all(r"\*\*([^*]*)\*\*", "$1")
+    if has("("):
+        expr = expr.str.replace_all(r"(?:np\.)?(?:float|int|bfloat|half)\d*\(([^()]*)\)", "$1")
+        expr = expr.str.replace_all(r"tensor\(([^(),]+)(?:,[^()]*)?\)", "$1")
+    if has('"') or has("\\"):
+        expr = expr.str.replace_all(r"'((?:[^'\\]|\\.)*)'", '"$1"')
+    else:
+        expr = expr.str.replace_all("'", '"', literal=True)
+    for word, value in (("None", "null"), ("True", "true"), ("False", "false")):
+        if has(word):
+            expr = expr.str.replace_all(rf"([:\[,]\s*){word}\b", "${1}" + value)
+    return expr
 
 
 @dataclass
@@ -184,7 +195,7 @@ def _parse_chunk(
     segs = segments_with_steps(lines, carry, None if facts is None else facts.totals)
     dicts = segs.filter(pl.col("dict").is_not_null())
     objects, bad = T.json_objects(
-        dicts.select(pl.col("seg").alias("line"), to_json(pl.col("dict")).alias("text")),
+        dicts.select(pl.col("seg").alias("line"), to_json(pl.col("dict"), dicts.get_column("dict")).alias("text")),
     )
     if bad.height:
         phys = bad.join(dicts.select(pl.col("seg").alias("line"), pl.col("line").alias("_p"), "dict"), on="line")
@@ -280,12 +291,11 @@ def _marked(lines: pl.DataFrame) -> pl.DataFrame:
         .join(bars, on="seg", how="left")
         .sort("seg")
     )
+    # `_pre` / `_all` are TQDM_RE matches, `N/M [.`: cut at the slash and the space (no second regex pass)
+    halves = {w: pl.col(f"_{w}").str.split_exact("/", 1) for w in ("pre", "all")}
     return segs.with_columns(
-        *[
-            pl.col(f"_{w}").str.extract(TQDM_RE, i).alias(f"_{w}{n}")
-            for w in ("pre", "all")
-            for i, n in ((1, "n"), (2, "m"))
-        ]
+        *[halves[w].struct.field("field_0").alias(f"_{w}n") for w in halves],
+        *[halves[w].struct.field("field_1").str.split(" ").list.first().alias(f"_{w}m") for w in halves],
     ).with_columns(*[step_int(pl.col(c)).alias(c) for c in ("_pren", "_prem", "_alln", "_allm")])
 
 
