@@ -319,8 +319,8 @@ def coverage(
     # records whose value is NaN/inf, per metric (a loss read but never finite is "read, none finite", not "not read")
     nonfinite = dict(
         run.metrics.lazy()
-        .select(name.alias("name"), "source", "attempt", "record", "value")
         .filter(pl.col("record").is_not_null() & pl.col("value").is_not_null() & ~pl.col("value").is_finite())
+        .select(name.alias("name"), "source", "attempt", "record")  # renamed after the filter: on the few rows left
         .filter(pl.col("name").is_in(CANONICAL_METRICS))
         .group_by("name")
         .agg(pl.struct("source", "attempt", "record").n_unique().alias("n"))

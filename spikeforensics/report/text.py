@@ -169,8 +169,8 @@ def coverage_sentence(diagnosis: Diagnosis | dict) -> str:
     # a series with too few records for the detectors was still read: say so, not "not read"
     short = [m for m in KEY_METRICS if m not in signals and counts.get(m)]
     # a series whose every value is NaN/inf was read too (a run that was non-finite from its first step)
-    bad = cov.series_nonfinite if isinstance(cov.series_nonfinite, dict) else {}
-    never_finite = [m for m in KEY_METRICS if m not in signals and m not in short and bad.get(m)]
+    nonfinite = cov.series_nonfinite if isinstance(cov.series_nonfinite, dict) else {}
+    never_finite = [m for m in KEY_METRICS if m not in signals and m not in short and nonfinite.get(m)]
     missing = [m for m in KEY_METRICS if m not in signals and m not in short and m not in never_finite]
     missing += [w for key, w in SIDE_SIGNALS if key not in signals]
     parts = [("Read: " + ", ".join(read) + ".") if read else "Read: nothing the detectors could use."]
@@ -178,7 +178,7 @@ def coverage_sentence(diagnosis: Diagnosis | dict) -> str:
         few = (f"{m} ({counts[m]:,} record{'s' if counts[m] != 1 else ''})" for m in short)
         parts.append("Too few records to judge: " + ", ".join(few) + ".")
     if never_finite:
-        nf = (f"{m} ({bad[m]:,} record{'s' if bad[m] != 1 else ''})" for m in never_finite)
+        nf = (f"{m} ({nonfinite[m]:,} record{'s' if nonfinite[m] != 1 else ''})" for m in never_finite)
         parts.append("Read, never finite: " + ", ".join(nf) + ".")
     if missing:
         parts.append("Not read: " + ", ".join(missing) + ".")
