@@ -1,4 +1,4 @@
-"""What sample_logs/real/fresh33 first needed: Lightning's progress bar pads the floats it shows to five
+"""What sample_logs/real/fresh33 and fresh34 first needed: Lightning's progress bar pads the floats it shows to five
 characters, so a non-finite loss prints as `train_loss=inf.0` / `nan.0` (`-inf.`), and a run whose every loss
 is non-finite was refused as a file with no usable record."""
 
@@ -43,3 +43,35 @@ def test_lightning_run_with_no_finite_loss_is_read_and_judged_unstable(tmp_path)
     sentence = coverage_sentence(diagnosis)
     assert "Read, never finite: loss (4,282 records)" in sentence and "Not read: loss" not in sentence
     assert first["kind"] == "nonfinite" and first["step_start"] == 1 and first["first_nonfinite_step"] == 1
+
+
+PADDLEGAN = REAL / "fresh34" / "paddlegan-fomm-vox-512-from-scratch-18-epochs-healthy-1690"
+
+
+def test_paddlegan_trainer_lines_are_records_stepped_by_global_iteration(tmp_path):
+    """fresh34: PaddleGAN's `Epoch: E/100, iter: I/991 lr: ... perceptual: ... equivariance_value: ...` lines (losses
+    named by the model, none of them `loss`) were 'not a recognised training log'. 1,690 records, the step the global
+    iteration (E - 1) * 991 + I: 10 .. 16900, three loss terms and the LR each."""
+    from spikeforensics.ingest import detect_format
+
+    log = next(PADDLEGAN.glob("*.log"))
+    assert detect_format(log)[0] == "paddlegan"
+    store = tmp_path / "store"
+    api.ingest([log], run_id="pg", store=store)
+    metrics = api.export("pg", "metrics", store)
+    counts = dict(metrics.group_by("name").len().iter_rows())
+    assert counts == {
+        "loss_perceptual": 1690,
+        "loss_equivariance_value": 1690,
+        "loss_equivariance_jacobian": 1690,
+        "lr": 1690,
+    }
+    steps = metrics.filter(pl.col("name") == "lr").get_column("step")
+    assert steps.min() == 10 and steps.max() == 16900 and steps.is_sorted() and steps.n_unique() == 1690
+    first = metrics.filter(pl.col("step") == 10).select("name", "value").sort("name").rows()
+    assert first == [
+        ("loss_equivariance_jacobian", 0.633),
+        ("loss_equivariance_value", 1.148),
+        ("loss_perceptual", 175.116),
+        ("lr", 2.0e-4),
+    ]
