@@ -502,6 +502,7 @@ class TracingParams:
 
     steps_before: int = 1  # implicate the step before the spike too (Lightning skip_batches [idx-1, idx])
     max_samples: int = 20  # implicated samples listed per incident
+    max_implicated_steps: int = 1024  # why: a coarse log (a record every 20,000 steps) implicates every step since the record before each grouped event; a repeated 14 MB PyMARL log's 1,274 incidents held 49M such steps (diagnose past 2 GB): the steps nearest the peak are kept, 1,024 being more than any manifest-traced spike needs (onset..peak is at most 8 records)
     w_peak: float = 1.0  # score for being in the peak step's batch
     w_before: float = 0.6  # score for being in an implicated earlier step (weights may already be damaged)
     w_after: float = 0.3  # why: a later step of the incident enters only through samples whose own loss stands out (own_outlier_ratio); it is more often a victim of the damaged weights than a cause, so it weighs least

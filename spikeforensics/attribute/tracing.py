@@ -81,8 +81,11 @@ def implicated_steps(incident: Incident, params: TracingParams, interval: int = 
     and the same around the peak of every other warning+ finding grouped into it.
 
     `interval` is the log's step cadence: a loss printed every k steps averages (or samples)
-    the k steps since the previous record, so all of them are implicated.
+    the k steps since the previous record, so all of them are implicated. At most
+    `params.max_implicated_steps` are returned: the ones nearest the incident's peak.
     """
+    cap = params.max_implicated_steps
+    interval = min(interval, cap)
     onset = incident.facts.get("onset")
     start = int(onset) if isinstance(onset, (int, float)) and onset <= incident.peak_step else incident.step_start
     start = max(start, incident.peak_step - max(max_span, interval) + 1)
@@ -93,6 +96,8 @@ def implicated_steps(incident: Incident, params: TracingParams, interval: int = 
     for f in incident.findings:
         if f.severity not in ("info", "ok") and f.peak_step != incident.peak_step and f.attempt == incident.attempt:
             steps.update(range(f.peak_step - interval + 1 - params.steps_before, f.peak_step + 1))
+    if len(steps) > cap:
+        steps = set(sorted(steps, key=lambda s: (abs(s - incident.peak_step), s))[:cap])
     return sorted(steps)
 
 
