@@ -28,7 +28,7 @@ from spikeforensics.ingest.base import (
     SniffSample,
     SourceFile,
     prepared_lines,
-    sniff_share,
+    sniff_tiers,
     step_int,
     text_result,
 )
@@ -40,8 +40,7 @@ PAIR = rf"(?P<k>[A-Za-z_][\w.]*): (?P<v>{NUM_TOKEN})(?:\s|$)"
 
 
 def sniff(sample: SniffSample) -> float:
-    hits = sniff_share(sample, rf"ppgan\.engine\.trainer INFO: {COUNTER}\s+lr: ")
-    return 0.9 if hits >= min(2, max(1, len(sample.lines))) else 0.0
+    return sniff_tiers(sample, [(rf"ppgan\.engine\.trainer INFO: {COUNTER}\s+lr: ", 0.9)])
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -69,8 +68,10 @@ def parse(src: SourceFile) -> ParseResult:
     )
     pairs = find_pairs(hit.select("line", pl.col("body").alias("text")), PAIR)
     name = pl.col("k").str.to_lowercase()
-    named = pairs.with_columns(pl.when(name.str.contains("loss")).then(name).otherwise("loss_" + name).alias("name"))
-    losses = parse_numbers(named, raw="v", out="value").select("line", "name", "value")
-    lr = parse_numbers(hit.select("line", pl.lit("lr").alias("name"), pl.col("lr").alias("v")), raw="v", out="value")
-    values = pl.concat([losses, lr.select("line", "name", "value")]).filter(pl.col("value").is_not_null())
+    named = pairs.select(
+        "line", pl.when(name.str.contains("loss")).then(name).otherwise("loss_" + name).alias("name"), "v"
+    )
+    lr = hit.select("line", pl.lit("lr").alias("name"), pl.col("lr").alias("v"))
+    values = parse_numbers(pl.concat([named, lr]), raw="v", out="value").select("line", "name", "value")
+    values = values.filter(pl.col("value").is_not_null())
     return text_result(src.name, lines, records, values, mode="done")
