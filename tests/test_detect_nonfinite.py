@@ -137,3 +137,32 @@ def test_an_infinite_perplexity_or_a_nan_eval_loss_is_non_finite():
     assert (
         nonfinite.detect(_with_eval_rows(run, [("eval_ppl", 1000, 3.2), ("eval_loss", None, np.nan)]), Params()) == []
     )
+
+
+def _eval_rows_at_lines(run, rows):
+    """`run` plus eval rows (record null) of (name, step, value, line)."""
+    extra = _with_eval_rows(run, [(n, s, v) for n, s, v, _ in rows]).metrics.tail(len(rows))
+    extra = extra.with_columns(pl.Series("line", [ln for *_, ln in rows], dtype=pl.Int64))
+    return RunData.from_frames(metrics=pl.concat([run.metrics, extra]), events=run.events)
+
+
+def test_a_held_out_nan_while_training_goes_on_finite_is_a_warning_of_the_evaluation():
+    """A held-out loss NaN at evaluations printed among the training records (the Time-Series-Library family's
+    `Vali Loss: nan` from an empty split), the training loss finite on and after them: the weights were finite, so
+    the evaluation is broken, not the training: a warning with fact `heldout_only`. The same NaN printed after the
+    last training record (a validation pass after training stopped on a NaN cost) stays a critical NaN."""
+    run = run_from(curves(2000, seed=5))
+    rows = [("eval_loss", s, np.nan, s) for s in (500, 1000, 1500)]
+    found = nonfinite.detect(_eval_rows_at_lines(run, rows), Params())  # one outbreak per evaluation
+    assert [f.step_start for f in found] == [500, 1000, 1500]
+    assert all(f.severity == "warning" and f.facts["heldout_only"] is True for f in found)
+    assert "training loss stays finite" in found[0].summary
+    after = [("eval_loss", s, np.nan, 10**6 + i) for i, s in enumerate((500, 1000, 1500))]
+    found = nonfinite.detect(_eval_rows_at_lines(run, after), Params())
+    assert len(found) == 3 and all(f.severity == "critical" and "heldout_only" not in f.facts for f in found)
+    # a training loss that goes NaN beside the held-out one is a NaN of the training
+    c = curves(2000, seed=5)
+    c["loss"][1400:] = np.nan
+    found = nonfinite.detect(_eval_rows_at_lines(run_from(c), rows), Params())
+    assert found[-1].step_start == 1401 and found[-1].severity == "critical"
+    assert "heldout_only" not in found[-1].facts

@@ -75,3 +75,22 @@ def test_paddlegan_trainer_lines_are_records_stepped_by_global_iteration(tmp_pat
         ("loss_perceptual", 175.116),
         ("lr", 2.0e-4),
     ]
+
+
+TIMEMIXER = REAL / "fresh34" / "timemixer-gas-well-vali-loss-nan-all-64-epochs-train-finite"
+
+
+def test_a_validation_loss_nan_at_every_epoch_beside_a_finite_training_loss_is_a_warning(tmp_path):
+    """fresh34: a TimeMixer fork's per-epoch CSV (`Epoch,Train_Loss,Vali_Loss,Test_Loss,...`) whose `Vali_Loss` is
+    `nan` in all 64 rows while the training and test losses fall: judged healthy, the validation loss not read as
+    one. `vali_loss` (the Time-Series-Library family's `Vali Loss`) is `eval_loss`; a held-out NaN beside a finite
+    training loss is a warning on the evaluation, and the summary says the series was read but never finite."""
+    store = tmp_path / "store"
+    api.ingest([TIMEMIXER / "training_loss.csv"], run_id="tm", store=store)
+    diagnosis = api.diagnose("tm", store=store)
+    assert diagnosis["verdict"]["status"] == "degraded"
+    [inc] = diagnosis["incidents"]
+    assert inc["kind"] == "nonfinite" and inc["severity"] == "warning" and inc["step_start"] == 1
+    assert inc["step_end"] == 64 and inc["features"]["nonfinite_heldout_only"] is True
+    assert inc["root_cause"] in ("data_outlier", "model_bug")  # the evaluation's data or code, not the LR
+    assert "Read, never finite: eval_loss (64 records)" in coverage_sentence(diagnosis)

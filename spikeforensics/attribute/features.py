@@ -42,6 +42,11 @@ FEATURES: dict[str, tuple[str, str]] = {
     **{f"has_{k}": (B, f"the {k} detector fired in this incident") for k in KINDS},
     "duration_steps": (N, "step_end - step_start + 1"),
     "nonfinite": (B, "a NaN/Inf loss or grad norm inside the incident"),
+    "nonfinite_heldout_only": (
+        B,
+        "every non-finite value of the incident is a held-out measure (eval_loss ...) while the training loss "
+        "stays finite on its records (detect/nonfinite.py fact heldout_only)",
+    ),
     "peak_loss_ratio": (N, "loss at the peak / healthy baseline before onset"),
     "peak_grad_ratio": (N, "grad norm at the peak / healthy baseline before onset"),
     "peak_grad_norm": (N, "largest finite grad norm inside the incident"),
@@ -230,6 +235,7 @@ def shape_features(inc: Incident, incidents: list[Incident], ctx: RunContext, ap
         "recovery": str(inc.facts.get("recovery", "unknown")),
         "lead_signal": str(inc.facts.get("lead_signal", "unknown")),
         "lead_steps": inc.facts.get("lead_steps"),
+        "nonfinite_heldout_only": any(f.facts.get("heldout_only") for f in inc.findings if f.kind == "nonfinite"),
         "detector_cause": next((str(f.facts["cause"]) for f in inc.findings if f.facts.get("cause")), ""),
     }
     causes = {str(f.facts.get("cause")) for f in inc.findings if f.facts.get("decisive_event")}

@@ -24,6 +24,8 @@ from spikeforensics.rundata import RunData
 PERPLEXITY = r"(?i)(?:^|_)(?:ppl|perplexity)$"
 # a running best a trainer prints beside its evaluation (simple-nmt `best_loss=inf best_ppl=inf`), initialised to inf
 BEST = r"(?i)(?:^|_)best(?:_|$)"
+# a held-out measure (`eval_loss`, `eval_ppl`, `val_ppl`): computed on data the update never sees
+HELDOUT = r"^(?:eval|val|vali|valid|validation|test)_"
 COLS = ["signal", "step", "attempt", "rank", "layer", "value", "pos"]
 
 
@@ -212,7 +214,7 @@ def detect(run: RunData, params) -> list[Finding]:
     findings = []
     skipped = _skipped_event_steps(run)
     for _, g in groups.group_by("group", maintain_order=True):
-        findings.append(_skipped_only(_finding(g, grad, loss), g, skipped))
+        findings.append(_skipped_only(_finding(g, grad, loss, run), g, skipped))
     return findings
 
 
@@ -264,7 +266,7 @@ def _outbreaks(rows: pl.DataFrame, series: list[pl.DataFrame], gap: int) -> pl.D
     return marked.with_columns(apart.fill_null(False).cast(pl.Int64).cum_sum().alias("group")).drop("_prev", *last)
 
 
-def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding:
+def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame, run: RunData) -> Finding:
     g = g.sort("pos")
     first = g.row(0, named=True)
     step_lo, step_hi = int(g.get_column("step").min()), int(g.get_column("step").max())
@@ -316,6 +318,9 @@ def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding
         "signals": sorted(set(g.get_column("signal"))),
         "recovery": _recovery(loss, int(g.get_column("pos").max())),
     }
+    heldout_only = _heldout_only(g, loss, run)
+    if heldout_only:
+        facts["heldout_only"] = True
     if first_rank.len():
         facts["first_rank"] = int(first_rank[0])
         facts["ranks_flagged"] = ranks
@@ -328,12 +333,15 @@ def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding
         + (f", first on rank {rank}" if rank is not None else "")
         + (f", first in layer {layer_names[0]}" if layer_names else "")
     )
+    if heldout_only:
+        summary += " while the training loss stays finite"
     return Finding(
         kind="nonfinite",
         step_start=step_lo,
         step_end=step_hi,
         peak_step=int(first["step"]),
-        severity="critical",
+        # a NaN only in the held-out measure left the weights finite: the evaluation is broken, not the training
+        severity="warning" if heldout_only else "critical",
         score=float(g.height),
         summary=summary,
         rank=rank,
@@ -342,6 +350,35 @@ def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame) -> Finding
         evidence=evidence,
         facts=facts,
     )
+
+
+def _heldout_only(g: pl.DataFrame, loss: pl.DataFrame, run: RunData) -> bool:
+    """Every non-finite value of the outbreak is a held-out measure, the training loss is finite on every record of
+    the outbreak's span, and training went on finite from the first non-finite evaluation (a finite training loss
+    on its line or after it): the weights the evaluation ran were finite, so the NaN came from the evaluation (an
+    empty split's mean, a NaN in its data, an fp16 forward without the scaler). A validation pass printed after the
+    training stopped on a NaN cost (its own iteration counter overlapping the training's) is not this."""
+    if loss.height == 0 or not g.get_column("signal").str.contains(HELDOUT).all():
+        return False
+    lo, hi = g.get_column("pos").min(), g.get_column("pos").max()
+    span = loss.filter(pl.col("pos").is_between(lo, hi))
+    if span.height == 0 or not span.get_column("finite").all():
+        return False
+    source = loss.get_column("source")[0]
+    first_bad_line = (
+        run.metrics.lazy()
+        .filter(
+            pl.col("name").is_in(g.get_column("signal").unique().implode())
+            & (pl.col("source") == source)
+            & ~pl.col("value").is_finite().fill_null(True)
+        )
+        .select(pl.col("line").min())
+        .collect()
+        .item()
+    )
+    if first_bad_line is None:  # (no line to order by: a multi-line CSV cell) the span decides
+        return True
+    return bool(loss.filter(pl.col("finite") & (pl.col("line") >= first_bad_line)).height)
 
 
 def _recovery(loss: pl.DataFrame, last_bad_pos: int) -> str | None:

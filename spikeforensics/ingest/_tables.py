@@ -77,7 +77,7 @@ _JSON = "__sf_json"  # working columns of `json_objects` (no metric key is named
 _NF = "__sf_nonfinite"
 
 # Name prefixes of evaluation metrics, after `normalise_name`.
-EVAL_PREFIXES = ("eval_", "val_", "valid_", "validation_", "test_", "predict_")
+EVAL_PREFIXES = ("eval_", "val_", "vali_", "valid_", "validation_", "test_", "predict_")  # `vali_`: thuml's `Vali Loss`
 # Keys that mark the end-of-training summary dict of HF-style trainers.
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos")
 
@@ -385,6 +385,22 @@ def numeric(frame: pl.DataFrame, col: str) -> pl.Expr:
     if dtype.is_numeric() or dtype == pl.Boolean:
         return pl.col(col).cast(pl.Float64)
     return pl.lit(None, dtype=pl.Float64)
+
+
+def numerics(frame: pl.DataFrame, cols: list[str]) -> list[pl.Expr]:
+    """`numeric` of each of `cols`, aliased to its name, the misses of every string column found in one select (a
+    header of thousands of columns costs one pass, not one per column)."""
+    strings = [c for c in cols if frame.get_column(c).dtype == pl.String]
+    plain = {c: pl.col(c).str.strip_chars().cast(pl.Float64, strict=False) for c in strings}
+    misses = (
+        frame.select((plain[c].is_null() & pl.col(c).is_not_null()).any().alias(c) for c in strings).row(0, named=True)
+        if strings
+        else {}
+    )
+    return [
+        (to_float(pl.col(c)) if misses[c] else plain[c]) if c in plain else numeric(frame, c)
+        for c in cols
+    ]
 
 
 def integer(frame: pl.DataFrame, col: str) -> pl.Expr:

@@ -100,6 +100,7 @@ METRIC_ALIASES: dict[str, str] = {
     "eval_loss": "eval_loss",
     "val_loss": "eval_loss",
     "valid_loss": "eval_loss",
+    "vali_loss": "eval_loss",  # thuml Time-Series-Library / OpenSTL: `Train Loss: 0.0301789 | Vali Loss: 0.0358254`
     "validation_loss": "eval_loss",
     "eval_lm_loss": "eval_loss",
     "tel": "eval_loss",

@@ -104,14 +104,14 @@ def has_quotes(path: Path) -> bool:
 
 def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[ParseResult]:
     """One ParseResult per chunk (metrics with `rank` = prefix rank: the driver applies the
-    one-rank rule after the last chunk); a file with quotes is one chunk."""
+    one-rank rule after the last chunk); a file with quotes is read whole, then cut between rows like the others."""
     state = _FileState()
     if src.only_lines is not None or has_quotes(src.path):
-        result = ParseResult()
-        result.add("metrics", _chunk_metrics(src.lines(), src, result, state, last=True))
-        yield result
-        return
-    for lines in _bounded(src.iter_line_chunks(chunk_bytes or CHUNK_BYTES)):
+        # a quoted cell may hold line breaks: the file is read as one run of lines, cut only between rows
+        chunks = _bounded(iter([src.lines()]), quoted=True)
+    else:
+        chunks = _bounded(src.iter_line_chunks(chunk_bytes or CHUNK_BYTES))
+    for lines in chunks:
         result = ParseResult()
         result.add("metrics", _chunk_metrics(lines, src, result, state, last=False))
         yield result
@@ -120,10 +120,11 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
     yield result
 
 
-def _bounded(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+def _bounded(chunks: Iterator[pl.DataFrame], quoted: bool = False) -> Iterator[pl.DataFrame]:
     """The chunks of lines, each cut into slices of at most MAX_CELLS // (the header's width) rows: a row is read
     padded to the header's width, so a wide header over short rows (a log whose first line is 500 names) costs
-    rows x width cells however few bytes the rows hold."""
+    rows x width cells however few bytes the rows hold. `quoted`: a cut only before a line that starts outside
+    a quoted cell (an even count of quote characters before it), so a cell holding line breaks stays whole."""
     width = None
     for lines in chunks:
         if width is None:
@@ -136,7 +137,11 @@ def _bounded(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
         if lines.select(read_rows.last()).item() <= rows:
             yield lines
             continue
-        part = lines.with_columns(((read_rows - 1) // rows).alias("_part"))
+        part_of = (read_rows - 1) // rows
+        if quoted:  # a line inside a quoted cell stays in the part of the line that opened the cell
+            quotes_before = pl.col("text").str.count_matches('"', literal=True).cum_sum().shift(1, fill_value=0)
+            part_of = pl.when(quotes_before % 2 == 0).then(part_of).forward_fill()
+        part = lines.with_columns(part_of.alias("_part"))
         yield from (p.drop("_part") for p in part.partition_by("_part", maintain_order=True))
 
 
@@ -279,6 +284,10 @@ def _chunk_wide(
         for c in cols
         if c not in skip and not c.startswith("_") and _norm(c) not in IGNORE_KEYS and _norm(c) not in ("step",)
     ]
+    # a column empty on every row of the chunk gives no value (a fuzzed or runaway header of thousands of names over
+    # short rows), unless a blank row may owe it a NaN (`_blank_rows_as_nan`: filled on the last training row)
+    carried = state.train_filled or {}
+    metric_cols = [c for c in metric_cols if frame.get_column(c).null_count() < frame.height or carried.get(c)]
     if step_col is None:
         step = T.integer(frame, "_counted")
     elif _norm(step_col) == "epoch":
@@ -297,13 +306,16 @@ def _chunk_wide(
             if time_col
             else pl.lit(None, dtype=schema.TIME)
         ).alias("time"),
-        *[T.numeric(frame, c).alias(c) for c in metric_cols],
+        *[e.alias(c) for c, e in zip(metric_cols, T.numerics(frame, metric_cols))],
     )
     bad = wide.with_row_index("_i").filter(pl.col("step").is_null()).get_column("_i")
     if bad.len():
-        raw = frame[bad.to_list()]
+        raw = frame[bad.to_list()].select("line", *cols)
+        # the text rebuilt for the shown examples only (a row of a header thousands of columns wide is that long)
         text = pl.concat_str([pl.col(c).fill_null("") for c in cols], separator=",")
-        T.unparsed(result, raw.select("line", text.alias("text")))
+        shown = raw.head(T.UNPARSED_EXAMPLES).select("line", text.alias("text"))
+        rest = raw.slice(T.UNPARSED_EXAMPLES).select("line", pl.lit(None, pl.String).alias("text"))
+        T.unparsed(result, pl.concat([shown, rest]))
     wide = wide.filter(pl.col("step").is_not_null())
     wide = _blank_rows_as_nan(
         wide.with_columns(T.classify_rows(wide, metric_cols).alias("record_kind")), metric_cols, state

@@ -170,7 +170,8 @@ def coverage_sentence(diagnosis: Diagnosis | dict) -> str:
     short = [m for m in KEY_METRICS if m not in signals and counts.get(m)]
     # a series whose every value is NaN/inf was read too (a run that was non-finite from its first step)
     nonfinite = cov.series_nonfinite if isinstance(cov.series_nonfinite, dict) else {}
-    never_finite = [m for m in KEY_METRICS if m not in signals and m not in short and nonfinite.get(m)]
+    # (any series: a held-out loss NaN at every evaluation beside a finite training loss)
+    never_finite = [m for m in nonfinite if m not in signals and m not in short and not counts.get(m)]
     missing = [m for m in KEY_METRICS if m not in signals and m not in short and m not in never_finite]
     missing += [w for key, w in SIDE_SIGNALS if key not in signals]
     parts = [("Read: " + ", ".join(read) + ".") if read else "Read: nothing the detectors could use."]
