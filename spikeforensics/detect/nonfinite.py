@@ -355,7 +355,7 @@ def _finding(g: pl.DataFrame, grad: pl.DataFrame, loss: pl.DataFrame, run: RunDa
 def _heldout_only(g: pl.DataFrame, loss: pl.DataFrame, run: RunData) -> bool:
     """Every non-finite value of the outbreak is a held-out measure, the training loss is finite on every record of
     the outbreak's span, and training went on finite from the first non-finite evaluation (a finite training loss
-    on its line or after it): the weights the evaluation ran were finite, so the NaN came from the evaluation (an
+    on its line or after it, and no non-finite one later): the weights the evaluation ran were finite, so the NaN came from the evaluation (an
     empty split's mean, a NaN in its data, an fp16 forward without the scaler). A validation pass printed after the
     training stopped on a NaN cost (its own iteration counter overlapping the training's) is not this."""
     if loss.height == 0 or not g.get_column("signal").str.contains(HELDOUT).all():
@@ -364,6 +364,8 @@ def _heldout_only(g: pl.DataFrame, loss: pl.DataFrame, run: RunData) -> bool:
     span = loss.filter(pl.col("pos").is_between(lo, hi))
     if span.height == 0 or not span.get_column("finite").all():
         return False
+    if loss.filter((pl.col("pos") > hi) & ~pl.col("finite")).height:
+        return False  # the training loss goes non-finite later: the evaluation's NaN was an early sign of it
     source = loss.get_column("source")[0]
     first_bad_line = (
         run.metrics.lazy()

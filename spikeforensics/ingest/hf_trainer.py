@@ -76,6 +76,10 @@ DICT_RE = r"\{'[^{}']+':\s*[^{}]*\}"
 HF_KEYS_RE = r"'(?:loss|learning_rate|grad_norm|eval_loss|train_runtime|train_loss|epoch)':"
 # tqdm counter `1318/36234 [11:37<...`
 TQDM_RE = r"(\d+)/(\d+) \[(?:\d|\?)"
+# a counter right before a loop's own dict (`Epoch 44: {`, `step 200 - {`, `Iter [3/10]: {`): its number
+PREFIX_COUNTER_RE = r"(?i)\b(?:epoch|step|iter|iteration)\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*\d+)?\s*\]?\s*[:,|-]?\s*$"
+# ... whose words name a held-out pass (`Val Epoch 1: {`, `Evaluation at step 200: {`)
+PREFIX_EVAL_RE = r"(?i)\b(?:val|valid|validation|eval|evaluation|test|testing)\b"
 
 
 def sniff(sample: SniffSample) -> float:
@@ -241,6 +245,8 @@ def segments_with_steps(
         "broken",
         all_n.alias("counter"),
         step.alias("step"),
+        "prefix_step",
+        "prefix_eval",
         loss_dict.alias("_loss"),
     )
     counters = out.filter(pl.col("counter").is_not_null())
@@ -267,7 +273,8 @@ def _marked(lines: pl.DataFrame) -> pl.DataFrame:
     # a config dump) is no Trainer record: the Trainer prints flat dicts. What comes before the dict is the text
     # before its first literal occurrence (an earlier occurrence would have been the first match).
     before = pl.col("text").str.split(pl.col("_found")).list.first()
-    nested = before.str.strip_chars_end().str.tail(1).is_in([":", "{"])
+    # (a quoted key and its colon, or a brace: `Epoch 44: {'loss': ...}` is a counter's colon, not a key's)
+    nested = before.str.strip_chars_end().str.tail(2).is_in(["':", '":']) | before.str.strip_chars_end().str.ends_with("{")
     cand = cand.with_columns(
         (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE) & ~nested).alias("_is_dict")
     )
@@ -284,6 +291,12 @@ def _marked(lines: pl.DataFrame) -> pl.DataFrame:
         "seg",
         pl.coalesce("_pre_text", "text").str.extract_all(TQDM_RE).list.last().alias("_pre"),
         text.str.extract_all(TQDM_RE).list.last().alias("_all"),
+    )
+    # a loop's own print of its dict after a counter (`Epoch 44: {'loss': 13.77}`, `Val Epoch 1: {'loss': ...}`)
+    before_dict = pl.when(pl.col("dict").is_not_null()).then(pl.col("_pre_text"))
+    cand = cand.with_columns(
+        step_int(before_dict.str.extract(PREFIX_COUNTER_RE, 1).cast(pl.Float64, strict=False)).alias("prefix_step"),
+        before_dict.str.contains(PREFIX_EVAL_RE).alias("prefix_eval"),
     )
     segs = (
         lines.select("line", "seg", "prefix_rank")
@@ -313,7 +326,9 @@ def _metrics(
     objects: pl.DataFrame, dicts: pl.DataFrame, source: str, result: ParseResult, carry: _Carry, facts: _Facts | None
 ) -> pl.DataFrame:
     cols = [c for c in objects.columns if c != "line"]
-    frame = objects.rename({"line": "seg"}).join(dicts.select("seg", "line", "step", "prefix_rank"), on="seg")
+    frame = objects.rename({"line": "seg"}).join(
+        dicts.select("seg", "line", "step", "prefix_rank", "prefix_step", "prefix_eval"), on="seg"
+    )
     out_of_range = (pl.col("step") == STEP_OUT_OF_RANGE).fill_null(False)
     bad = frame.filter(out_of_range)
     if bad.height:  # a tqdm counter no run reaches: that dict is an unparsed line, not a failed file
@@ -326,6 +341,7 @@ def _metrics(
         done = pl.col(progress[0]).cast(pl.String).str.extract(r"^\s*(\d+)\s*/", 1).cast(pl.Float64, strict=False)
         frame = frame.with_columns(pl.coalesce(step_int(done), pl.col("step")).alias("step"))
     frame = _epoch_counted(frame, cols)
+    frame, cols = _prefix_counted(frame, cols)
     wide = frame.select(
         pl.col("seg").alias("line"), "step", "prefix_rank", *[T.numeric(frame, c).alias(c) for c in cols]
     )
@@ -357,6 +373,31 @@ def _epoch_counted(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     if values.len() < 2 or not (values == values.round(0)).all() or not (values.diff().drop_nulls() > 0).all():
         return frame
     return frame.with_columns(step_int(T.numeric(frame, epoch)).alias("step"))
+
+
+def _prefix_counted(frame: pl.DataFrame, cols: list[str]) -> tuple[pl.DataFrame, list[str]]:
+    """A loop's own dicts printed after a counter (`Epoch 44: {'loss': 13.77}`, `Train Epoch 1: {...}` and
+    `Val Epoch 1: {...}`) with no progress bar or step key to count them: the counter before the dict is the step
+    when every loss dict has one, rising over the training dicts; a dict whose prefix names a validation, evaluation
+    or test pass is an evaluation record (its keys take the `eval_` prefix)."""
+    if "loss" not in cols or frame.get_column("step").drop_nulls().len():
+        return frame, cols
+    loss_dicts = frame.filter(pl.col("loss").is_not_null())
+    counted = loss_dicts.get_column("prefix_step")
+    train = loss_dicts.filter(~pl.col("prefix_eval").fill_null(False)).get_column("prefix_step")
+    if counted.null_count() or train.len() < 2 or not (train.diff().drop_nulls() > 0).all():
+        return frame, cols
+    frame = frame.with_columns(pl.col("prefix_step").alias("step"))
+    held_out = pl.col("prefix_eval").fill_null(False)
+    if not frame.select(held_out.any()).item():
+        return frame, cols
+    plain = [c for c in cols if not T.is_eval_name(c)]
+    moved = [f"eval_{c}" for c in plain if f"eval_{c}" not in cols]
+    frame = frame.with_columns(
+        *[pl.when(held_out).then(pl.col(c)).alias(f"eval_{c}") for c in plain if f"eval_{c}" not in cols],
+        *[pl.when(~held_out).then(pl.col(c)).alias(c) for c in plain],
+    )
+    return frame, cols + moved
 
 
 def _nan_masked(wide: pl.DataFrame) -> int:
