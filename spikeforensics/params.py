@@ -278,6 +278,8 @@ class SoftDriftParams:
     early_frac: float = 0.05  # why: the first 5% of records, and the records of the first 5% of the steps (a log printing every step at first and every 500 later), are the fast-falling loss and growing grad norm of the start, never a drift
     early_min: int = 50  # why: at least the first 50 records
     excerpt_climb_records: int = 3  # why: a log too short for the drift test (<= early_min loss records, a pasted excerpt) has no noise sample; its last 4 records rising in order (3 rises) happen by chance once in 4! = 24 orderings (p 0.04, as corroborate_chance's 0.05) ...
+    rebound_rise: float = 0.3  # why: inside the early phase the drift test leaves out, a smoothed loss that climbs back 30% (hard_spike.loss_ratio_floor) above the lowest level it had fallen to, and stays there for min_records, has lost what training gained: a collapse during warmup (DINO at ln 65536), not the start's fast fall ...
+    rebound_regain: float = 0.5  # why: ... after a fall from the first smoothed level to that low of rebound_rise at least (the model had trained), of which the climb takes back at least half (a start that bumps 30% off a low it reached by a tiny fall is the start's noise), its lower quartile rising by low_share of it too
     excerpt_rise: float = 0.25  # why: ... and ending >= 25% above where that climb began: 5x DOMAIN's 5% drift, since a few records cannot tell a small-batch loss's wander (5-10%) from a drift; on the real corpus no healthy excerpt climbs 25% over its last 3+ records, the unhealthy ones 27% and more
 
 

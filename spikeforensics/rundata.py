@@ -32,6 +32,9 @@ ADVERSARIAL_SIDES = (
 # a total of several loss terms printed beside them (AcademiCodec's `total_loss_g` beside `feat_loss`, `rec_loss`,
 # `adv_g_loss`): the loss that is back-propagated, so it stands for the loss before any one term
 TOTAL_LOSS = r"(?:^|_)(?:total_loss|loss_total)(?:_|$)"
+# auxiliary loss terms, by name: distillation, MoE load balancing / router z-loss, regularisation (not a KL to a
+# reference policy: in an RL fine-tune it is the policy's drift, the signal to judge beside a policy loss at 0)
+AUXILIARY_LOSS = r"(?:^|_)(?:kd|distill|distillation|aux|auxiliary|balance|router|z|reg|regularization|l2)(?:_|$)"
 
 
 # why: ~80 bytes a row in memory, so up to ~160 MB eager; above, each query scans the Parquet files
@@ -179,8 +182,8 @@ class RunData:
         `decode_loss_seg`): the training-record metric that totals the loss terms (`total_loss_g`),
         else one ending in `loss` (else holding it as a word), not an eval one, one that moves before one printed as 0 throughout (a term
         switched off), not an entropy term, non-negative before signed (a PPO policy loss is no loss curve to judge
-        when the critic's is printed beside it), with the most records (its own name
-        is kept in the store)."""
+        when the critic's is printed beside it), with the most records, the task's before an auxiliary term of as
+        many (`task_loss` before `kd_loss`, `lm_loss` before `aux_loss`; its own name is kept in the store)."""
         if name != "loss":
             return name
         key = ("resolve", name)
@@ -223,9 +226,15 @@ class RunData:
                     # after every other loss
                     lossy = (
                         train.filter(pl.col("name").str.contains(pattern))
-                        .with_columns(pl.col("name").str.contains("entropy").alias("entropy"))
+                        .with_columns(
+                            pl.col("name").str.contains("entropy").alias("entropy"),
+                            # an auxiliary term beside the task's loss (a distillation student's `kd_loss` next to its
+                            # `task_loss`, a MoE router's `aux_loss`) after the others of as many records
+                            pl.col("name").str.contains(AUXILIARY_LOSS).alias("auxiliary"),
+                        )
                         .sort(
-                            ["off", "entropy", "signed", "len", "name"], descending=[False, False, False, True, False]
+                            ["off", "entropy", "signed", "len", "auxiliary", "name"],
+                            descending=[False, False, False, True, False, False],
                         )
                     )
                     if lossy.height:

@@ -192,3 +192,21 @@ def test_a_grad_norm_rising_as_the_lr_decays_is_a_note_not_a_warning():
     c["lr"] = np.full(3000, 3e-4)
     constant = [f for f in soft_drift.detect(run_from(c), Params()) if f.evidence[0].signal == "grad_norm"]
     assert constant and constant[0].severity == "warning"
+
+
+def test_a_loss_that_climbs_back_inside_the_early_phase_is_a_rebound():
+    """The curve falls from ~11 to ~3 over its first 60 steps, then (steps 70-110) climbs back 2.4x and falls again:
+    inside the early phase (the first 5% of the records and at least 50) that the drift test leaves out. One
+    rebound finding from the low (smoothed over 25 records: 1.5x or more); the plain curve, and a level start that bumps 35% with no fall
+    to undo, give none."""
+    c = curves(4000, seed=7)
+    assert [f for f in soft_drift.detect(run_from(c), Params()) if f.facts.get("early_rebound")] == []
+    bump = np.ones(4000)
+    bump[69:111] = np.concatenate([np.linspace(1, 2.4, 21), np.linspace(2.4, 1, 21)])
+    [f] = [
+        f for f in soft_drift.detect(run_from(dict(c, loss=c["loss"] * bump)), Params()) if f.facts.get("early_rebound")
+    ]
+    assert f.score >= 1.5 and 60 <= f.step_start <= 75 and 75 <= f.peak_step <= 95
+    level = np.where(np.arange(4000) < 200, 5.0, c["loss"]) * np.exp(np.random.default_rng(1).normal(0, 0.02, 4000))
+    level = level * np.where((np.arange(4000) >= 60) & (np.arange(4000) < 100), 1.35, 1.0)
+    assert [f for f in soft_drift.detect(run_from(dict(c, loss=level)), Params()) if f.facts.get("early_rebound")] == []

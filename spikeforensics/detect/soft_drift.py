@@ -227,6 +227,7 @@ def detect(run: RunData, params) -> list[Finding]:
     findings = _excerpt_climb(loss, dp, params) if loss.height <= dp.early_min else []
     if loss.height > dp.early_min:
         parts.append(_loss_flags(loss, dp))
+        findings += _early_rebound(loss, dp, params)
     grad, derived = signals.raw(run, "grad_norm")
     if grad.height > dp.early_min + 2 * dp.level_window:
         parts.append(_grad_flags(grad, dp))
@@ -311,6 +312,69 @@ def _under_lr_decay(run: RunData, finding: Finding, grad: pl.DataFrame, dp) -> F
     )
     finding.facts["update_ratio"] = round(update_ratio, 3)
     return finding
+
+
+def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
+    """The loss climbing back inside the early phase that the drift test leaves out (`_prep`'s `_early` records):
+    on the smoothed log loss of the first attempt, the highest rise over the lowest level reached before it is
+    `rebound_rise` or more, takes back `rebound_regain` of the fall from the first smoothed level to that low, stands
+    out of the noise of a smoothed difference (`_with_noise`) and lasts `min_records` records. A warmup that
+    collapses the model (DINO's loss back at ln 65536 after falling to 7) is this; the start's fast fall is not.
+    Critical at `hard_spike.loss_ratio_critical`."""
+    first = loss.filter(pl.col("attempt") == pl.col("attempt").min())
+    data = _with_noise(_prep(signals.one_track(first), dp), dp)
+    early = int(data.get_column("_early")[0]) if data.height else 0
+    data = data.filter(pl.col("_i") < early)
+    if data.height < 2 * dp.min_records:
+        return []
+    low_before = pl.col("smooth").cum_min()
+    # the lower quartile of the same records, against its own lowest level so far: a drift moves the whole loss,
+    # a bimodal per-batch loss only moves its median between the modes (see `_loss_flags`)
+    low_q = pl.col("y").rolling_quantile(0.25, window_size=dp.smooth, min_samples=1, center=True)
+    data = data.with_columns(
+        low_before.alias("_low"), (pl.col("smooth") - low_before).alias("_up"), (low_q - low_q.cum_min()).alias("_upq")
+    )
+    start = float(data.item(0, "smooth"))
+    rise = math.log1p(dp.rebound_rise)
+    up = (
+        (pl.col("_up") >= rise) & (pl.col("_up") >= pl.col("_noise")) & (pl.col("_upq") >= dp.low_share * pl.col("_up"))
+    )
+    # ... after a fall of that size at least (the model had trained), of which the climb takes back `rebound_regain`
+    fall = pl.lit(start) - pl.col("_low")
+    up = up & (fall >= rise) & (pl.col("_up") >= dp.rebound_regain * fall)
+    flagged = data.filter(up)
+    if flagged.height < dp.min_records:
+        return []
+    peak = flagged.sort("_up", descending=True).row(0, named=True)
+    low_at = data.filter((pl.col("_i") <= peak["_i"]) & (pl.col("smooth") == peak["_low"])).row(-1, named=True)
+    ratio = math.exp(peak["_up"])
+    return [
+        Finding(
+            kind="soft_drift",
+            step_start=int(low_at["step"]),
+            step_end=int(flagged.get_column("step").max()),
+            peak_step=int(peak["step"]),
+            severity="critical" if ratio >= params.hard_spike.loss_ratio_critical else "warning",
+            score=round(ratio, 3),
+            attempt=int(peak["attempt"] or 0),
+            evidence=[
+                Evidence(
+                    signal="loss",
+                    step=int(peak["step"]),
+                    value=math.exp(peak["smooth"]),
+                    baseline=math.exp(peak["_low"]),
+                    ratio=ratio,
+                    note=f"smoothed loss back up {ratio:.2f}x over the low it reached at step {low_at['step']}, "
+                    f"having fallen from {math.exp(start):.4g}",
+                )
+            ],
+            summary=(
+                f"loss climbed back {ratio - 1:.0%} in the first records (steps {low_at['step']}-{peak['step']}), "
+                "undoing what training had gained: a collapse during warmup (LR too high for the start, warmup too short)"
+            ),
+            facts={"onset_step": int(low_at["step"]), "early_rebound": True, "recovery": "unknown"},
+        )
+    ]
 
 
 def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:

@@ -397,10 +397,7 @@ def numerics(frame: pl.DataFrame, cols: list[str]) -> list[pl.Expr]:
         if strings
         else {}
     )
-    return [
-        (to_float(pl.col(c)) if misses[c] else plain[c]) if c in plain else numeric(frame, c)
-        for c in cols
-    ]
+    return [(to_float(pl.col(c)) if misses[c] else plain[c]) if c in plain else numeric(frame, c) for c in cols]
 
 
 def integer(frame: pl.DataFrame, col: str) -> pl.Expr:

@@ -274,7 +274,9 @@ def _marked(lines: pl.DataFrame) -> pl.DataFrame:
     # before its first literal occurrence (an earlier occurrence would have been the first match).
     before = pl.col("text").str.split(pl.col("_found")).list.first()
     # (a quoted key and its colon, or a brace: `Epoch 44: {'loss': ...}` is a counter's colon, not a key's)
-    nested = before.str.strip_chars_end().str.tail(2).is_in(["':", '":']) | before.str.strip_chars_end().str.ends_with("{")
+    nested = before.str.strip_chars_end().str.tail(2).is_in(["':", '":']) | before.str.strip_chars_end().str.ends_with(
+        "{"
+    )
     cand = cand.with_columns(
         (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE) & ~nested).alias("_is_dict")
     )
