@@ -321,10 +321,19 @@ def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
     out of the noise of a smoothed difference (`_with_noise`) and lasts `min_records` records. A warmup that
     collapses the model (DINO's loss back at ln 65536 after falling to 7) is this; the start's fast fall is not.
     Critical at `hard_spike.loss_ratio_critical`."""
-    first = loss.filter(pl.col("attempt") == pl.col("attempt").min())
-    data = _with_noise(_prep(signals.one_track(first), dp), dp)
-    early = int(data.get_column("_early")[0]) if data.height else 0
-    data = data.filter(pl.col("_i") < early)
+    track = signals.one_track(loss)
+    if track.height == 0:
+        return []
+    track = signals.rows_where(track, pl.col("attempt") == track.get_column("attempt").min())
+    track = signals.rows_where(track.select("step", "attempt", "rank", "pos", "y"), pl.col("y").is_not_null())
+    if track.height == 0:
+        return []
+    # the early phase as `_prep` counts it on the whole attempt; only its records (and the smoothing window's reach
+    # past them) are smoothed: a 10M-step run's rolling medians are not computed for the first 5%
+    steps = track.get_column("step")
+    lo, hi = steps.min(), steps.max()
+    early = max(dp.early_min, int(track.height * dp.early_frac), int((steps < lo + (hi - lo) * dp.early_frac).sum()))
+    data = _with_noise(_prep(track.head(early + dp.smooth), dp), dp).filter(pl.col("_i") < early)
     if data.height < 2 * dp.min_records:
         return []
     low_before = pl.col("smooth").cum_min()
