@@ -141,6 +141,7 @@ class _Facts:
 
     totals: pl.Series
     signal: bool
+    prefix_counted: bool = False  # the loss dicts are stepped by the counter before them (`_prefix_counted`)
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -173,7 +174,7 @@ def _prepared_chunks(src: SourceFile, chunk_bytes: int) -> Iterator[pl.DataFrame
 def _file_facts(src: SourceFile, chunk_bytes: int) -> _Facts:
     """The training bar's totals and whether a dict carries a training signal, over the whole
     file (read without `src.tap`: the driver hashes the reading pass)."""
-    loss, every, keys = [], [], []
+    loss, every, keys, prefixed = [], [], [], []
     total = None
     for lines in prefetched(_prepared_chunks(dataclasses.replace(src, tap=None), chunk_bytes)):
         segs = _marked(lines.with_row_index("seg").with_columns(pl.col("seg").cast(pl.Int64)))
@@ -182,10 +183,14 @@ def _file_facts(src: SourceFile, chunk_bytes: int) -> _Facts:
         every.append(segs.get_column("_allm").drop_nulls().unique())
         names = segs.select(pl.col("dict").str.extract_all(r"'[^']+':").explode().str.strip_chars("':").unique())
         keys.append(names.to_series().drop_nulls())
+        prefixed.append(segs.filter(pl.col("dict").str.contains("'loss':")).select("prefix_step", "prefix_eval"))
     totals = pl.concat(loss).unique()
+    bars = pl.concat(every)
     return _Facts(
-        totals=totals if totals.len() else pl.concat(every).unique(),
+        totals=totals if totals.len() else bars.unique(),
         signal=T.has_signal(pl.concat(keys).unique().to_list()),
+        # (a file with no progress bar: its dicts have no tqdm step)
+        prefix_counted=bars.len() == 0 and _counted_by_prefix(pl.concat(prefixed)),
     )
 
 
@@ -343,7 +348,7 @@ def _metrics(
         done = pl.col(progress[0]).cast(pl.String).str.extract(r"^\s*(\d+)\s*/", 1).cast(pl.Float64, strict=False)
         frame = frame.with_columns(pl.coalesce(step_int(done), pl.col("step")).alias("step"))
     frame = _epoch_counted(frame, cols)
-    frame, cols = _prefix_counted(frame, cols)
+    frame, cols = _prefix_counted(frame, cols, None if facts is None else facts.prefix_counted)
     wide = frame.select(
         pl.col("seg").alias("line"), "step", "prefix_rank", *[T.numeric(frame, c).alias(c) for c in cols]
     )
@@ -377,17 +382,28 @@ def _epoch_counted(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     return frame.with_columns(step_int(T.numeric(frame, epoch)).alias("step"))
 
 
-def _prefix_counted(frame: pl.DataFrame, cols: list[str]) -> tuple[pl.DataFrame, list[str]]:
+def _counted_by_prefix(loss_dicts: pl.DataFrame) -> bool:
+    """Every loss dict (`prefix_step`, `prefix_eval`) has a counter before it, rising over the training ones."""
+    train = loss_dicts.filter(~pl.col("prefix_eval").fill_null(False)).get_column("prefix_step")
+    return (
+        loss_dicts.get_column("prefix_step").null_count() == 0
+        and train.len() >= 2
+        and bool((train.diff().drop_nulls() > 0).all())
+    )
+
+
+def _prefix_counted(
+    frame: pl.DataFrame, cols: list[str], decided: bool | None = None
+) -> tuple[pl.DataFrame, list[str]]:
     """A loop's own dicts printed after a counter (`Epoch 44: {'loss': 13.77}`, `Train Epoch 1: {...}` and
     `Val Epoch 1: {...}`) with no progress bar or step key to count them: the counter before the dict is the step
     when every loss dict has one, rising over the training dicts; a dict whose prefix names a validation, evaluation
-    or test pass is an evaluation record (its keys take the `eval_` prefix)."""
-    if "loss" not in cols or frame.get_column("step").drop_nulls().len():
+    or test pass is an evaluation record (its keys take the `eval_` prefix). `decided`: the file's answer from the
+    facts pass (a streamed chunk holds a part of the file's dicts), None: decided on `frame`, the whole file."""
+    if frame.get_column("step").drop_nulls().len() or (decided is None and "loss" not in cols):
         return frame, cols
-    loss_dicts = frame.filter(pl.col("loss").is_not_null())
-    counted = loss_dicts.get_column("prefix_step")
-    train = loss_dicts.filter(~pl.col("prefix_eval").fill_null(False)).get_column("prefix_step")
-    if counted.null_count() or train.len() < 2 or not (train.diff().drop_nulls() > 0).all():
+    counted = decided if decided is not None else _counted_by_prefix(frame.filter(pl.col("loss").is_not_null()))
+    if not counted:
         return frame, cols
     frame = frame.with_columns(pl.col("prefix_step").alias("step"))
     held_out = pl.col("prefix_eval").fill_null(False)
