@@ -279,9 +279,8 @@ def _marked(lines: pl.DataFrame) -> pl.DataFrame:
     # before its first literal occurrence (an earlier occurrence would have been the first match).
     before = pl.col("text").str.split(pl.col("_found")).list.first()
     # (a quoted key and its colon, or a brace: `Epoch 44: {'loss': ...}` is a counter's colon, not a key's)
-    nested = before.str.strip_chars_end().str.tail(2).is_in(["':", '":']) | before.str.strip_chars_end().str.ends_with(
-        "{"
-    )
+    before = before.str.strip_chars_end()
+    nested = before.str.tail(2).is_in(["':", '":']) | before.str.ends_with("{")
     cand = cand.with_columns(
         (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE) & ~nested).alias("_is_dict")
     )
@@ -410,12 +409,17 @@ def _prefix_counted(
     if not frame.select(held_out.any()).item():
         return frame, cols
     plain = [c for c in cols if not T.is_eval_name(c)]
-    moved = [f"eval_{c}" for c in plain if f"eval_{c}" not in cols]
+    # (into an eval column the dicts already have, where it is empty)
     frame = frame.with_columns(
-        *[pl.when(held_out).then(pl.col(c)).alias(f"eval_{c}") for c in plain if f"eval_{c}" not in cols],
+        *[
+            pl.coalesce(
+                *([pl.col(f"eval_{c}")] if f"eval_{c}" in cols else []), pl.when(held_out).then(pl.col(c))
+            ).alias(f"eval_{c}")
+            for c in plain
+        ],
         *[pl.when(~held_out).then(pl.col(c)).alias(c) for c in plain],
     )
-    return frame, cols + moved
+    return frame, cols + [f"eval_{c}" for c in plain if f"eval_{c}" not in cols]
 
 
 def _nan_masked(wide: pl.DataFrame) -> int:
