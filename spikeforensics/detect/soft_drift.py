@@ -32,16 +32,27 @@ def _prep(frame: pl.DataFrame, dp) -> pl.DataFrame:
     data = signals.rows_where(frame.select("step", "attempt", "rank", "pos", "y"), pl.col("y").is_not_null())
     data = data.with_columns(pl.col("rank").cast(pl.String).fill_null("-").alias("_k"))
     o = _per_track(data)
-    n = o(pl.len())
-    # the early phase in training steps too: a log that prints every step at first and every 500 later (AlgoPerf)
-    # spends its first 10% of records on the first 0.02% of training, where the grad norm still grows 5x
-    step = pl.col("step")
-    early_steps = o((step < step.min() + (step.max() - step.min()) * dp.early_frac).sum())
     return data.with_columns(
         o(pl.int_range(pl.len(), dtype=pl.Int64)).alias("_i"),
-        pl.max_horizontal(pl.lit(dp.early_min), (n * dp.early_frac).cast(pl.Int64), early_steps).alias("_early"),
+        o(_early_records(dp)).alias("_early"),
         o(pl.col("y").rolling_median(dp.smooth, min_samples=1, center=True)).alias("smooth"),
     )
+
+
+def _early_records(dp) -> pl.Expr:
+    """How many of a track's first records are the start (`early_frac` of them, at least `early_min`), never judged as
+    a drift. In training steps too: a log that prints every step at first and every 500 later (AlgoPerf) spends its
+    first 10% of records on the first 0.02% of training, where the grad norm still grows 5x."""
+    step = pl.col("step")
+    early_steps = (step < step.min() + (step.max() - step.min()) * dp.early_frac).sum()
+    return pl.max_horizontal(pl.lit(dp.early_min), (pl.len() * dp.early_frac).cast(pl.Int64), early_steps)
+
+
+def _lower_quartile(dp) -> pl.Expr:
+    """The rolling lower quartile of the log loss over the smoothing window: a drift lifts it with the median, a
+    bimodal per-batch loss (diffusion: batches that drew low noise levels sit 5x under the others) moves only its
+    median between the modes when the mix shifts."""
+    return pl.col("y").rolling_quantile(0.25, window_size=dp.smooth, min_samples=1, center=True)
 
 
 def _per_track(data: pl.DataFrame):
@@ -146,7 +157,7 @@ def _loss_flags(loss: pl.DataFrame, dp) -> pl.DataFrame:
     # least `low_share` of the median's rise. A per-batch loss that is bimodal (a diffusion loss: batches
     # that drew low noise levels sit 5x under the others) has a rolling median that jumps between the modes
     # when the share of one mode shifts a little, while its lower quartile stays in the lower mode
-    low = o(pl.col("y").rolling_quantile(0.25, window_size=dp.smooth, min_samples=1, center=True))
+    low = o(_lower_quartile(dp))
     data = data.with_columns(low.alias("_lowq"))
     low_before_short = o(pl.col("_lowq").shift(span))
     # (the slow climb's lower quartile is judged against its typical level before the `long_span` window, as
@@ -330,16 +341,14 @@ def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
         return []
     # the early phase as `_prep` counts it on the whole attempt; only its records (and the smoothing window's reach
     # past them) are smoothed: a 10M-step run's rolling medians are not computed for the first 5%
-    steps = track.get_column("step")
-    lo, hi = steps.min(), steps.max()
-    early = max(dp.early_min, int(track.height * dp.early_frac), int((steps < lo + (hi - lo) * dp.early_frac).sum()))
+    early = int(track.select(_early_records(dp)).item())
     data = _with_noise(_prep(track.head(early + dp.smooth), dp), dp).filter(pl.col("_i") < early)
     if data.height < 2 * dp.min_records:
         return []
     low_before = pl.col("smooth").cum_min()
     # the lower quartile of the same records, against its own lowest level so far: a drift moves the whole loss,
     # a bimodal per-batch loss only moves its median between the modes (see `_loss_flags`)
-    low_q = pl.col("y").rolling_quantile(0.25, window_size=dp.smooth, min_samples=1, center=True)
+    low_q = _lower_quartile(dp)
     data = data.with_columns(
         low_before.alias("_low"), (pl.col("smooth") - low_before).alias("_up"), (low_q - low_q.cum_min()).alias("_upq")
     )
@@ -358,32 +367,40 @@ def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
     low_at = data.filter((pl.col("_i") <= peak["_i"]) & (pl.col("smooth") == peak["_low"])).row(-1, named=True)
     ratio = math.exp(peak["_up"])
     return [
-        Finding(
-            kind="soft_drift",
-            step_start=int(low_at["step"]),
-            step_end=int(flagged.get_column("step").max()),
-            peak_step=int(peak["step"]),
-            severity="critical" if ratio >= params.hard_spike.loss_ratio_critical else "warning",
-            score=round(ratio, 3),
-            attempt=int(peak["attempt"] or 0),
-            evidence=[
-                Evidence(
-                    signal="loss",
-                    step=int(peak["step"]),
-                    value=math.exp(peak["smooth"]),
-                    baseline=math.exp(peak["_low"]),
-                    ratio=ratio,
-                    note=f"smoothed loss back up {ratio:.2f}x over the low it reached at step {low_at['step']}, "
-                    f"having fallen from {math.exp(start):.4g}",
-                )
-            ],
-            summary=(
-                f"loss climbed back {ratio - 1:.0%} in the first records (steps {low_at['step']}-{peak['step']}), "
-                "undoing what training had gained: a collapse during warmup (LR too high for the start, warmup too short)"
-            ),
-            facts={"onset_step": int(low_at["step"]), "early_rebound": True, "recovery": "unknown"},
+        _loss_rise(
+            params,
+            steps=(int(low_at["step"]), int(flagged.get_column("step").max()), int(peak["step"])),
+            ratio=ratio,
+            attempt=peak["attempt"],
+            value=math.exp(peak["smooth"]),
+            baseline=math.exp(peak["_low"]),
+            note=f"smoothed loss back up {ratio:.2f}x over the low it reached at step {low_at['step']}, "
+            f"having fallen from {math.exp(start):.4g}",
+            summary=f"loss climbed back {ratio - 1:.0%} in the first records (steps {low_at['step']}-{peak['step']}), "
+            "undoing what training had gained: a collapse during warmup (LR too high for the start, warmup too short)",
+            facts={"early_rebound": True, "recovery": "unknown"},
         )
     ]
+
+
+def _loss_rise(
+    params, steps: tuple[int, int, int], ratio: float, attempt, value, baseline, note: str, summary: str, facts: dict
+) -> Finding:
+    """A `soft_drift` finding of the loss judged as a whole (an excerpt's climb, an early rebound): `steps` its
+    start, end and peak, critical at `hard_spike.loss_ratio_critical`, its one evidence row at the peak."""
+    lo, hi, peak = steps
+    return Finding(
+        kind="soft_drift",
+        step_start=lo,
+        step_end=hi,
+        peak_step=peak,
+        severity="critical" if ratio >= params.hard_spike.loss_ratio_critical else "warning",
+        score=round(ratio, 3),
+        attempt=int(attempt or 0),
+        evidence=[Evidence(signal="loss", step=peak, value=value, baseline=baseline, ratio=ratio, note=note)],
+        summary=summary,
+        facts={"onset_step": lo, **facts},
+    )
 
 
 def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
@@ -421,35 +438,20 @@ def _excerpt_climb(loss: pl.DataFrame, dp, params) -> list[Finding]:
     if ratio < 1 + (dp.loss_rise if from_start else dp.excerpt_rise):
         return []
     lo, hi = int(start["step"]), int(end["step"])  # (`robust.prepare` numbers a step-less log by record)
+    from_first = start["t"] != one.item(one.height - 1 - k, "t")
     return [
-        Finding(
-            kind="soft_drift",
-            step_start=lo,
-            step_end=hi,
-            peak_step=hi,
-            severity="critical" if ratio >= params.hard_spike.loss_ratio_critical else "warning",
-            score=round(ratio, 3),
-            attempt=int(end["attempt"] or 0),
-            evidence=[
-                Evidence(
-                    signal="loss",
-                    step=hi,
-                    value=end["value"],
-                    baseline=start["value"],
-                    ratio=ratio,
-                    note=f"the loss rose on each of the excerpt's last {k} intervals"
-                    + (
-                        f", ending above its first record (step {lo})"
-                        if start["t"] != one.item(one.height - 1 - k, "t")
-                        else ""
-                    ),
-                )
-            ],
-            summary=(
-                f"loss climbing {ratio - 1:.0%} over steps {lo}-{hi}, rising on its last {k} intervals when the log ends "
-                f"({one.height} records: too few for a drift test, the climb judged as a whole)"
-            ),
-            facts={"onset_step": lo, "excerpt_climb": True, "recovery": "never"},
+        _loss_rise(
+            params,
+            steps=(lo, hi, hi),
+            ratio=ratio,
+            attempt=end["attempt"],
+            value=end["value"],
+            baseline=start["value"],
+            note=f"the loss rose on each of the excerpt's last {k} intervals"
+            + (f", ending above its first record (step {lo})" if from_first else ""),
+            summary=f"loss climbing {ratio - 1:.0%} over steps {lo}-{hi}, rising on its last {k} intervals when the log "
+            f"ends ({one.height} records: too few for a drift test, the climb judged as a whole)",
+            facts={"excerpt_climb": True, "recovery": "never"},
         )
     ]
 

@@ -376,28 +376,32 @@ def _json_keys(texts: pl.Series) -> list[str]:
 def numeric(frame: pl.DataFrame, col: str) -> pl.Expr:
     """A column as Float64: strings through `to_float` (nan/inf/quoted), numbers cast,
     booleans as 0/1; lists and structs become null."""
-    dtype = frame.get_column(col).dtype  # not `frame.schema[col]`: that builds the whole schema, per column
-    if dtype == pl.String:
-        # the plain cast reads most columns (and nan/inf); `to_float` only when it misses values
-        plain = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False)
-        misses = frame.select((plain.is_null() & pl.col(col).is_not_null()).any()).item()
-        return to_float(pl.col(col)) if misses else plain
-    if dtype.is_numeric() or dtype == pl.Boolean:
-        return pl.col(col).cast(pl.Float64)
-    return pl.lit(None, dtype=pl.Float64)
+    return numerics(frame, [col])[0]
 
 
 def numerics(frame: pl.DataFrame, cols: list[str]) -> list[pl.Expr]:
-    """`numeric` of each of `cols`, aliased to its name, the misses of every string column found in one select (a
-    header of thousands of columns costs one pass, not one per column)."""
-    strings = [c for c in cols if frame.get_column(c).dtype == pl.String]
-    plain = {c: pl.col(c).str.strip_chars().cast(pl.Float64, strict=False) for c in strings}
+    """`numeric` of each of `cols`, the misses of every string column found in one select (a header of thousands
+    of columns costs one pass, not one per column)."""
+    # not `frame.schema[col]`: that builds the whole schema, per column
+    dtypes = {c: frame.get_column(c).dtype for c in cols}
+    # the plain cast reads most columns (and nan/inf); `to_float` only when it misses values
+    plain = {c: pl.col(c).str.strip_chars().cast(pl.Float64, strict=False) for c in cols if dtypes[c] == pl.String}
     misses = (
-        frame.select((plain[c].is_null() & pl.col(c).is_not_null()).any().alias(c) for c in strings).row(0, named=True)
-        if strings
+        frame.select((e.is_null() & pl.col(c).is_not_null()).any().alias(c) for c, e in plain.items()).row(
+            0, named=True
+        )
+        if plain
         else {}
     )
-    return [(to_float(pl.col(c)) if misses[c] else plain[c]) if c in plain else numeric(frame, c) for c in cols]
+
+    def one(c: str) -> pl.Expr:
+        if c in plain:
+            return to_float(pl.col(c)) if misses[c] else plain[c]
+        if dtypes[c].is_numeric() or dtypes[c] == pl.Boolean:
+            return pl.col(c).cast(pl.Float64)
+        return pl.lit(None, dtype=pl.Float64)
+
+    return [one(c) for c in cols]
 
 
 def integer(frame: pl.DataFrame, col: str) -> pl.Expr:
