@@ -191,6 +191,15 @@ COUNT_VALUES = rf"^\s*(\d+)\s*:\s*{_BARE}\s+{_BARE}(?:\s+{_BARE})?(?:\s+{_BARE})
 EPOCH_FRAC_BATCH = r"(?i)\b(epoch)\s*[:=]?\s*(\d+)\s*/\s*(\d+)\s*,?\s+(\d+)\s*/\s*(\d+)\b"
 # an epoch's closing summary (the same trainers' `Final training  31/299 loss: 0.2942 time 1477.11s`): no record
 FINAL_SUMMARY = r"(?i)\bfinal\s+(?:training|train)\b"
+# an epoch or the training that says it is over (`Epoch 1 completed | train_loss=0.0787 | global_step=324`,
+# P2I-GAN's epoch mean beside its `Epoch 1 | step 100/200000 | loss=0.0789` interval lines; `End of epoch 3: loss
+# 0.41`; `Training complete! Final loss: 3.1890` after build_llm's `step 1500/2000 (75.0%): train loss 3.1962`):
+# a summary, not a record, in a file with other counted loss lines (alone, such lines are a once-per-epoch loop's
+# records)
+CLOSING_SUMMARY = (
+    r"(?i)\bepoch\b\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?\s*(?:is\s+)?(?:completed?|finished|done|ended|over|summary)\b"
+    r"|\bend\s+of\s+epoch\b|\btraining\s+(?:is\s+)?(?:completed?|finished|done|over)\b|\bfinal\s+(?:\w+\s+)?loss\b"
+)
 # a loss's setting, not its value (a config dump's `loss_weight: 1.0`, `koleo_loss_weight: 0.1`, `loss_type: 2`):
 # no record
 LOSS_SETTING = r"(?:_weights?|_coef|_coeff|_coefficient|_type|_factor|_ratio_cfg)$"
@@ -589,6 +598,9 @@ def parse(src: SourceFile) -> ParseResult:
     )
     lossy_lines = lossy_lines.with_columns(*_step(token)).drop("_raw_bracket", "_head")
     lossy_lines = lossy_lines.with_columns(pl.coalesce(pl.col("step"), _batch_step(lossy_lines)).alias("step"))
+    closed = text.str.contains(CLOSING_SUMMARY)
+    if lossy_lines.select((pl.col("step").is_not_null() & ~closed).sum()).item() >= MIN_UNCOUNTED:
+        lossy_lines = lossy_lines.filter(~closed)
     if lossy_lines.get_column("step").null_count() == lossy_lines.height:
         # no other counter anywhere: a loop that logs once per epoch. (In a file with a step, iteration or
         # batch counter, an `Epoch 1/400 ... loss` line is an epoch's summary: PaddleClas's `[Avg]` lines)
