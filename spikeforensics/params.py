@@ -288,6 +288,7 @@ class EventsParams:
     """Runs that their events alone convict (detect/events.py): no loss or grad-norm series needed."""
 
     floor_scale: float = 1.0  # why: DeepSpeed/apex min_loss_scale default; an overflow that leaves the scale at 1 has nowhere left to go (OPT: "loss scale hitting the minimum")
+    exploded_scale: float = 1e-4  # why: fairseq's min_loss_scale, the lowest floor a common scaler keeps (apex's and torch's have none): fairseq stops the run there ("Minimum loss scale reached (0.0001). Your loss is probably exploding"); a scale halved below it (2^-14: 30 halvings from the 2^16 start of apex, torch and DeepSpeed) still overflows with the loss scaled down 10,000x, whatever the scaler
     floor_pattern: str = r"(?i)already at minimum|minimum loss scale reached|loss scale (?:is )?at (?:its )?minimum"  # why: the wordings DeepSpeed/apex, fairseq and Megatron print when the scale cannot fall further
     all_overflow_frac: float = (
         0.9  # why: "every logged step overflowing": >= 90% of the logged steps are overflow-skipped ...

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 from _ingest_helpers import REAL
 
+from spikeforensics import api
 from spikeforensics.ingest import parse_file
 
 P2IGAN = REAL / "fresh36" / "custom-p2igan-rainfall-inpainting-gan-200k-steps-healthy-2000"
@@ -48,3 +49,33 @@ def test_closing_lines_alone_are_a_once_per_epoch_loop_records(tmp_path):
     result = parse_file(log, "generic_steps")
     assert _train_records(result) == 5
     assert _train_loss(result).get_column("step").to_list() == [1, 2, 3, 4, 5]
+
+
+YOLACT = REAL / "fresh37" / "yolact-359-apex-fp16-loss-scale-1e-5-overflows-mask-loss-rising"
+
+
+def test_a_paste_opened_by_an_inline_code_backtick_reads_its_first_line():
+    """yolact #359's paste starts `` `[  1]    1440 || B: 5.495 | ... `` (the comment's inline-code quote): the
+    backtick is markdown, so iteration 1440 is a record like the nine after it."""
+    result = parse_file(YOLACT / "yolact_issue359_sdimantsd.log", "yolact")
+    assert _train_records(result) == 10
+    assert _train_loss(result).get_column("step").to_list()[0] == 1440
+
+
+def test_an_overflow_halving_the_scale_past_every_floor_convicts_the_run(tmp_path):
+    """apex has no minimum loss scale: its `reducing loss scale to 1.52587890625e-05` is 2^-16, past fairseq's
+    1e-4 floor (where fairseq stops: 'your loss is probably exploding'); two such overflows in a 10-record paste
+    are a critical loss-scale collapse, fp16 overflow first, where a scale of 0.5 (fairseq healthy) is not."""
+    store = tmp_path / "store"
+    api.ingest([YOLACT / "yolact_issue359_sdimantsd.log"], run_id="y", store=store)
+    diagnosis = api.diagnose("y", store=store)
+    assert diagnosis["verdict"]["status"] == "unstable"
+    incident = diagnosis["incidents"][0]
+    assert incident["kind"] == "loss_scale_collapse" and incident["severity"] == "critical"
+    assert incident["root_cause"] == "fp16_overflow"
+    half = tmp_path / "half.log"
+    half.write_text(
+        YOLACT.joinpath("yolact_issue359_sdimantsd.log").read_text().replace("e-05", "e-01").replace("e-06", "e-01")
+    )
+    api.ingest([half], run_id="h", store=store)
+    assert api.diagnose("h", store=store)["verdict"]["status"] == "healthy"

@@ -65,10 +65,7 @@ def precision_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribu
     }
     if not ctx.fp16:  # a constant `loss scale: 1.0` (bf16/fp32 Megatron logs) says nothing
         return out
-    scale = ctx.once(
-        "scale_positive",
-        lambda: _flag_sorted(rows_where(ctx.loss_scale, pl.col("value").is_finite() & (pl.col("value") > 0))),
-    )
+    scale = ctx.once("scale_positive", lambda: _positive_scales(ctx.loss_scale, overflow))
     upto = step_window(scale, None, inc.step_end)  # a slice of the sorted steps, not a copy per incident
     if upto.height:
         low = float(upto.get_column("value").min())
@@ -83,6 +80,22 @@ def precision_features(inc: Incident, run: RunData, ctx: RunContext, ap: Attribu
         out["loss_scale_halvings"] = max(0, int(round(math.log2(top / low_in)))) if low_in > 0 else 0
         out["scale_drop_at_resume"] = _scale_drop_at_resume(run, ctx, scale, upto, inc.step_end, ap)
     return out
+
+
+def _positive_scales(loss_scale: pl.DataFrame, overflow: pl.DataFrame) -> pl.DataFrame:
+    """The loss scale's finite, positive values by step: the logged series, else (a log printing its scale only
+    when it overflows: DeepSpeed's `reducing to`, apex's `reducing loss scale to`) the scale each overflow left."""
+    if loss_scale.height == 0 and overflow.height:
+        new = pl.col("detail").str.json_path_match("$.new_scale").cast(pl.Float64, strict=False)
+        loss_scale = (
+            overflow.filter(pl.col("step").is_not_null())
+            .select(
+                pl.col("attempt").cast(pl.Int32), "step", new.alias("value"), pl.col("time").cast(pl.Datetime("us"))
+            )
+            .sort("attempt", "step")
+            .unique(["attempt", "step"], keep="last", maintain_order=True)
+        )
+    return _flag_sorted(rows_where(loss_scale, pl.col("value").is_finite() & (pl.col("value") > 0)))
 
 
 def _scale_drops(scale: pl.DataFrame) -> pl.DataFrame:

@@ -130,7 +130,7 @@ def _gpu_no_bf16(events: pl.DataFrame) -> bool:
     return bool((flags == "false").any())
 
 
-def _floor_reached(run: RunData, floor: float, floor_formats: str) -> bool:
+def _floor_reached(run: RunData, floor: float, floor_formats: str, exploded: float) -> bool:
     scale = run.series("loss_scale")
     finite = scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")
     # a scaler that goes below `floor` (fairseq halves on to 1e-4) has a lower floor: its values say nothing
@@ -148,7 +148,9 @@ def _floor_reached(run: RunData, floor: float, floor_formats: str) -> bool:
     framework = detail.str.contains(floor_formats)
     at_value = (new <= floor) & (lowest is not None and lowest >= floor) & framework
     stuck = (new == old) & (new <= floor)
-    return bool((at_value.fill_null(False) | stuck.fill_null(False) | (at_floor == "true").fill_null(False)).any())
+    past_every_floor = new <= exploded
+    hit = at_value.fill_null(False) | stuck.fill_null(False) | past_every_floor.fill_null(False)
+    return bool((hit | (at_floor == "true").fill_null(False)).any())
 
 
 def _finite(series: pl.DataFrame) -> pl.Series:
@@ -373,7 +375,9 @@ def log_facts(run: RunData, params) -> dict:
         "precision_known": bool(precision),
         "fp16": precision == "fp16",
         "gpu_no_bf16": _gpu_no_bf16(events),
-        "loss_scale_floor": _floor_reached(run, ap.loss_scale_floor, params.events.floor_formats_pattern),
+        "loss_scale_floor": _floor_reached(
+            run, ap.loss_scale_floor, params.events.floor_formats_pattern, params.events.exploded_scale
+        ),
         "overflow_share": overflows / records if records else (1.0 if overflows else 0.0),
         "nan_at_start": bool(nan_at_start),
         "first_nonfinite_step": first_bad,

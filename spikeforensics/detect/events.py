@@ -7,7 +7,8 @@ unstable"), each a critical finding:
   `loss_scale_floor`): an `overflow` event whose new scale is at or below
   `events.floor_scale` (DeepSpeed's `Attempted loss scale: 1, reducing to 1`), or any event
   whose text says the scale cannot fall further (`Current loss scale already at minimum`,
-  `Minimum loss scale reached`).
+  `Minimum loss scale reached`), or an overflow that halves the scale to `events.exploded_scale` or
+  below, past the lowest floor any scaler keeps (apex's `reducing loss scale to 1.52587890625e-05`).
 - **every logged step overflowing** (`loss_scale_collapse`, `cause` = `all_steps_overflow`):
   overflow-skipped steps make up >= `all_overflow_frac` of the logged steps, over more steps
   than a scaler's calibration takes (or at a scale already below 1, past any calibration).
@@ -109,9 +110,12 @@ def _floor(run: RunData, params, fallback: int) -> list[Finding]:
     at_value = (
         (pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.floor_scale) & pl.lit(value_floor) & floor_framework
     )
+    # past every scaler's floor: an overflow at a scale below `exploded_scale` (apex halving on to 1.5e-5)
+    exploded = (pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.exploded_scale)
     hit = ov.filter(
         at_value
         | stuck.fill_null(False)
+        | exploded.fill_null(False)
         | _text().str.contains(ep.floor_pattern)
         | _text().str.contains(r'"at_floor":\s*true')
     )
@@ -121,13 +125,19 @@ def _floor(run: RunData, params, fallback: int) -> list[Finding]:
     first = hit.row(0, named=True)
     n = hit.height
     worded = hit.filter(_text().str.contains(ep.floor_pattern))
+    below_every_floor = hit.select(exploded.fill_null(False).any()).item() and not worded.height
+    where = (
+        f"below {ep.exploded_scale:g}, every scaler's floor"
+        if below_every_floor
+        else f"at the loss-scale floor ({ep.floor_scale:g})"
+    )
     ev = [
         Evidence(
             signal="loss_scale",
             step=first["at"],
             value=first["new_scale"],
             baseline=first["old_scale"],
-            note=f"{n} overflow/minimum-scale event(s) at the loss-scale floor ({ep.floor_scale:g})",
+            note=f"{n} overflow/minimum-scale event(s) {where}",
         )
     ]
     if worded.height:
@@ -146,13 +156,17 @@ def _floor(run: RunData, params, fallback: int) -> list[Finding]:
             evidence=ev,
             attempt=int(first["attempt"] or 0),
             summary=(
-                f"fp16 loss scale at its floor ({ep.floor_scale:g}) from step {first['at']}: {n} overflow "
+                f"fp16 loss scale down to {lowest:.3g} from step {first['at']}: {n} overflow event(s) below "
+                f"{ep.exploded_scale:g}, the lowest floor a scaler keeps (fairseq stops there: 'your loss is "
+                "probably exploding'); the fp16 values overflow with the loss scaled down 10,000x"
+                if below_every_floor
+                else f"fp16 loss scale at its floor ({ep.floor_scale:g}) from step {first['at']}: {n} overflow "
                 "event(s) with nowhere left to halve; the scaler cannot recover"
             ),
             facts={
                 "cause": "loss_scale_floor",
                 "at_floor": True,
-                "min_scale": ep.floor_scale,
+                "min_scale": lowest if below_every_floor else ep.floor_scale,
                 "onset_step": lo,
                 "floor_events": n,
                 "decisive_event": True,

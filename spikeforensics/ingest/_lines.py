@@ -17,6 +17,7 @@ ANSI_RE = r"\x1b\[[0-9;?]*[A-Za-z]"
 # `rank` keeps the rank number where the prefix has one.
 PREFIX_RE = (
     r"^(?:(?:\+?> ?)+)?"  # markdown quoting of pasted logs: '> ', '+> '
+    r"(?:`{1,3})?"  # markdown code opened on the paste's first line: '`[  1]    1440 || B: 5.495 ...' (yolact #359)
     r"(?:\[\d{2,}\] )?"  # log-viewer line numbers '[80746] '
     # `kubectl logs --timestamps` / `docker logs -t` (RFC 3339 at nanoseconds: a framework's own ISO time, kept,
     # prints milli- or microseconds)
@@ -145,7 +146,7 @@ def split_segments(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 # Cheap anchored test for "this line may carry a prefix" (most lines do not).
-PREFIX_HINT_RE = r"^(?:[>+]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: |\d{4}-\d{2}-\d{2}T\d|\([\w.-]*\s?pid=)"
+PREFIX_HINT_RE = r"^(?:[>+`]|\[(?:rank|default)\d|\[\d+(?:\] |:\d+\]:)|\d{1,4}: |\d{4}-\d{2}-\d{2}T\d|\([\w.-]*\s?pid=)"
 
 
 # A rank the logger writes into its own header: icefall / k2 recipes' `setup_logger`
