@@ -1,14 +1,23 @@
-"""What sample_logs/real/fresh36 left and fresh37 first needed: an epoch's or the training's closing summary
-(`Epoch 1 completed | train_loss=0.0787 | global_step=324`, `Training complete! Final loss: 3.1890`) printed beside
-a loop's counted interval lines was read as one more training record."""
+"""What sample_logs/real/fresh36 left and fresh37 and fresh38 first needed: an epoch's or the training's closing
+summary (`Epoch 1 completed | train_loss=0.0787 | global_step=324`, `Training complete! Final loss: 3.1890`) printed
+beside a loop's counted interval lines was read as one more training record; a paste opened by an inline-code
+backtick lost its first line; apex halving the loss scale to 1.5e-5 was no finding; ms-swift's `logging.jsonl`
+(whose last line is its trainer state) was taken for a trainer_state.json; a DPO loss falling slowly from ln 2 was
+a loss pinned at chance."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import polars as pl
+from _detect_synth import run_from
 from _ingest_helpers import REAL
 
 from spikeforensics import api
-from spikeforensics.ingest import parse_file
+from spikeforensics.detect import stall
+from spikeforensics.ingest import detect_format, parse_file
+from spikeforensics.params import Params
 
 P2IGAN = REAL / "fresh36" / "custom-p2igan-rainfall-inpainting-gan-200k-steps-healthy-2000"
 BUILD_LLM = REAL / "fresh35" / "gpt2-build-llm-karpathy-full-ft-after-label-offset-fix-2000-steps-healthy"
@@ -79,3 +88,42 @@ def test_an_overflow_halving_the_scale_past_every_floor_convicts_the_run(tmp_pat
     )
     api.ingest([half], run_id="h", store=store)
     assert api.diagnose("h", store=store)["verdict"]["status"] == "healthy"
+
+
+MS_SWIFT = REAL / "fresh38" / "ms-swift-deepclima-r1-qwen3-8b-lora-sft-438-steps-healthy"
+DPO = REAL / "fresh38" / "trl-dpo-clean-code-qwen-lora-160-steps-healthy"
+
+
+def test_a_metrics_jsonl_ending_with_its_trainer_state_is_jsonl_and_the_state_no_record():
+    """ms-swift's `logging.jsonl`: one dict per logging step (`"global_step/max_steps": "10/438"`), then its trainer
+    state on the last line (`"global_step": 438, "log_history": [...]`, the same records again): read as JSONL,
+    44 training records stepped 1, 10, ..., 430; the state's `global_step` is no step key of theirs."""
+    log = MS_SWIFT / "logging.jsonl"
+    assert detect_format(log)[0] == "jsonl_metrics"
+    result = parse_file(log, "jsonl_metrics")
+    steps = _train_loss(result).filter(pl.col("record").is_not_null()).get_column("step").to_list()
+    assert _train_records(result) == 44 and steps == [1, *range(10, 431, 10)]
+
+
+def test_a_trainer_state_on_one_line_is_still_a_trainer_state(tmp_path):
+    """A compact `trainer_state.json` (json.dump without indent: one line) is one document, not JSONL."""
+    state = tmp_path / "trainer_state.json"
+    state.write_text('{"global_step": 2, "log_history": [{"loss": 2.0, "step": 1}, {"loss": 1.9, "step": 2}]}')
+    assert detect_format(state)[0] == "hf_trainer_state"
+
+
+def _at(values):
+    return run_from({"step": np.arange(1, len(values) + 1), "loss": np.asarray(values, dtype=float)})
+
+
+def test_a_loss_falling_slowly_from_ln_2_is_no_loss_pinned_at_chance(tmp_path):
+    """trl's DPO loss is ln 2 at step 0 by construction; at beta 0.05 and lr 2e-6 it falls 0.692 -> 0.680 over 16
+    records (its reward accuracy 0.47 -> 0.95): no `no_progress`. Noise about ln 2 with no fall stays one."""
+    store = tmp_path / "store"
+    api.ingest([DPO / "dpo.log"], run_id="dpo", store=store)
+    assert api.diagnose("dpo", store=store)["verdict"]["status"] == "healthy"
+    rng = np.random.default_rng(3)
+    (f,) = stall.detect(_at(math.log(2) + rng.normal(0, 0.003, 16)), Params())
+    assert f.facts["cause"] == "chance_level"
+    slow = math.log(2) - np.linspace(0.0, 0.012, 16) + rng.normal(0, 0.001, 16)
+    assert not stall.detect(_at(slow), Params())

@@ -29,7 +29,8 @@ token see itself). `no_progress`, `cause` = `loss_collapse`.
 
 A loss at chance (`_loss_at_chance`): from the start of training to the end of the log its median sits at ln K
 (`stall.chance_tol`), the cross-entropy of a uniform guess over K classes (binary 0.6931, 10 classes 2.3026,
-ImageNet 6.9078), and the last third of its records is no lower. A run that learns leaves that level in its first
+ImageNet 6.9078), the last third of its records is no lower, and no lower than its first third by more than the
+records' interquartile range (a slow, steady fall from ln K is learning). A run that learns leaves that level in its first
 records; one that stays there outputs the same distribution whatever the input: saturated sigmoids or dead ReLUs
 that pass no gradient, a layer that scales the signal to nothing, inputs or labels that never reach the model.
 `no_progress`, `cause` = `chance_level`.
@@ -219,8 +220,15 @@ def _loss_at_chance(run: RunData, params) -> list[Finding]:
     tail = body.slice(body.len() - max(1, body.len() // 3))
     if float(tail.median()) < level - tol:
         return []  # the run got below chance by its end: it learns, however slowly
-    if float(body.quantile(0.75)) - float(body.quantile(0.25)) > sp.chance_tol:
+    spread = float(body.quantile(0.75)) - float(body.quantile(0.25))
+    if spread > sp.chance_tol:
         return []  # a noisy loss whose median passes ln K, not one pinned there
+    head = body.head(max(1, body.len() // 3))
+    if float(head.median()) - float(tail.median()) > spread:
+        # falling from its first third to its last by more than its own spread: slow learning from where the
+        # objective starts (a DPO loss is ln 2 at step 0 by construction: 0.692 -> 0.680 at beta 0.05, its reward
+        # accuracy rising 0.47 -> 0.95), not a loss pinned at ln K
+        return []
     steps = loss.get_column("step").drop_nulls()
     lo, hi = (int(steps.min()), int(steps.max())) if steps.len() else (0, loss.height - 1)
     summary = (

@@ -172,7 +172,7 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
     for n, (lines, last) in enumerate(_with_last(chunks)):
         lines = lines if held is None else pl.concat([held, lines])
         objects, bad = T.json_objects(lines)
-        objects = T.flatten_structs(objects)
+        objects = _without_state_summaries(T.flatten_structs(objects))
         result = ParseResult()
         state.hold, state.whole = not last, last and n == 0
         history = _columnar_history(objects) if state.whole else None
@@ -187,6 +187,16 @@ def parse_chunks(src: SourceFile, chunk_bytes: int | None = None) -> Iterator[Pa
         held = lines.filter(pl.col("line") >= cut) if cut is not None else None
         T.unparsed(result, bad if cut is None else bad.filter(pl.col("line") < cut))
         yield result
+
+
+def _without_state_summaries(objects: pl.DataFrame) -> pl.DataFrame:
+    """Without the lines that hold a trainer state (a `log_history` list) among metric lines: ms-swift's
+    `logging.jsonl` ends with `{"last_model_checkpoint": ..., "global_step": 438, "log_history": [...]}`, the
+    records of the lines before it again, not one more record (and its `global_step` no step key of theirs)."""
+    if "log_history" not in objects.columns or objects.get_column("log_history").null_count() == 0:
+        return objects
+    kept = objects.filter(pl.col("log_history").is_null())
+    return kept.select([c for c in kept.columns if c == "line" or kept.get_column(c).null_count() < kept.height])
 
 
 def _columnar_history(objects: pl.DataFrame) -> pl.DataFrame | None:

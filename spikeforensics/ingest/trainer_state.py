@@ -25,9 +25,21 @@ NAME = "hf_trainer_state"
 
 def sniff(sample: SniffSample) -> float:
     head = sample.text.lstrip()
-    if not head.startswith("{") or '"log_history"' not in head:
+    if not head.startswith("{") or '"log_history"' not in head or _jsonl(head):
         return 0.0
     return 0.95 if ('"global_step"' in head or '"max_steps"' in head) else 0.7
+
+
+def _jsonl(head: str) -> bool:
+    """One complete JSON object per line, more than one line: a metrics JSONL (ms-swift's `logging.jsonl`, whose
+    last line is its own trainer-state summary holding a `log_history`), not one trainer_state document."""
+    first, _, rest = head.partition("\n")
+    if not rest.strip():
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
 
 
 def parse(src: SourceFile) -> ParseResult:
