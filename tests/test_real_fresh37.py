@@ -18,6 +18,7 @@ from spikeforensics import api
 from spikeforensics.detect import stall
 from spikeforensics.ingest import detect_format, parse_file
 from spikeforensics.params import Params
+from spikeforensics.report.text import verdict_sentence
 
 P2IGAN = REAL / "fresh36" / "custom-p2igan-rainfall-inpainting-gan-200k-steps-healthy-2000"
 BUILD_LLM = REAL / "fresh35" / "gpt2-build-llm-karpathy-full-ft-after-label-offset-fix-2000-steps-healthy"
@@ -121,7 +122,10 @@ def test_a_loss_falling_slowly_from_ln_2_is_no_loss_pinned_at_chance(tmp_path):
     records (its reward accuracy 0.47 -> 0.95): no `no_progress`. Noise about ln 2 with no fall stays one."""
     store = tmp_path / "store"
     api.ingest([DPO / "dpo.log"], run_id="dpo", store=store)
-    assert api.diagnose("dpo", store=store)["verdict"]["status"] == "healthy"
+    diagnosis = api.diagnose("dpo", store=store)
+    assert diagnosis["verdict"]["status"] == "healthy"
+    # its dicts carry no step but where glued to a tqdm bar (4 of 16): the sentence says what was judged
+    assert verdict_sentence(diagnosis).endswith("over 16 records (4 distinct steps).")
     rng = np.random.default_rng(3)
     (f,) = stall.detect(_at(math.log(2) + rng.normal(0, 0.003, 16)), Params())
     assert f.facts["cause"] == "chance_level"

@@ -130,7 +130,15 @@ def verdict_sentence(diagnosis: Diagnosis | dict) -> str:
     counted = diagnosis.counted_incidents
     if not counted:
         count = diagnosis.steps.count
-        over = f" over {fmt_num(count)} steps" if count else ""
+        # a log that numbers few of its records (trl's dicts glued to a tqdm bar: 16 records, 4 printed steps)
+        # was judged over its records, not its distinct steps
+        coverage = diagnosis.verdict.coverage
+        series = getattr(coverage, "series_records", None)
+        records = max(series.values(), default=0) if isinstance(series, dict) else 0
+        if records > count:
+            over = f" over {fmt_num(records)} records" + (f" ({fmt_num(count)} distinct steps)" if count else "")
+        else:
+            over = f" over {fmt_num(count)} steps" if count else ""
         return f"{word}: no incident at warning level or above{over}."
     main = main_incident(diagnosis) or counted[0]
     cause = verdict.root_cause or main.root_cause
