@@ -325,6 +325,7 @@ class DivergenceParams:
     min_ratio: float = 1.5  # why: the median loss from onset to the end >= 1.5x the pre-onset level: well above the band, not a slow wobble
     critical_ratio: float = 2.0  # why: as hard_spike.loss_ratio_critical (DOMAIN: 2x its recent level)
     min_records: int = 5  # why: at least 5 records out of band to the end of the log (one or two high records at the end are a spike the log cut off)
+    min_records_rising: int = 3  # why: 3+ records out of band to the end of the log, each higher than the last (as excerpt_climb_records: 3 rises in order by chance p 0.04), median >= min_ratio: a climb the log ends in; a spike the log cut off comes back or levels
     min_records_nonfinite: int = 3  # why: a monotone climb of 3+ records that ends in NaN/Inf or a stop is a divergence (DOMAIN: "within a few steps the loss is NaN")
     falling_frac: float = 0.75  # why: a loss that falls on >= 75% of the records after its peak is coming back (a slow recovery, bigscience tr1-13B), not diverging ...
     falling_min: int = 3  # why: ... judged on at least 3 records after the peak

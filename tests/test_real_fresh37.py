@@ -3,7 +3,9 @@ summary (`Epoch 1 completed | train_loss=0.0787 | global_step=324`, `Training co
 beside a loop's counted interval lines was read as one more training record; a paste opened by an inline-code
 backtick lost its first line; apex halving the loss scale to 1.5e-5 was no finding; ms-swift's `logging.jsonl`
 (whose last line is its trainer state) was taken for a trainer_state.json; a DPO loss falling slowly from ln 2 was
-a loss pinned at chance."""
+a loss pinned at chance. fresh39: timm's `Using native Torch AMP` banner said no precision; a warmup the run died
+in was judged over the log's length (an LR "still rising after 25% of the run"); a loss that left its band for the
+3 rising records the log ends with was no divergence, and a divergence nothing else explains had no cause."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from _detect_synth import run_from
 from _ingest_helpers import REAL
 
 from spikeforensics import api
-from spikeforensics.detect import stall
+from spikeforensics.detect import divergence, stall
 from spikeforensics.ingest import detect_format, parse_file
 from spikeforensics.params import Params
 from spikeforensics.report.text import verdict_sentence
@@ -131,3 +133,55 @@ def test_a_loss_falling_slowly_from_ln_2_is_no_loss_pinned_at_chance(tmp_path):
     assert f.facts["cause"] == "chance_level"
     slow = math.log(2) - np.linspace(0.0, 0.012, 16) + rng.normal(0, 0.001, 16)
     assert not stall.detect(_at(slow), Params())
+
+
+T2T_FOOD = REAL / "fresh39" / "timm-t2t-vit-19-food101-native-amp-loss-nan-epoch1-batch600"
+FASTAI = REAL / "fresh39" / "fastai-forum-lesson4-imdb-lstm-loss-jumps-epoch-10-lr-too-high"
+
+
+def test_timm_amp_banner_declares_mixed_precision_and_a_warmup_the_run_died_in_is_no_schedule_fault(tmp_path):
+    """T2T-ViT under timm (`Using native Torch AMP. Training in mixed precision.`, warmup 1e-6 -> 3.4e-5 -> 6.7e-5
+    per epoch over 3 of 20 scheduled epochs) goes NaN in epoch 1 and logs NaN to the end: fp16 is read, and the LR
+    still rising at the end of a log that ends non-finite is no "LR rising after its warmup" (the maintainer: "AMP
+    would cause NAN loss")."""
+    store = tmp_path / "store"
+    api.ingest([next(T2T_FOOD.glob("*.excerpt"))], run_id="t2t", store=store)
+    events = api.export("t2t", "events", store).filter(pl.col("kind") == "precision")
+    assert events.height == 1 and '"amp"' in events.item(0, "detail")
+    (incident,) = api.diagnose("t2t", store=store)["incidents"]
+    assert incident["kind"] == "nonfinite" and incident["first_nonfinite_step"] == 2967
+    assert incident["root_cause"] == "fp16_overflow"
+    assert incident["features"]["lr_rising_late"] is False
+
+
+def test_timm_fp32_banner_is_fp32(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "AMP not enabled. Training in float32.\n"
+        + "".join(
+            f"Train: 0 [{i:4d}/1000 ({i // 10:3d}%)]  Loss:  {2.0 - i / 1000:.6f} ({2.0:.4f})  Time: 0.5s,  64/s  "
+            f"(0.5s,  64/s)  LR: 1.000e-03  Data: 0.01 (0.01)\n"
+            for i in range(0, 1000, 50)
+        )
+    )
+    store = tmp_path / "store"
+    api.ingest([log], run_id="f", store=store)
+    events = api.export("f", "events", store).filter(pl.col("kind") == "precision")
+    assert events.height == 1 and '"fp32"' in events.item(0, "detail")
+
+
+def test_a_loss_rising_on_the_last_three_records_out_of_band_is_a_divergence_blamed_on_the_lr(tmp_path):
+    """fastai lesson 4: trn_loss 0.37-0.47 for epochs 0-9, then 0.72, 0.81, 1.05 (user stopped): a divergence, and
+    with nothing else in the log the LR first ("It means your LR is too high at that part of the training")."""
+    store = tmp_path / "store"
+    api.ingest([FASTAI / "fastai_forum_10961_output.txt"], run_id="fa", store=store)
+    (incident,) = api.diagnose("fa", store=store)["incidents"]
+    assert "divergence" in incident["kinds"] and incident["severity"] == "critical"
+    assert incident["root_cause"] == "lr_too_high" and incident["step_start"] <= 10 <= incident["step_end"]
+
+
+def test_two_high_records_at_the_end_stay_no_divergence():
+    """A spike the log cut off: 10 records in band, then two rising records: fewer than min_records_rising."""
+    values = [0.40, 0.38, 0.41, 0.39, 0.40, 0.37, 0.41, 0.39, 0.38, 0.40, 0.75, 0.90]
+    assert not divergence.detect(_at(values), Params())
+    assert divergence.detect(_at([*values, 1.1]), Params())

@@ -5,6 +5,8 @@ after, the loss straight after, position in training, and the learning-rate sche
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 from spikeforensics.attribute._feature_helpers import _at, _median, _onset
@@ -30,14 +32,22 @@ def _lr_schedule(lr: pl.DataFrame, attempt: int, ctx: RunContext, ap: Attributio
     """(the attempt's LR records sorted by step with their running max, the first decayed step, the
     warmup cut, the warmup's last step). Warmup ends where the decay starts; without any decay, a
     warmup never lasts past `warmup_max_frac` of the run, so the LR rising after that is a schedule
-    fault too (judged on `warmup_min_records` LR records or more: a short paste may end inside its warmup)."""
+    fault too (judged on `warmup_min_records` LR records or more: a short paste may end inside its warmup; and not
+    when the log ends with the loss non-finite: the run died before its schedule did, so the log's length is not the
+    run's - timm's T2T-ViT warming up over 3 of 20 epochs went NaN in epoch 1 and logged NaN to epoch 2)."""
     first_pass = lr.filter(pl.col("attempt") == attempt)
     first_pass = first_pass if first_pass.height else lr
     seq = first_pass.sort("step").with_columns(pl.col("value").cum_max().alias("cmax"))
     decayed = seq.filter(pl.col("value") < 0.9 * pl.col("cmax"))
     decay_step = int(decayed.get_column("step")[0]) if decayed.height else None
     cut = decay_step
-    if cut is None and ctx.first_step is not None and ctx.last_step is not None and seq.height >= ap.warmup_min_records:
+    if (
+        cut is None
+        and ctx.first_step is not None
+        and ctx.last_step is not None
+        and seq.height >= ap.warmup_min_records
+        and not _ends_nonfinite(ctx, attempt)
+    ):
         cut = int(ctx.first_step + ap.warmup_max_frac * (ctx.last_step - ctx.first_step))
     warm = seq if cut is None else seq.filter(pl.col("step") < cut)
     warm = warm if warm.height else seq
@@ -46,6 +56,12 @@ def _lr_schedule(lr: pl.DataFrame, attempt: int, ctx: RunContext, ap: Attributio
     near_top = finite.filter(pl.col("value") >= top - 0.01 * abs(top))  # 0.99 x top, for a negative LR too
     warm_end = int((near_top if near_top.height else warm).get_column("step")[0])
     return seq, decay_step, cut, warm_end
+
+
+def _ends_nonfinite(ctx: RunContext, attempt: int) -> bool:
+    """The attempt's last loss record (in training order, as `ctx.loss` holds them) is NaN/inf."""
+    last = ctx.loss.lazy().filter(pl.col("attempt") == attempt).select(pl.col("value").last()).collect().item()
+    return last is not None and not math.isfinite(last)
 
 
 def _next_ratio(ctx: RunContext, attempt: int, onset: int, end: int) -> float | None:

@@ -13,7 +13,10 @@ divergence when
   there is >= `min_ratio` x the pre-onset level, and it is not visibly recovering (falling
   on >= `falling_frac` of the records after its peak, by more than the band's width); or
 - it climbs monotonically for >= `min_records_nonfinite` records and the attempt ends in a
-  non-finite loss (a NaN/Inf record, a `nan` event, a stop).
+  non-finite loss (a NaN/Inf record, a `nan` event, a stop); or
+- it rises on every record for >= `min_records_rising` records to the end of the attempt, its
+  median there >= `min_ratio` x the pre-onset level (a fastai LSTM at 0.37-0.41 for 10 epochs, then
+  0.72, 0.81, 1.05 when the user stopped it: a climb the log ends in, not a spike it cut off).
 
 Critical at >= `critical_ratio` or ending non-finite, else a warning. One finding per
 attempt at most; the incident grouping puts the spikes inside it into the same incident.
@@ -94,7 +97,12 @@ def _judge(run: RunData, raw: pl.DataFrame, tail: pl.DataFrame, onset: dict, att
     monotone = bool((y.diff().drop_nulls() >= 0).all())
     sustained = n >= dp.min_records and excess >= math.log(dp.min_ratio) and not recovering
     climb = ends_nonfinite and monotone and n >= dp.min_records_nonfinite
-    if not (sustained or climb):
+    # fewer records out of band than `min_records`, each higher than the one before to the end of the log and
+    # `min_ratio` above the band: a climb in progress when the log stops, not a spike it cut off (that comes back)
+    rising = (
+        n >= dp.min_records_rising and bool((y.diff().drop_nulls() > 0).all()) and excess >= math.log(dp.min_ratio)
+    )
+    if not (sustained or climb or rising):
         return None
     ratio = math.exp(excess)
     peak_ratio = math.exp(peak["y"] - base)

@@ -35,6 +35,7 @@ RUN_FACT_LITERALS = [
     "-amp",
     " amp",
     "(amp",
+    "AMP not enabled",
 ]
 
 # --- run facts (one event per distinct fact per file) ------------------------------------
@@ -50,15 +51,18 @@ PREC_DTYPE = (
 )
 PREC_FLAG = r"(?:^|[^\w-])-{0,2}(fp16|bf16)(?:\s*[=:]\s*|\s*\.{2,}\s*|\s+)(?:True|true|1)\b"
 PREC_BARE = r"(?:^|\s)--(fp16|bf16)(?:\s*\\?\s*$|\s+--)"
+# timm's banner when mixed precision is off: `AMP not enabled. Training in float32.`
+PREC_FP32_BANNER = r"\bAMP not enabled\. Training in float32\b"
 PREC_LIGHTNING_ARG = r"\bprecision\s*[=:]\s*['\"]?(16-mixed|bf16-mixed|16|bf16|32)\b"
 # mixed precision switched on without a dtype (mode `amp`: fp16 unless the log also declares bf16, as
 # torch.autocast on CUDA, apex, timm's `--amp` and mmengine's AmpOptimWrapper default to float16):
+# timm's `train.py` banner (`Using native Torch AMP. Training in mixed precision.`, `Using NVIDIA APEX AMP. ...`),
 # mmengine's `optim_wrapper = dict(type='AmpOptimWrapper', ...)`, an mmcv 1.x config's `fp16 = dict(loss_scale=...)`
 # (dumped at the top of every mmdet 2.x log), `amp=True` / `use_amp: true` / `--amp` flags and arguments, and an
 # OpenMMLab config or experiment name with its `amp` / `fp16` setting token (the naming convention's
 # `..._8xb512-amp-coslr-1600e_in1k`, mmengine's periodic `Exp name: <config>_<timestamp>`)
 PREC_AMP = (
-    r"\bAmpOptimWrapper\b|\bfp16\s*=\s*dict\(|\b(?:use_)?amp\s*[=:]\s*(?:True|true|1)\b|(?:^|\s)--amp(?:\s|$|=[Tt]rue)|"
+    r"\bUsing (?:native Torch|NVIDIA APEX) AMP\b|\bAmpOptimWrapper\b|\bfp16\s*=\s*dict\(|\b(?:use_)?amp\s*[=:]\s*(?:True|true|1)\b|(?:^|\s)--amp(?:\s|$|=[Tt]rue)|"
     r"(?:Exp name:\s*|\bconfigs?/\S*?)[\w.-]*?[-_](?:amp|fp16)[-_][\w.-]*"
 )
 # kind `device`: detail.name, detail.bf16_supported (false before Ampere, true from it)
@@ -106,6 +110,7 @@ def run_fact_events(extra: pl.DataFrame) -> list[pl.DataFrame]:
         .when(larg == "32")
         .then(pl.lit("fp32")),
         pl.when(text.str.contains(PREC_AMP)).then(pl.lit("amp")),
+        pl.when(text.str.contains(PREC_FP32_BANNER)).then(pl.lit("fp32")),
     )
     name = pl.coalesce(text.str.extract(DEVICE_SMI_ROW, 1), text.str.extract(DEVICE_NAMED, 1)).str.strip_chars(" .-")
     f = extra.with_columns(mode.alias("_mode"), name.alias("_name"))
