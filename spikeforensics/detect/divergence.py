@@ -99,9 +99,7 @@ def _judge(run: RunData, raw: pl.DataFrame, tail: pl.DataFrame, onset: dict, att
     climb = ends_nonfinite and monotone and n >= dp.min_records_nonfinite
     # fewer records out of band than `min_records`, each higher than the one before to the end of the log and
     # `min_ratio` above the band: a climb in progress when the log stops, not a spike it cut off (that comes back)
-    rising = (
-        n >= dp.min_records_rising and bool((y.diff().drop_nulls() > 0).all()) and excess >= math.log(dp.min_ratio)
-    )
+    rising = n >= dp.min_records_rising and bool((y.diff().drop_nulls() > 0).all()) and excess >= math.log(dp.min_ratio)
     if not (sustained or climb or rising):
         return None
     ratio = math.exp(excess)
