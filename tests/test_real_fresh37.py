@@ -185,3 +185,20 @@ def test_two_high_records_at_the_end_stay_no_divergence():
     values = [0.40, 0.38, 0.41, 0.39, 0.40, 0.37, 0.41, 0.39, 0.38, 0.40, 0.75, 0.90]
     assert not divergence.detect(_at(values), Params())
     assert divergence.detect(_at([*values, 1.1]), Params())
+
+
+JITTOR = REAL / "fresh40" / "jittor-deepfacedrawing-mse-loss-garbage-values-then-nan-iter-2350"
+
+
+def test_a_few_stray_negative_prints_leave_the_loss_its_ratio_scale(tmp_path):
+    """A Jittor pix2pixHD loop's MSE prints -319.3, -0.51, -0.23 and three -0.00x (6 of 239 records) between
+    ordinary values: broken printing, not a signed objective, so its spikes (19.5 at iter 140, 21.8 at 1850) are
+    judged; a loss negative on a large share of its records stays signed."""
+    store = tmp_path / "store"
+    api.ingest([next(JITTOR.glob("*.excerpt"))], run_id="jt", store=store)
+    run = api.load_run("jt", store)
+    assert run.loss_without_ratio() is None
+    spikes = [i for i in api.diagnose(run)["incidents"] if i["kind"] == "hard_spike"]
+    assert {140, 1850} <= {i["peak_step"] for i in spikes}
+    signed = _at([0.5, -0.2, 0.4, -0.3, 0.6, -0.1, 0.2, 0.3, -0.4, 0.1])
+    assert signed.loss_without_ratio() == "signed"
