@@ -197,8 +197,8 @@ FINAL_SUMMARY = r"(?i)\bfinal\s+(?:training|train)\b"
 # a summary, not a record, in a file with other counted loss lines (alone, such lines are a once-per-epoch loop's
 # records)
 CLOSING_SUMMARY = (
-    r"(?i)\bepoch\b\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?\s*(?:is\s+)?(?:completed?|finished|done|ended|over|summary)\b"
-    r"|\bend\s+of\s+epoch\b|\btraining\s+(?:is\s+)?(?:completed?|finished|done|over)\b|\bfinal\s+(?:\w+\s+)?loss\b"
+    r"(?i)\bepoch\b\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?\s*(?:is\s+)?(?:completed?|finished|done|ended|summary)\b"
+    r"|\bend\s+of\s+epoch\b|\btraining\s+(?:is\s+)?(?:completed?|finished|done)\b|\bfinal\s+(?:\w+\s+)?loss\b"
 )
 # a loss's setting, not its value (a config dump's `loss_weight: 1.0`, `koleo_loss_weight: 0.1`, `loss_type: 2`):
 # no record

@@ -62,7 +62,8 @@ PREC_LIGHTNING_ARG = r"\bprecision\s*[=:]\s*['\"]?(16-mixed|bf16-mixed|16|bf16|3
 # OpenMMLab config or experiment name with its `amp` / `fp16` setting token (the naming convention's
 # `..._8xb512-amp-coslr-1600e_in1k`, mmengine's periodic `Exp name: <config>_<timestamp>`)
 PREC_AMP = (
-    r"\bUsing (?:native Torch|NVIDIA APEX) AMP\b|\bAmpOptimWrapper\b|\bfp16\s*=\s*dict\(|\b(?:use_)?amp\s*[=:]\s*(?:True|true|1)\b|(?:^|\s)--amp(?:\s|$|=[Tt]rue)|"
+    r"\bUsing (?:native Torch|NVIDIA APEX) AMP\b|"
+    r"\bAmpOptimWrapper\b|\bfp16\s*=\s*dict\(|\b(?:use_)?amp\s*[=:]\s*(?:True|true|1)\b|(?:^|\s)--amp(?:\s|$|=[Tt]rue)|"
     r"(?:Exp name:\s*|\bconfigs?/\S*?)[\w.-]*?[-_](?:amp|fp16)[-_][\w.-]*"
 )
 # kind `device`: detail.name, detail.bf16_supported (false before Ampere, true from it)
