@@ -395,6 +395,13 @@ class BlipParams:
 
 
 @dataclass
+class LossTermsParams:
+    """A loss term switched on mid-run (detect/loss_terms.py): the objective changed, not the model."""
+
+    rise_share: float = 0.5  # why: the switched-on term's median is at least half the total loss's rise over the finding (YOLOX's l1_loss at 0.7-0.8 against a total stepping up ~0.7): the term accounts for the rise; a drift that a tiny new term cannot explain stays one
+
+
+@dataclass
 class ConvergedParams:
     """A loss trained towards 0 (detect/converged.py): its late bumps are judged against where it started."""
 
@@ -591,6 +598,7 @@ class Params:
     blips: BlipParams = field(default_factory=BlipParams)
     coverage: CoverageParams = field(default_factory=CoverageParams)
     converged: ConvergedParams = field(default_factory=ConvergedParams)
+    loss_terms: LossTermsParams = field(default_factory=LossTermsParams)
 
     attribution: AttributionParams = field(default_factory=AttributionParams)
     tracing: TracingParams = field(default_factory=TracingParams)

@@ -17,7 +17,7 @@ from _detect_synth import run_from
 from _ingest_helpers import REAL
 
 from spikeforensics import api
-from spikeforensics.detect import divergence, stall
+from spikeforensics.detect import divergence, loss_terms, run_detectors, stall
 from spikeforensics.ingest import detect_format, parse_file
 from spikeforensics.params import Params
 from spikeforensics.report.text import verdict_sentence
@@ -202,3 +202,34 @@ def test_a_few_stray_negative_prints_leave_the_loss_its_ratio_scale(tmp_path):
     assert {140, 1850} <= {i["peak_step"] for i in spikes}
     signed = _at([0.5, -0.2, 0.4, -0.3, 0.6, -0.1, 0.2, 0.3, -0.4, 0.1])
     assert signed.loss_without_ratio() == "signed"
+
+
+YOLOX = REAL / "fresh41" / "yolox-myyoloxlabel-voc-s-apex-fp16-300-epochs-sparse-overflow-healthy"
+
+
+def test_a_loss_term_switched_on_mid_run_explains_the_total_loss_step_up(tmp_path):
+    """YOLOX prints `l1_loss: 0.0` for 285 of 300 epochs, then `--->Add additional L1 loss now!` and `l1_loss: 0.7`:
+    the total's step up 4.1 -> 5 is the objective changing: notes that say so, not drifts."""
+    store = tmp_path / "store"
+    api.ingest([next(YOLOX.glob("train_log*"))], run_id="yx", store=store)
+    diagnosis = api.diagnose("yx", store=store)
+    assert diagnosis["verdict"]["status"] == "healthy"
+    notes = [n for n in diagnosis["notes"] if n["kind"] == "soft_drift"]
+    assert notes and all("the loss term `l1_loss`, printed as 0 before, is on from step" in n["summary"] for n in notes)
+
+
+def test_a_term_that_was_never_zero_or_too_small_explains_nothing():
+    steps = np.arange(1, 401)
+    total = np.where(steps <= 300, 4.0, 5.0) + np.random.default_rng(1).normal(0, 0.05, 400)
+    base = {"step": steps, "loss": total}
+    on = run_from({**base, "l1_loss": np.where(steps <= 300, 0.0, 0.9)})
+    small = run_from({**base, "l1_loss": np.where(steps <= 300, 0.0, 0.1)})
+    always = run_from({**base, "l1_loss": np.where(steps <= 300, 0.2, 0.9)})
+    found = soft_drift_findings(on)
+    assert found and all(f.severity == "info" and f.facts["switched_on_term"]["step"] == 301 for f in found)
+    assert all(f.severity != "info" for f in soft_drift_findings(small))
+    assert all(f.severity != "info" for f in soft_drift_findings(always))
+
+
+def soft_drift_findings(run):
+    return [f for f in run_detectors(run, Params()) if f.kind in loss_terms.KINDS]

@@ -21,6 +21,7 @@ from spikeforensics.detect import (
     heldout,
     layer_outlier,
     loss_scale,
+    loss_terms,
     nonfinite,
     oscillation,
     runs_in_log,
@@ -102,6 +103,7 @@ def run_detectors(run: RunData, params) -> list[Finding]:
                 found.append(failure_finding(name, exc, part))
             signals.release(part, RELEASED_AFTER.get(name, ()))
         found = epoch_restarts.quiet_epoch_drifts(found, part, params)
+        found = loss_terms.quiet_switched_on_terms(found, part, params)
         findings.extend(converged.quiet_converged_bumps(found, part, params))
         signals.release(part)
     findings = vanishing.absorb_spikes(findings, params)
