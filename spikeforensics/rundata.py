@@ -314,20 +314,28 @@ class RunData:
                 why = "signed"
             elif loss.height:
                 name = self.resolve("loss")
-                names = (
-                    self.metrics.lazy()
-                    .filter(pl.col("record").is_not_null())
-                    .select(pl.col("name").unique())
-                    .collect()
-                    .get_column("name")
-                    .to_list()
-                )
-                lossy = [n for n in names if re.search(schema.LOSS_TERM, n) or n.endswith("loss")]
+                lossy = self.loss_term_names()
                 for mine, other in (ADVERSARIAL_SIDES, ADVERSARIAL_SIDES[::-1]):
                     if re.search(mine, name) and any(re.search(other, n) and not re.search(mine, n) for n in lossy):
                         why = "adversarial"
                         break
             self._cache[key] = why
+        return self._cache[key]
+
+    def loss_term_names(self) -> list[str]:
+        """The names of the training records' metrics that are losses or loss terms (`loss`, `l1_loss`,
+        `loss_cls`), sorted; computed once (a query that takes out the name column only)."""
+        key = ("loss-terms",)
+        if key not in self._cache:
+            names = (
+                self.metrics.lazy()
+                .filter(pl.col("record").is_not_null())
+                .select(pl.col("name").unique())
+                .collect()
+                .get_column("name")
+                .to_list()
+            )
+            self._cache[key] = sorted(n for n in names if re.search(schema.LOSS_TERM, n) or n.endswith("loss"))
         return self._cache[key]
 
     def series(self, name: str, per_rank: bool = False) -> pl.DataFrame:

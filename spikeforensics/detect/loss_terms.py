@@ -16,11 +16,8 @@ step up late, and a drift later in the same phase is the same change), whose med
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
-from spikeforensics import schema
 from spikeforensics.detect.base import Finding
 from spikeforensics.rundata import RunData
 
@@ -86,18 +83,6 @@ def _switched_on(run: RunData, name: str, f: Finding, min_side: int) -> tuple[in
 def _terms(run: RunData) -> list[str]:
     """The loss terms of the training records other than the loss judged (no eval ones)."""
     judged = run.resolve("loss")
-    names = (
-        run.metrics.lazy()
-        .filter(pl.col("record").is_not_null())
-        .select(pl.col("name").unique())
-        .collect()
-        .get_column("name")
-        .to_list()
-    )
-    return sorted(
-        n
-        for n in names
-        if n not in (judged, "loss")
-        and not n.startswith(("eval_", "val_", "test_"))
-        and (re.search(schema.LOSS_TERM, n) or n.endswith("loss"))
-    )
+    return [
+        n for n in run.loss_term_names() if n not in (judged, "loss") and not n.startswith(("eval_", "val_", "test_"))
+    ]
