@@ -335,7 +335,7 @@ class RunData:
                 .get_column("name")
                 .to_list()
             )
-            self._cache[key] = sorted(n for n in names if re.search(schema.LOSS_TERM, n) or n.endswith("loss"))
+            self._cache[key] = sorted(n for n in names if schema.is_loss_name(n))
         return self._cache[key]
 
     def series(self, name: str, per_rank: bool = False) -> pl.DataFrame:

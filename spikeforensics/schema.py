@@ -8,6 +8,8 @@ columns that `export` must carry; extra columns here are ours.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 SCHEMA_VERSION = 1
@@ -49,6 +51,13 @@ EVENT_KINDS = (
 TIME = pl.Datetime("us")
 # a metric name that is a loss or one of its terms (`loss`, `train_mel_loss_after`, `loss_cls`, `decode_loss_seg`)
 LOSS_TERM = r"(?:^|_)loss(?:_|$)"
+
+
+def is_loss_name(name: str) -> bool:
+    """A normalised metric name that is a loss or a loss term (`loss`, `l1_loss`, `loss_cls`, `trainloss`)."""
+    return bool(re.search(LOSS_TERM, name)) or name.endswith("loss")
+
+
 # an RL critic's loss (Spinning Up `LossQ` -> `loss_q`, SB3 `value_loss`, `critic_loss`, `qf1_loss`, baselines
 # DDPG `train/loss_critic`): its TD targets
 # are bootstrapped from the critic itself, near 0 at the start, and grow as the policy's returns grow, so its

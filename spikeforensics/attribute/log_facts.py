@@ -15,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from spikeforensics.attribute.context import uses_loss_scaling
+from spikeforensics.detect.events import floor_events
 from spikeforensics.rundata import RunData
 
 B, N, S = "bool", "number", "str"
@@ -30,8 +31,9 @@ FACTS: dict[str, tuple[str, str]] = {
     "gpu_no_bf16": (B, "the log names a GPU without bf16 support (pre-Ampere: V100, T4, P100, RTX 20xx ...)"),
     "loss_scale_floor": (
         B,
-        "the loss scale reached its floor (<= attribution.loss_scale_floor) or the log says it "
-        "cannot decrease any more",
+        "the logged loss scale sits at its floor (attribution.loss_scale_floor), or an event puts it at a floor "
+        "(detect/events.py `floor_events`: a scaler's own floor, a halving that could not happen, past every "
+        "scaler's floor, or the log saying it cannot decrease any more)",
     ),
     "overflow_share": (N, "overflow / skipped-step events per logged training record"),
     "nan_at_start": (
@@ -130,27 +132,14 @@ def _gpu_no_bf16(events: pl.DataFrame) -> bool:
     return bool((flags == "false").any())
 
 
-def _floor_reached(run: RunData, floor: float, floor_formats: str, exploded: float) -> bool:
+def _floor_reached(run: RunData, floor: float, ep) -> bool:
     scale = run.series("loss_scale")
     finite = scale.filter(pl.col("value").is_finite() & (pl.col("value") > 0)).get_column("value")
     # a scaler that goes below `floor` (fairseq halves on to 1e-4) has a lower floor: its values say nothing
     if finite.len() and finite.min() == floor and uses_loss_scaling(scale):
         return True
-    ovf = run.events.filter(pl.col("kind").is_in(["overflow", "skipped_step"]))
-    if ovf.height == 0:
-        return False
-    detail = ovf.get_column("detail").fill_null("")
-    new = detail.str.json_path_match("$.new_scale").cast(pl.Float64, strict=False)
-    old = detail.str.json_path_match("$.old_scale").cast(pl.Float64, strict=False)
-    at_floor = detail.str.json_path_match("$.at_floor")
-    lowest = new.drop_nulls().min()
-    # as detect/events.py: a value at the floor counts only for scalers whose minimum it is
-    framework = detail.str.contains(floor_formats)
-    at_value = (new <= floor) & (lowest is not None and lowest >= floor) & framework
-    stuck = (new == old) & (new <= floor)
-    past_every_floor = new <= exploded
-    hit = at_value.fill_null(False) | stuck.fill_null(False) | past_every_floor.fill_null(False)
-    return bool((hit | (at_floor == "true").fill_null(False)).any())
+    # the events the events detector convicts the run on (detect/events.py `floor_events`)
+    return floor_events(run, ep).height > 0
 
 
 def _finite(series: pl.DataFrame) -> pl.Series:
@@ -375,9 +364,7 @@ def log_facts(run: RunData, params) -> dict:
         "precision_known": bool(precision),
         "fp16": precision == "fp16",
         "gpu_no_bf16": _gpu_no_bf16(events),
-        "loss_scale_floor": _floor_reached(
-            run, ap.loss_scale_floor, params.events.floor_formats_pattern, params.events.exploded_scale
-        ),
+        "loss_scale_floor": _floor_reached(run, ap.loss_scale_floor, params.events),
         "overflow_share": overflows / records if records else (1.0 if overflows else 0.0),
         "nan_at_start": bool(nan_at_start),
         "first_nonfinite_step": first_bad,

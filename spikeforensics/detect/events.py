@@ -89,11 +89,13 @@ def _placed(ev: pl.DataFrame, fallback: int) -> pl.DataFrame:
     return ev.with_columns(pl.col("step").fill_null(fallback).alias("at"))
 
 
-def _floor(run: RunData, params, fallback: int) -> list[Finding]:
-    ep = params.events
+def floor_events(run: RunData, ep) -> pl.DataFrame:
+    """The events that put the fp16 loss scale at its floor (with `new_scale`, `old_scale` and `exploded`: the
+    overflow went past every scaler's floor), empty when none did. The attribution's `loss_scale_floor` log fact
+    reads the same events (attribute/log_facts.py)."""
     ov = run.events_of("overflow", "hysteresis", "error", "nan", "skipped_step")
     if ov.height == 0:
-        return []
+        return ov
     ov = ov.with_columns(_num("new_scale").alias("new_scale"), _num("old_scale").alias("old_scale"))
     # a scale at `floor_scale` is the floor only for the scalers whose minimum that is (DeepSpeed's and
     # Megatron's min_loss_scale default 1); fairseq's halves on to 1e-4, apex's and torch's have none.
@@ -102,30 +104,31 @@ def _floor(run: RunData, params, fallback: int) -> list[Finding]:
     lowest = ov.get_column("new_scale").drop_nulls().min()
     floor_framework = _text().str.contains(ep.floor_formats_pattern)
     value_floor = lowest is not None and lowest >= ep.floor_scale
-    stuck = (
-        (pl.col("kind") == "overflow")
-        & (pl.col("new_scale") == pl.col("old_scale"))
-        & (pl.col("new_scale") <= ep.floor_scale)
-    )
-    at_value = (
-        (pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.floor_scale) & pl.lit(value_floor) & floor_framework
-    )
+    overflow = pl.col("kind") == "overflow"
+    stuck = overflow & (pl.col("new_scale") == pl.col("old_scale")) & (pl.col("new_scale") <= ep.floor_scale)
+    at_value = overflow & (pl.col("new_scale") <= ep.floor_scale) & pl.lit(value_floor) & floor_framework
     # past every scaler's floor: an overflow at a scale below `exploded_scale` (apex halving on to 1.5e-5)
-    exploded = (pl.col("kind") == "overflow") & (pl.col("new_scale") <= ep.exploded_scale)
-    hit = ov.filter(
+    exploded = (overflow & (pl.col("new_scale") <= ep.exploded_scale)).fill_null(False)
+    return ov.with_columns(exploded.alias("exploded")).filter(
         at_value
         | stuck.fill_null(False)
-        | exploded.fill_null(False)
+        | pl.col("exploded")
         | _text().str.contains(ep.floor_pattern)
         | _text().str.contains(r'"at_floor":\s*true')
     )
+
+
+def _floor(run: RunData, params, fallback: int) -> list[Finding]:
+    ep = params.events
+    hit = floor_events(run, ep)
     if hit.height == 0:
         return []
     hit = _placed(hit, fallback).sort("at", "line")
     first = hit.row(0, named=True)
     n = hit.height
     worded = hit.filter(_text().str.contains(ep.floor_pattern))
-    below_every_floor = hit.select(exploded.fill_null(False).any()).item() and not worded.height
+    below_every_floor = bool(hit.get_column("exploded").any()) and not worded.height
+    lowest = hit.get_column("new_scale").min()
     where = (
         f"below {ep.exploded_scale:g}, every scaler's floor"
         if below_every_floor

@@ -74,7 +74,7 @@ def sniff(sample: SniffSample) -> float:
     if counter_columns(cols) is None and not row_counted(cols):
         return 0.0
     norm = [normalise_name(c) for c in cols]
-    if step_column(cols) is None and not any(re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm):
+    if step_column(cols) is None and not any(schema.is_loss_name(n) for n in norm):
         return 0.0  # an `epoch` column alone makes a training table only beside a loss
     known = [n for n in norm if _known_metric(n)]
     return 0.85 if known else 0.4
@@ -219,7 +219,7 @@ def row_counted(cols: list[str]) -> bool:
     beside nothing but metric names (Keras' `history.history` written out as a table: AutoTrainer's `log.csv`,
     `val_loss,val_accuracy,loss,accuracy`). Its step is the row count, 1, 2, ... across the file."""
     norm = [_norm(c) for c in cols]
-    if not any(re.search(schema.LOSS_TERM, n) or n.endswith("loss") for n in norm):
+    if not any(schema.is_loss_name(n) for n in norm):
         return False
     # (a header of names, not a text line cut at its commas: `valid_evaluation: loss=1.83, acc=0.76`)
     names = all(re.fullmatch(r"[A-Za-z_][\w/ .-]*", c.strip()) for c in cols)
@@ -271,7 +271,7 @@ def _chunk_wide(
     if step_col is None and not row_counted(cols):
         raise T.ingest_error(f"{src.path}: CSV without a step column (found: {T.shown_names(cols)})")
     if step_col is None:  # one row per epoch, counted (see `row_counted`)
-        loss_col = next(c for c in cols if re.search(schema.LOSS_TERM, _norm(c)) or _norm(c).endswith("loss"))
+        loss_col = next(c for c in cols if schema.is_loss_name(_norm(c)))
         frame = frame.filter(pl.col(loss_col).is_null() | (pl.col(loss_col) != loss_col))  # repeated headers
         frame = frame.with_columns(_row_steps(frame, state).alias("_counted"))
     else:

@@ -22,7 +22,6 @@ better step key first appearing in a later chunk applies from there on).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -212,7 +211,7 @@ def _columnar_history(objects: pl.DataFrame) -> pl.DataFrame | None:
         for c, dtype in objects.schema.items()
         if c != "line" and isinstance(dtype, pl.List) and dtype.inner.is_numeric()
     ]
-    if not any(re.search(schema.LOSS_TERM, _norm(c)) or _norm(c).endswith("loss") for c in lists):
+    if not any(schema.is_loss_name(_norm(c)) for c in lists):
         return None
     lengths = {objects.get_column(c).list.len().item() for c in lists}
     if len(lengths) != 1 or lengths.pop() < 2 or step_column(lists) is not None:
