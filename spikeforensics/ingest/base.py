@@ -474,13 +474,20 @@ def metrics_from_long(
 SPARSE_CELLS = 1 << 20
 
 
+def unpivot_values(wide: pl.DataFrame) -> pl.DataFrame:
+    """(`line`, `name`, `value`) of every column of `wide` but `line`, as `unpivot` orders them. The long
+    columns take private names first: a metric a log calls `value` or `name` (MLPerf's `"value": 5`, a
+    JSONL record's `"name": ...`) would otherwise collide with them."""
+    return wide.unpivot(index="line", variable_name="__sf_name", value_name="__sf_value").rename(
+        {"__sf_name": "name", "__sf_value": "value"}
+    )
+
+
 def long_values(wide: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     """(`line`, `name`, `value`) of the cells of `names` in `wide`, as Float64, column after column (the order of
     `unpivot`); null cells are dropped when the frame is big (`metrics_from_long` drops them anyway)."""
     if wide.height * len(names) <= SPARSE_CELLS:
-        return wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names]).unpivot(
-            index="line", variable_name="name", value_name="value"
-        )
+        return unpivot_values(wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names]))
     parts = [
         wide.select("line", pl.lit(c).alias("name"), pl.col(c).cast(pl.Float64, strict=False).alias("value")).filter(
             pl.col("value").is_not_null()

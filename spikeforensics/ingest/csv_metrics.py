@@ -39,6 +39,7 @@ from spikeforensics.ingest.base import (
     SourceFile,
     metrics_from_long,
     normalise_name,
+    unpivot_values,
 )
 from spikeforensics.ingest.jsonl_metrics import IGNORE_KEYS, RANK_KEYS, TIME_KEYS, _norm, step_column
 
@@ -186,9 +187,9 @@ def _chunk_metrics(
     if synthetic:  # quoted multi-line cells (a file read whole): keep file order with row numbers, report no line
         wide = wide.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("line"))
     wide, names = T.canonical_wide(wide, metric_cols, ["line", "step", "prefix_rank", "time"])
-    values = wide.select(
-        "line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names if c in wide.columns]
-    ).unpivot(index="line", variable_name="name", value_name="value")
+    values = unpivot_values(
+        wide.select("line", *[pl.col(c).cast(pl.Float64, strict=False) for c in names if c in wide.columns])
+    )
     records = wide.select([c for c in wide.columns if c in _META])
     # record by record (a file's chunks then concatenate in file order), metrics by name
     metrics = metrics_from_long(records, values, src.name, state.records, multi_rank=True).sort("line", "name")

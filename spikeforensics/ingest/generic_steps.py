@@ -103,8 +103,10 @@ STEP_TOTAL = r"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\
 STEP_FIRST = rf"(?i)\b(?:global[_ ]step|steps?)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
 # (`= nan.` ends a sentence; a closing backtick ends a paste fenced in Markdown code quotes; `>` and `}` close
-# a record printed in angle brackets or braces: AcademiCodec's `<epoch:8, iter:7560, ..., loss_d:0.5080>`)
-PAIR = rf"(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]`>}}]|\.?$)"
+# a record printed in angle brackets or braces: AcademiCodec's `<epoch:8, iter:7560, ..., loss_d:0.5080>`; a name
+# starts at a word boundary: the unit glued to a number is no name's first word, HugeCTR's `Time(100 iters):
+# 0.583091s Loss: 0.1322` prints `Loss`, not `s Loss`)
+PAIR = rf"\b(?P<k>{KEY}(?: {KEY})?)(?:\s*[:=]\s*|\s+)(?P<v>{NUM_TOKEN})(?:[\s,;|)\]`>}}]|\.?$)"
 # the count before its word (`000 epoch, 00000 iter, average time 7.09, loss 37.2`, `0 completed epochs,
 # 100 batches Average training batch loss: nan`): the lowest-priority counter
 NUM_COUNTER = r"(?i)(?:^|[\s,;|\[(])(\d+)\s+(?:iters?|iterations?|steps?|batches)\b"
