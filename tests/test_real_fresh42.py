@@ -54,3 +54,31 @@ def test_a_metric_called_value_or_name_is_kept(tmp_path):
     csv.write_text("step,loss,value\n1,2.0,5\n2,1.9,6\n")
     got = parse_file(csv, "csv_metrics").tables["metrics"].filter(pl.col("name") == "value")
     assert got.get_column("value").to_list() == [5.0, 6.0]
+
+
+RNNT = REAL / "fresh43" / "mlperf-v31-xfusion-l40-rnnt-loss-explodes-epoch42-collapses-aborted" / "result_2.txt"
+
+
+def test_a_one_based_in_epoch_counter_that_reaches_its_total_is_composed_with_the_epoch(tmp_path):
+    """NVIDIA's MLPerf RNN-T prints `epoch 42 | iter 136/136 | loss 27.3 | ... | lrate 6.55e-03` every 10 global
+    iterations: the 1-based counter restarts each epoch and reaches its total, so the step is (E - 1) * 136 + I
+    (10 .. 10880, one record per line), `lrate` is the LR, and the divergence at step 5560 is found there."""
+    api.ingest([str(RNNT)], run_id="rnnt", store=tmp_path)
+    run = api.load_run("rnnt", tmp_path)
+    loss = run.metrics.filter((pl.col("name") == "loss") & pl.col("record").is_not_null()).sort("line")
+    steps = loss.get_column("step")
+    assert loss.height == 1088 and steps.min() == 10 and steps.max() == 10880 and steps.is_sorted()
+    assert run.metrics.filter(pl.col("name") == "lr").height == 1088
+    real = [i for i in api.diagnose(run)["incidents"] if i["severity"] in ("warning", "critical")]
+    assert any(i["step_start"] - 10 <= 5560 <= i["step_end"] + 10 and i["kind"] == "divergence" for i in real)
+
+
+def test_an_in_epoch_total_printed_one_apart_numbers_no_two_records_alike(tmp_path):
+    lines = []
+    for epoch in range(3):
+        for i in range(1, 6):
+            lines.append(f"Epoch {epoch} iteration {i:04d}/{5 if i % 2 else 6:04d}: training loss {2.0 - epoch / 10}")
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    loss = _train(parse_file(path, "generic_steps"))
+    assert loss.height == 15 and loss.get_column("step").n_unique() == 15 and loss.get_column("step").is_sorted()

@@ -91,6 +91,7 @@ METRIC_ALIASES: dict[str, str] = {
     "learning_rate_learning_rate": "lr",
     "lr_abs": "lr",
     "learningrate": "lr",
+    "lrate": "lr",  # NVIDIA DLLogger prints (MLPerf RNN-T `| lrate 9.42e-05`)
     "lr_0": "lr",  # chemprop's `lr_0 = 1.3e-04` (the first parameter group's)
     # loss scale
     "loss_scale": "loss_scale",

@@ -458,7 +458,8 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     """A `step`/`iter` counter printed with its total beside an epoch that restarts every epoch (Flair's
     `epoch 3 - iter 12/47 - loss 2.1`): step = (E - e0) * n + i, as for a `Batch i/n` counter (e0 = 0 when an
     epoch 0 is printed, else 1). Decided per file: only when the counter goes back as the epoch moves up and
-    stays below its total; a global counter printed with the run's total (`Epoch 3 Step 1200/50000`) is kept."""
+    stays within its total (NVIDIA's MLPerf RNN-T `epoch 42 | iter 136/136 | loss 27.3`: 1-based, it reaches it); a
+    global counter printed with the run's total (`Epoch 3 Step 1200/50000`) is kept."""
     text = pl.col("text")
     g = frame.with_columns(
         text.str.extract(STEP_TOTAL, 2).cast(pl.Float64, strict=False).alias("_n"),
@@ -469,11 +470,14 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     seq = counted.sort("line")
     restarts = seq.filter((pl.col("step").diff() < 0) & (pl.col("_e").diff() > 0)).height
-    inside = seq.filter(pl.col("step") >= pl.col("_n")).height == 0
+    inside = seq.filter(pl.col("step") > pl.col("_n")).height == 0  # a 1-based counter reaches its total
     if not restarts or not inside or seq.filter(pl.col("step").diff() < 0).height != restarts:
         return frame
     e0 = 0.0 if seq.select((pl.col("_e") == 0).any()).item() else 1.0
-    value = _epoch_composed(pl.col("_e"), pl.col("_n"), pl.col("step").cast(pl.Float64), e0)
+    # the largest printed total: a total that varies by one inside the epochs (GluonCV's `iteration 0187/0188`
+    # beside `0001/0187`) must not number two records alike
+    n = seq.get_column("_n").max()
+    value = _epoch_composed(pl.col("_e"), pl.lit(n), pl.col("step").cast(pl.Float64), e0)
     composed = pl.col("_n").is_not_null() & pl.col("_e").is_not_null() & pl.col("step").is_not_null()
     return g.with_columns(pl.when(composed).then(step_int(value)).otherwise(pl.col("step")).alias("step")).drop(
         "_n", "_e"
