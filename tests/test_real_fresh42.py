@@ -1,6 +1,9 @@
-"""What sample_logs/real/fresh42 first needed: MLPerf Training result logs (`:::MLLOG {json}` lines among a
-shell trace and the stack's own output) were taken for JSON-lines metrics and rejected, because a record with a
-key called `value` collided with the long table's own `value` column."""
+"""What sample_logs/real/fresh42 to fresh44 first needed: MLPerf Training result logs (`:::MLLOG {json}` lines among
+a shell trace and the stack's own output) were taken for JSON-lines metrics and rejected, because a record with a
+key called `value` collided with the long table's own `value` column; NVIDIA's 1-based in-epoch counter that
+reaches its total was no epoch counter; AlgoPerf's runner logs counted evaluation blocks as training records,
+a run that died on an optimizer's NaN error was healthy, and a grad norm rising 8x while the loss kept falling
+(no LR printed) was a drift warning."""
 
 from __future__ import annotations
 
@@ -82,3 +85,106 @@ def test_an_in_epoch_total_printed_one_apart_numbers_no_two_records_alike(tmp_pa
     path.write_text("\n".join(lines) + "\n")
     loss = _train(parse_file(path, "generic_steps"))
     assert loss.height == 15 and loss.get_column("step").n_unique() == 15 and loss.get_column("step").is_sorted()
+
+
+ALGOPERF = REAL / "fresh44"
+OGBG = ALGOPERF / "algoperf-v06-jax-ogbg-nadamw-baseline-healthy-562-records" / "ogbg_jax_03-07-2025-16-24-31.log"
+CONFORMER = (
+    ALGOPERF
+    / "algoperf-v06-pytorch-conformer-shampoo-sgd-grafting-lr-4-2-loss-rebounds-step21-nan-factor-crash"
+    / "librispeech_conformer_pytorch_03-16-2025-17-14-24.log"
+)
+RESNET = (
+    ALGOPERF
+    / "algoperf-v06-pytorch-imagenet-resnet-shampoo-sgd-grafting-lr-4-2-healthy-295-records"
+    / "imagenet_resnet_pytorch_03-14-2025-21-38-10.log"
+)
+
+
+def test_algoperf_writer_lines_are_the_records_and_eval_blocks_are_eval_records():
+    """562 `logging_writer.py:48] [N] global_step=N, grad_norm=G, loss=L` lines; the 50 evaluation blocks
+    (`Time since start: ..., Step: N, {...}` and their logging_writer twin with `train/loss=`) are eval records."""
+    assert detect_format(OGBG)[0] == "algoperf"
+    result = parse_file(OGBG, "algoperf")
+    loss = _train(result)
+    assert loss.height == 562 and loss.get_column("step").to_list() == list(range(0, 56101, 100))
+    assert _train(result, "grad_norm").height == 562
+    evals = result.tables["metrics"].filter(pl.col("name") == "eval_loss")
+    assert evals.height == 50 and evals.get_column("record").null_count() == 50
+
+
+def test_a_submissions_own_print_of_the_logged_step_is_no_second_record(tmp_path):
+    """Shampoo's `submission.py:265] 0) loss = 6.923, grad_norm = 0.606` repeats the writer line of its step:
+    295 records (steps 0..100, then every 500), not 423."""
+    api.ingest([str(RESNET)], run_id="resnet", store=tmp_path)
+    run = api.load_run("resnet", tmp_path)
+    loss = run.metrics.filter((pl.col("name") == "loss") & pl.col("record").is_not_null())
+    assert loss.height == 295 and loss.get_column("step").n_unique() == 295
+    assert api.diagnose(run)["verdict"]["status"] == "healthy"
+
+
+def test_a_run_that_dies_on_an_exception_naming_nan_is_stopped_on_a_nonfinite_value(tmp_path):
+    """8 ranks raise `ValueError: Encountered nan values in bias-corrected factor matrix ...` after the last
+    record (step 500): training stopped on a non-finite value, though no printed loss is NaN. The 8 `No module
+    named 'wandb'` tracebacks the run went on after are no such thing."""
+    api.ingest([str(CONFORMER)], run_id="conformer", store=tmp_path)
+    run = api.load_run("conformer", tmp_path)
+    diagnosis = api.diagnose(run)
+    assert diagnosis["verdict"]["status"] == "unstable"
+    stops = [i for i in diagnosis["incidents"] if i["kind"] == "nonfinite" and i["severity"] == "critical"]
+    assert stops and stops[0]["step_start"] == 500 and "nan values" in stops[0]["evidence"][0]["note"]
+
+
+def test_a_caught_traceback_naming_nan_before_more_records_stops_nothing(tmp_path):
+    lines = [f"step {i} loss {2.0 - i / 100:.3f}" for i in range(1, 41)]
+    lines[20:20] = ["Traceback (most recent call last):", '  File "x.py", line 3, in <module>',
+                    "ValueError: Input contains NaN, infinity or a value too large"]  # fmt: skip
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    api.ingest([str(path)], run_id="caught", store=tmp_path)
+    assert api.diagnose(api.load_run("caught", tmp_path))["verdict"]["status"] == "healthy"
+    path.write_text("\n".join(lines[:20] + lines[23:] + lines[20:23]) + "\n")
+    api.ingest([str(path)], run_id="died", store=tmp_path)
+    assert api.diagnose(api.load_run("died", tmp_path))["verdict"]["status"] == "unstable"
+
+
+def test_a_grad_norm_rising_while_the_loss_keeps_falling_with_no_lr_printed_is_a_note(tmp_path):
+    """AlgoPerf's OGBG baseline: the grad norm goes 0.026 -> 0.21 over 40,000 steps while the loss falls 0.035 ->
+    0.020; the same rise under a flat loss stays a warning (tests/test_detect_* cover the LR-printed case)."""
+    api.ingest([str(OGBG)], run_id="ogbg", store=tmp_path)
+    diagnosis = api.diagnose(api.load_run("ogbg", tmp_path))
+    assert diagnosis["verdict"]["status"] == "healthy"
+    assert not [i for i in diagnosis["incidents"] if i["kind"] == "soft_drift"]
+    notes = [n for n in diagnosis["notes"] if n["kind"] == "soft_drift"]
+    assert notes and "loss fell to 0.5" in notes[0]["summary"]
+    n = 600
+    rows = [f"step {i * 100} loss {0.05:.4f} grad_norm {0.03 if i < n // 2 else 0.2:.4f}" for i in range(n)]
+    flat = tmp_path / "flat.log"
+    flat.write_text("\n".join(rows) + "\n")
+    api.ingest([str(flat)], run_id="flat", store=tmp_path)
+    flat_drift = [i for i in api.diagnose(api.load_run("flat", tmp_path))["incidents"] if i["kind"] == "soft_drift"]
+    assert any(i["severity"] == "warning" for i in flat_drift)
+
+
+LENOVO = REAL / "fresh44" / "mlperf-v11-lenovo-maskrcnn-loss-freezes-iter3700-bbox-0-aborted" / "result_4.txt"
+
+
+def test_a_loss_printed_unchanged_on_the_last_records_is_no_longer_updated(tmp_path):
+    """NVIDIA's MLPerf Mask R-CNN updates its loss meter only on a finite loss: `loss: 0.7799 (0.9819)` on the
+    727 records from iteration 3700 to the end (the run aborts, its box AP 0) is a run that stopped learning."""
+    api.ingest([str(LENOVO)], run_id="frozen", store=tmp_path)
+    diagnosis = api.diagnose(api.load_run("frozen", tmp_path))
+    assert diagnosis["verdict"]["status"] != "healthy"
+    frozen = [i for i in diagnosis["incidents"] if i["kind"] == "no_progress"]
+    assert frozen and frozen[0]["step_start"] == 3700 and frozen[0]["step_end"] == 40000
+
+
+def test_a_converged_loss_that_repeats_by_rounding_is_not_frozen(tmp_path):
+    """A loss printed with 2 decimals that has converged repeats 0.01 on its last records, and on the records before
+    them too: the print does not resolve its noise, nothing froze."""
+    values = [round(1.0 / (1 + i), 2) for i in range(60)] + [0.01] * 40
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(f"step {i} loss {v:.2f}" for i, v in enumerate(values)) + "\n")
+    api.ingest([str(path)], run_id="rounded", store=tmp_path)
+    incidents = api.diagnose(api.load_run("rounded", tmp_path))["incidents"]
+    assert not [i for i in incidents if i["kind"] == "no_progress"]

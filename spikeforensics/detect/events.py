@@ -24,8 +24,9 @@ unstable"), each a critical finding:
 - **a collective that hung, then nothing** (`hardware_error`, `cause` = `collective_timeout`): an
   NCCL watchdog timeout with no training-step record after it (the watchdog takes the job down).
 - **training stopped on a non-finite loss** (`nonfinite`, `cause` = `stopped_nonfinite`): a
-  `nan` or `error` event whose text says training stopped and names NaN/Inf; and `nan`
-  events that the nonfinite detector cannot place (no step).
+  `nan` or `error` event whose text says training stopped and names NaN/Inf, or the exception that
+  ends a traceback naming NaN/Inf (the process died on it); and `nan` events that the nonfinite
+  detector cannot place (no step).
 
 Pure: `detect(run, params)` reads `run.events` / `run.metrics` only.
 """
@@ -418,13 +419,23 @@ def _collective_timeout(run: RunData, records: _Records, fallback: int) -> list[
     ]
 
 
-def _stopped(run: RunData, params, fallback: int, fallback_free: bool) -> list[Finding]:
+def _stopped(run: RunData, params, records: _Records, fallback: int, fallback_free: bool) -> list[Finding]:
     ep = params.events
     ev = run.events_of("nan", "error")
     if ev.height == 0:
         return []
-    said = (_text().str.contains(ep.stop_pattern) & _text().str.contains(ep.nonfinite_pattern)) | (
-        (pl.col("kind") == "nan") & _text().str.contains(r'"stopped":\s*true')
+    names_nonfinite = _text().str.contains(ep.nonfinite_pattern)
+    # the exception that ends a traceback after the last training record ended the process: one that names a
+    # non-finite value (Shampoo's `ValueError: Encountered nan values in bias-corrected factor matrix`,
+    # torch.distributions' `found invalid values: tensor([nan, ...])`, anomaly mode's `returned nan values`) is
+    # training stopped on it (a traceback the run went on after was logged and survived)
+    tracebacks = ev.filter((pl.col("kind") == "error") & _text().str.contains(r'"traceback":\s*true') & names_nonfinite)
+    where = pl.concat_str(pl.col("source"), pl.col("line").cast(pl.String), separator=":")
+    crashed = where.is_in(_after_last_record(tracebacks, records).select(where).to_series().implode())
+    said = (
+        (_text().str.contains(ep.stop_pattern) & names_nonfinite)
+        | ((pl.col("kind") == "nan") & _text().str.contains(r'"stopped":\s*true'))
+        | ((pl.col("kind") == "error") & crashed)
     )
     # a nan event the nonfinite detector cannot place: no step, and no step record to carry it
     unplaced_nan = (pl.col("kind") == "nan") & pl.col("step").is_null() & pl.lit(fallback_free)
@@ -492,7 +503,7 @@ def detect(run: RunData, params) -> list[Finding]:
     fallback = _fallback_step(run, records.frame) if unplaced else 0
     findings = _floor(run, params, fallback) + _all_overflow(run, params, records) + _guard_skips(run, params, records)
     hardware = _hardware(run, params, records, fallback)
-    findings += hardware + _stopped(run, params, fallback, unplaced and records.frame.height == 0)
+    findings += hardware + _stopped(run, params, records, fallback, unplaced and records.frame.height == 0)
     if not hardware:  # a hardware error that killed the job explains its watchdog timeouts too
         findings += _collective_timeout(run, records, fallback)
     return findings

@@ -284,7 +284,7 @@ def _under_lr_decay(run: RunData, finding: Finding, grad: pl.DataFrame, dp) -> F
     that took back only part of the rise (or no LR logged), it stays a warning."""
     ev = next((e for e in finding.evidence if e.signal == "grad_norm"), None)
     lr, _ = signals.raw(run, "lr")  # steps as the grad norm's (a log without step numbers: record index)
-    if ev is None or not ev.baseline or not ev.ratio or lr.height == 0:
+    if ev is None or not ev.baseline or not ev.ratio:
         return finding
     track = (
         grad.filter(
@@ -299,6 +299,8 @@ def _under_lr_decay(run: RunData, finding: Finding, grad: pl.DataFrame, dp) -> F
         at_base = earlier.sort("smooth").head(1)
     if at_base.height == 0:
         return finding
+    if lr.height == 0:
+        return _loss_fell(run, finding, int(at_base.item(0, "step")), ev.step, dp)
     lr = lr.filter(pl.col("y").is_not_null() & (pl.col("attempt") == finding.attempt)).sort("pos")
 
     def lr_near(step: int) -> float | None:
@@ -322,6 +324,34 @@ def _under_lr_decay(run: RunData, finding: Finding, grad: pl.DataFrame, dp) -> F
         "and the loss did not drift (a grad norm rising as the LR decays)"
     )
     finding.facts["update_ratio"] = round(update_ratio, 3)
+    return finding
+
+
+def _loss_fell(run: RunData, finding: Finding, base_step: int, peak_step: int, dp) -> Finding:
+    """`_under_lr_decay` for a log that prints no LR: a grad-norm rise over which the smoothed loss fell by
+    `grad_rise_loss_fall` or more (AlgoPerf's OGBG baseline: the norm 0.026 -> 0.21 over 40,000 steps while the loss
+    goes 0.035 -> 0.020) is the end-of-training rise, an info note; a loss flat or rising under it stays a warning."""
+    loss, _ = signals.raw(run, "loss")
+    if loss.height == 0:
+        return finding
+    loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == finding.attempt)).sort("pos")
+    half = dp.smooth // 2
+
+    def loss_near(step: int) -> float | None:
+        rows = pl.concat(
+            [loss.filter(pl.col("step") < step).tail(half), loss.filter(pl.col("step") >= step).head(half + 1)]
+        )
+        return float(rows.get_column("y").median()) if rows.height else None
+
+    then, now = loss_near(base_step), loss_near(peak_step)
+    if then is None or now is None or now - then > math.log(1.0 - dp.grad_rise_loss_fall):
+        return finding
+    finding.severity = "info"
+    finding.summary += (
+        f" while the loss fell to {math.exp(now - then):.2f}x of its level where the rise began: a grad norm rising "
+        "as training converges (no LR printed to tell more)"
+    )
+    finding.facts["loss_ratio_over_rise"] = round(math.exp(now - then), 3)
     return finding
 
 

@@ -19,7 +19,8 @@ norm that stays non-finite under AMP, a guard that rejects every batch): `no_pro
 
 A loss printed as exactly 0 on every record of the log (`_loss_all_zero`): `no_progress`, `cause` =
 `loss_zero` (a masked non-finite loss, or every label masked out). The same nonzero loss on every record from the
-first (`_loss_constant`): `cause` = `loss_constant` (no gradient reaches the weights).
+first (`_loss_constant`): `cause` = `loss_constant` (no gradient reaches the weights); the same nonzero loss on the
+last records after it had moved (`_loss_frozen`): `cause` = `loss_frozen` (the printed loss is no longer updated).
 
 A loss that collapses (`_loss_collapse`): within the first `stall.collapse_within` records it falls to
 `stall.collapse_ratio` of its first record or less and stays there to the end of the log (OLMo#692: 12.18,
@@ -100,7 +101,7 @@ def detect(run: RunData, params) -> list[Finding]:
             or _loss_collapse(run, params)
             or _loss_at_chance(run, params)
             # (an LR at 0 already says why the loss never moves)
-            or ([] if lr_zero else _loss_constant(run, params))
+            or ([] if lr_zero else _loss_constant(run, params) or _loss_frozen(run, params))
         )
         + _back_to_chance(run, params)
     )
@@ -158,6 +159,43 @@ def _loss_constant(run: RunData, params) -> list[Finding]:
     )
     ev = Evidence(signal="loss", step=lo, value=float(values[0]), note=f"the same loss on {loss.height} records")
     return [_stall(lo, hi, loss.height, summary, ev, {"cause": "loss_constant", "scope": "run"})]
+
+
+def _loss_frozen(run: RunData, params) -> list[Finding]:
+    """The same nonzero loss on the last `stall.frozen_records` or more training records (distinct steps), after it
+    had moved: the printed loss is no longer updated. A meter that skips non-finite values (NVIDIA's MLPerf Mask R-CNN
+    keeps printing `loss: 0.7799 (0.9819)` once the loss is NaN), a process printing a stale value, or an output that
+    stopped depending on the weights: nothing is learned from there on. Only when the print resolves the loss's noise:
+    the records before them (as many, or all there are: `stall.frozen_records` at least) print at least
+    `stall.frozen_moving_share` distinct values (a converged loss printed with few digits repeats by rounding, before
+    its last records too). `no_progress`, `cause` = `loss_frozen`."""
+    sp = params.stall
+    loss = (
+        run.series("loss")
+        .filter(pl.col("value").is_finite() & pl.col("step").is_not_null())
+        .unique("step", keep="first", maintain_order=True)
+    )
+    values = loss.get_column("value")
+    if values.len() < 2 * sp.frozen_records or values[-1] == 0:
+        return []
+    changed = (values != values.shift(1)).fill_null(True)
+    tail = int(values.len() - (changed.arg_true().max() or 0))  # records in the final run of one value
+    start = max(0, values.len() - 2 * tail)
+    before = values.slice(start, values.len() - tail - start)  # up to as many records before the frozen ones
+    if (
+        tail < sp.frozen_records
+        or before.len() < sp.frozen_records
+        or before.n_unique() < sp.frozen_moving_share * before.len()
+    ):
+        return []
+    steps = loss.get_column("step")
+    lo, hi = int(steps[values.len() - tail]), int(steps[-1])
+    summary = (
+        f"the loss is printed as {values[-1]:.6g} on the last {tail} records (steps {lo}-{hi}) after it had moved on "
+        "every record before: it is no longer updated (a non-finite loss the meter skips, or a stalled process)"
+    )
+    ev = Evidence(signal="loss", step=lo, value=float(values[-1]), note=f"the same loss on the last {tail} records")
+    return [_stall(lo, hi, tail, summary, ev, {"cause": "loss_frozen", "scope": "tail"})]
 
 
 def _loss_collapse(run: RunData, params) -> list[Finding]:
