@@ -190,6 +190,9 @@ def _loss_frozen(run: RunData, params) -> list[Finding]:
         return []
     steps = loss.get_column("step")
     lo, hi = int(steps[values.len() - tail]), int(steps[-1])
+    lr = run.series("lr").filter(pl.col("step") >= lo).get_column("value")
+    if lr.len() and lr[-1] == 0:
+        return []  # the LR ends at 0 (a schedule decayed to it, `_decayed_to_zero`): nothing is meant to move
     summary = (
         f"the loss is printed as {values[-1]:.6g} on the last {tail} records (steps {lo}-{hi}) after it had moved on "
         "every record before: it is no longer updated (a non-finite loss the meter skips, or a stalled process)"
