@@ -188,3 +188,30 @@ def test_a_converged_loss_that_repeats_by_rounding_is_not_frozen(tmp_path):
     api.ingest([str(path)], run_id="rounded", store=tmp_path)
     incidents = api.diagnose(api.load_run("rounded", tmp_path))["incidents"]
     assert not [i for i in incidents if i["kind"] == "no_progress"]
+
+
+FRESH45 = REAL / "fresh45"
+
+
+def test_an_mllog_step_printed_as_a_float_is_a_step():
+    """NeMo's Llama 3.1 405B prints `"metadata": {..., "step": 448.0}` on its 618 `reduced_train_loss` records."""
+    log = FRESH45 / "mlperf-v50-nvidia-gb200-nemo-llama31-405b-healthy-618" / "result_0.txt"
+    loss = _train(parse_file(log, "mlperf_log"))
+    assert loss.height == 618 and loss.get_column("step").min() == 448 and loss.get_column("step").max() == 276864
+
+
+def test_an_epoch_header_without_a_space_after_its_colon_and_a_loss_function_field(tmp_path):
+    """NVIDIA's MLPerf DLRM prints `Epoch:[0/1] [592/75869]  eta: 0:31:32  loss: 0.1604 ...` (115 records, steps
+    592..68080); its SSD `Iteration: 20, Loss function: 20.554, Average Loss: 0.446` (the loss, then an EMA that
+    starts at 0 and climbs: read as the loss it is not, the run looked unstable)."""
+    dlrm = FRESH45 / "mlperf-v07-nvidia-dgx2h-dlrm-pytorch-healthy-115" / "result_0.txt"
+    ssd = FRESH45 / "mlperf-v07-nvidia-dgx1-ssd-pytorch-healthy-308" / "result_0.txt"
+    api.ingest([str(dlrm)], run_id="dlrm", store=tmp_path)
+    api.ingest([str(ssd)], run_id="ssd", store=tmp_path)
+    for run_id, n, first, last in (("dlrm", 115, 592, 68080), ("ssd", 308, 0, 6140)):
+        run = api.load_run(run_id, tmp_path)
+        loss = run.metrics.filter((pl.col("name") == "loss") & pl.col("record").is_not_null())
+        assert (loss.height, loss.get_column("step").min(), loss.get_column("step").max()) == (n, first, last)
+        assert api.diagnose(run)["verdict"]["status"] == "healthy"
+    ssd_loss = api.load_run("ssd", tmp_path).metrics.filter(pl.col("name") == "loss").sort("step")
+    assert ssd_loss.get_column("value")[0] == 23.101

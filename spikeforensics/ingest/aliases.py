@@ -27,6 +27,7 @@ METRIC_ALIASES: dict[str, str] = {
     "training_loss": "loss",  # HF Trainer's notebook table `Step | Training Loss | Validation Loss`
     "batch_loss": "loss",  # `Average training batch loss: nan` (a TF loop's print)
     "mini_batch_loss": "loss",  # MATLAB trainNetwork's verbose table `| Mini-batch Loss |` (ingest/pipe_table.py)
+    "loss_function": "loss",  # NVIDIA MLPerf SSD: `Iteration: 20, Loss function: 20.554, Average Loss: 0.446`
     "train_batch_loss": "loss",  # crnn-pytorch `train_batch_loss[ N ]:` (generic_steps)
     "trl": "loss",
     "train_crossentropyloss": "loss",

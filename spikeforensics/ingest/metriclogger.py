@@ -68,7 +68,8 @@ from spikeforensics.ingest.base import (
 
 NAME = "metriclogger"
 # (LAVIS's header is `Train: data epoch: [0]`, lower-case)
-TRAIN = r"\b[Ee]poch: \[(?P<epoch>\d+)(?:/\d+)?\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
+# (`Epoch:[0/1] [592/75869]`, no space after the colon: NVIDIA's MLPerf DLRM)
+TRAIN = r"\b[Ee]poch:\s*\[(?P<epoch>\d+)(?:/\d+)?\]\s*\[\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\]"
 TEST = r"\bTest:\s*\[\s*(?P<ti>\d+)\s*/\s*(?P<tn>\d+)\]"
 # an iteration-based run's header (DINOv2's `log_every(..., header="Training")`: `Training  [   1250/2500000]  eta:
 # ...`): the counter is the global iteration
@@ -153,7 +154,7 @@ def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
     cand = lines.filter(
-        text.str.contains("poch: [", literal=True)
+        text.str.contains(r"poch:\s*\[")
         | text.str.contains("Test:", literal=True)
         | (text.str.contains(r"\]\s*\[\s*\d+\s*/|\[\s*\d+\s*/\s*\d+\]") & text.str.contains(METER))
     )

@@ -54,7 +54,8 @@ def sniff(sample: SniffSample) -> float:
 
 def _metadata_step(text: pl.Expr) -> pl.Expr:
     meta = text.str.extract(r'"metadata":\s*(\{.*)', 1)
-    found = [meta.str.extract(rf'"{key}":\s*(\d+)\s*[,}}]', 1) for key in STEP_KEYS]
+    # an integer, also printed as a float (`"step": 448.0`, NeMo's Llama 3.1 405B); a fraction is an epoch
+    found = [meta.str.extract(rf'"{key}":\s*(\d+)(?:\.0*)?\s*[,}}]', 1) for key in STEP_KEYS]
     return step_int(pl.coalesce(found))
 
 
