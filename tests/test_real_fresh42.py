@@ -7,6 +7,8 @@ a run that died on an optimizer's NaN error was healthy, and a grad norm rising 
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 from _ingest_helpers import REAL
 
@@ -215,3 +217,34 @@ def test_an_epoch_header_without_a_space_after_its_colon_and_a_loss_function_fie
         assert api.diagnose(run)["verdict"]["status"] == "healthy"
     ssd_loss = api.load_run("ssd", tmp_path).metrics.filter(pl.col("name") == "loss").sort("step")
     assert ssd_loss.get_column("value")[0] == 23.101
+
+
+FRESH46 = REAL / "fresh46"
+
+
+def test_megatron_golden_values_are_series_given_by_their_step_range():
+    """Megatron-LM's release-test curves: `{"lm loss": {"start_step": 0, "end_step": 53183, "step_interval": 5,
+    "values": [...]}, ...}`: value i at step 5 i (10,637 losses, steps 0..53180)."""
+    doc = FRESH46 / "megatron-lm-gpt3-15b-release-golden-values-0p9-53k-steps-healthy" / "golden_values_0.9.0.json"
+    assert detect_format(doc)[0] == "json_doc"
+    loss = _train(parse_file(doc, "json_doc"))
+    assert loss.height == 10637 and loss.get_column("step").to_list() == list(range(0, 53181, 5))
+
+
+def test_a_golden_value_written_as_a_string_is_a_gap(tmp_path):
+    doc = tmp_path / "golden_values_0.11.0.json"
+    values = [3.0, 2.9, "nan", 2.8, 2.7]
+    doc.write_text('{\n    "lm loss": {\n        "start_step": 10,\n        "end_step": 60,\n        "step_interval": 10,\n'
+                   f'        "values": {json.dumps(values)}\n    }}\n}}\n')  # fmt: skip
+    loss = _train(parse_file(doc, "json_doc"))
+    assert loss.get_column("step").to_list() == [10, 20, 40, 50]
+    assert loss.get_column("value").is_nan().sum() == 0
+
+
+def test_an_epoch_number_then_a_bracketed_fraction_is_composed(tmp_path):
+    """A PaddlePaddle CSRA loop prints `Epoch 1[1616/5011]: loss:0.20306, lr:0.00159, ...` every 1,600 samples:
+    all 115 records read, steps (E - 1) * 5011 + i."""
+    log = FRESH46 / "paddle-csra-voc2007-resnet101-30-epochs-healthy-115" / "train.log"
+    loss = _train(parse_file(log, "generic_steps"))
+    assert loss.height == 115 and loss.get_column("step").is_sorted()
+    assert loss.get_column("step").to_list()[:6] == [16, 1616, 3216, 4816, 5027, 6627]

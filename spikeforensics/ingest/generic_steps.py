@@ -160,6 +160,9 @@ EPOCH_HEADER = r"(?i)^\W*epoch\s*[:#]?\s*(\d+)(?:\s*/\s*\d+)?\W*$"
 # `Epoch:[0/2](1000/293491) loss:6.268` (baby-llama2-chinese and the pretrain scripts copied from it): the
 # parenthesised fraction after an epoch is the batch within it
 EPOCH_PAREN = r"(?i)\bepoch\b\s*[:=]?\s*\[?\s*(\d+)\s*(?:/\s*\d+)?\s*\]?\s*\(\s*(\d+)\s*/\s*(\d+)\s*\)"
+# the same fraction in square brackets straight after the epoch's number (a PaddlePaddle CSRA loop's
+# `Epoch 1[1616/5011]: loss:0.20306, lr:0.00159`: the samples seen in the epoch, restarting each epoch)
+EPOCH_NUM_BRACKET = r"(?i)\bepoch\s*(\d+)\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]"
 # `Epoch 0/1` -> `Epoch 0` in the body, so the epoch pairs up as a metric
 EPOCH_OF = r"(?i)\b(epoch\b\]?\s*[:=#]?\s*\[?\s*\d+)\s*/\s*\d+"
 # the last counter: an epoch printed with its total (`Epoch 143/1000 | Loss 2214.41 | Epsilon 0.00`, a
@@ -288,7 +291,7 @@ def sniff(sample: SniffSample) -> float:
     n = (
         sniff_share(
             sample,
-            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{OPEN_COUNTER}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|"
+            rf"(?:{STEP}|{BATCH}|{TRAIN_FRAC}|{OPEN_COUNTER}|{NUM_COUNTER}|{EPOCH_PAREN}|{EPOCH_NUM_BRACKET}|{EPOCH_FRAC}|{EPOCH_BATCH}|{BRACKET_FRAC}|"
             rf"{GLOG_BRACKET}|{EPOCH_BRACKET}|{FRAC_EPOCH}|{ZH_COUNTER}|{EPOCH_FRAC_BATCH}){LOSS_TAIL}",
         )
         + sniff_share(sample, LOSS_INDEX + r"\s*[-+]?[\d.nN]")
@@ -418,14 +421,15 @@ def _batch_step(frame: pl.DataFrame) -> pl.Expr:
     (E - e0) * n + i with an epoch E on the line (e0 = 0 when the file prints an epoch 0 there, else 1),
     else i as printed."""
     text = pl.col("text")
-    i = pl.coalesce(text.str.extract(BATCH, 1), text.str.extract(EPOCH_PAREN, 2)).cast(pl.Float64, strict=False)
-    n = pl.coalesce(text.str.extract(BATCH, 2), text.str.extract(EPOCH_PAREN, 3)).cast(pl.Float64, strict=False)
+    fracs = (BATCH, EPOCH_PAREN, EPOCH_NUM_BRACKET)
+    i = pl.coalesce([text.str.extract(f, 1 if f == BATCH else 2) for f in fracs]).cast(pl.Float64, strict=False)
+    n = pl.coalesce([text.str.extract(f, 2 if f == BATCH else 3) for f in fracs]).cast(pl.Float64, strict=False)
     epoch = text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False)
     composed = n.is_not_null() & epoch.is_not_null()
     e0 = 0.0 if frame.select((composed & (epoch == 0)).any()).item() else 1.0
     value = pl.when(composed).then(_epoch_composed(epoch, n, i, e0)).otherwise(i)
     value = pl.when(value <= MAX_STEP).then(value.round(0)).otherwise(pl.lit(float("inf")))
-    return step_int(pl.when(text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)).then(value))
+    return step_int(pl.when(pl.any_horizontal([text.str.contains(f) for f in fracs])).then(value))
 
 
 def _epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
@@ -527,6 +531,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         .str.replace(LOSSES_TOTAL, "${1}total_loss")
         .str.replace(LOSS_INDEX, "${1}:")
         .str.replace(EPOCH_PAREN, "epoch ${1} ")
+        .str.replace(EPOCH_NUM_BRACKET, "epoch ${1} ")
         .str.replace(EPOCH_OF, "${1}")
         .str.replace(EPOCH_BATCH, "epoch ${1} ")
         .str.replace_all(KEY_COMMA, "${1}: ${2}")
@@ -579,7 +584,12 @@ def parse(src: SourceFile) -> ParseResult:
     lossy_lines = lines.filter(
         (text.str.contains(LOSSY) | (fractions & pl.lit(bare))) & ~text.str.contains(FINAL_SUMMARY)
     )
-    later = text.str.contains(LOSS_INDEX) | text.str.contains(BATCH) | text.str.contains(EPOCH_PAREN)
+    later = (
+        text.str.contains(LOSS_INDEX)
+        | text.str.contains(BATCH)
+        | text.str.contains(EPOCH_PAREN)
+        | text.str.contains(EPOCH_NUM_BRACKET)
+    )
     wanted = lossy_lines.filter(token.is_null() & ~later).get_column("line")
     heads = (  # read only when some loss line has no counter of its own
         _head_counters(lines, pl.coalesce(token, text.str.extract(EPOCH_HEADER, 1)))

@@ -32,7 +32,15 @@ name (`_run.log_scalar("training.loss", value, step)`) holding parallel lists,
       }, ...
 
 read as one object per step (`{"step": 1, "training.loss": 0.263}`, the metrics of one step together; the
-timestamps are not read); `line` is the step's position among the steps (1-based).
+timestamps are not read); `line` is the step's position among the steps (1-based). Megatron-LM's functional-test
+golden values (`tests/functional_tests/test_cases/*/golden_values_*.json`, the curves its release tests compare
+against) are the same with the steps given by their range,
+
+    {"lm loss": {"start_step": 0, "end_step": 53183, "step_interval": 5, "values": [12.98419, 12.91908, ...]},
+     "iteration-time": {...}, "mem-allocated-bytes": {...}}
+
+value i at step `start_step + i * step_interval`; a value written as a string (the `"nan"` that newer files put
+where the extraction found no value for a step) is no value, a gap.
 
 The document is read whole (`json.loads`, NaN/Infinity accepted): at most
 `MAX_DOC_BYTES`; nested deeper than `T.MAX_JSON_DEPTH` it is refused.
@@ -57,7 +65,9 @@ LOSS_KEY = re.compile(r"loss")
 HEAD = re.compile(r'^\s*[\[{]\s*\n\s*(?:"[^"\n]+"\s*:|\{)')
 HEAD_COUNTER = re.compile(r'"(?:step|global_step|iteration|iter|epoch)"\s*:\s*\d')
 # Sacred's metrics.json: `{`, a metric name, then its object's first list
-SACRED_HEAD = re.compile(r'^\s*\{\s*\n\s*"[^"\n]+"\s*:\s*\{\s*\n\s*"(?:steps|timestamps|values)"\s*:\s*\[')
+SACRED_HEAD = re.compile(
+    r'^\s*\{\s*\n\s*"[^"\n]+"\s*:\s*\{\s*\n\s*"(?:steps|timestamps|values|start_step|end_step|step_interval)"\s*:'
+)
 HEAD_LOSS = re.compile(r'"[^"\n]*loss[^"\n]*"\s*:\s*(?:-?\d|NaN|-?Infinity|null|"(?:nan|inf))', re.IGNORECASE)
 
 
@@ -110,6 +120,9 @@ def sacred_objects(doc: object) -> pl.DataFrame | None:
     for name, series in doc.items():
         steps = series.get("steps") if isinstance(series, dict) else None
         values = series.get("values") if isinstance(series, dict) else None
+        if steps is None and isinstance(values, list):
+            steps = _ranged_steps(series, len(values))
+            values = [v if isinstance(v, (int, float)) else None for v in values]
         if not isinstance(steps, list) or not isinstance(values, list) or len(values) != len(steps):
             return None
         frame = pl.DataFrame({"step": steps, name: values}, strict=False)
@@ -122,6 +135,14 @@ def sacred_objects(doc: object) -> pl.DataFrame | None:
     for frame in frames[1:]:
         objects = objects.join(frame, on="step", how="full", coalesce=True)
     return objects.sort("step") if objects.height >= 2 else None
+
+
+def _ranged_steps(series: dict, n: int) -> list[int] | None:
+    """The steps of a Megatron golden-values series: `start_step + i * step_interval` (None if not given as ints)."""
+    start, every = series.get("start_step"), series.get("step_interval")
+    if not isinstance(start, int) or not isinstance(every, int) or every <= 0:
+        return None
+    return list(range(start, start + n * every, every))
 
 
 def parse(src: SourceFile) -> ParseResult:
