@@ -248,3 +248,12 @@ def test_an_epoch_number_then_a_bracketed_fraction_is_composed(tmp_path):
     loss = _train(parse_file(log, "generic_steps"))
     assert loss.height == 115 and loss.get_column("step").is_sorted()
     assert loss.get_column("step").to_list()[:6] == [16, 1616, 3216, 4816, 5027, 6627]
+
+
+def test_a_numpy_array_repr_is_its_first_element():
+    """PaddleFleetX prints a static-graph fetch as `step:  0 loss_print:  [array([10.948218], dtype=float32)]`:
+    302 losses, steps 0..301."""
+    log = REAL / "fresh47" / "paddle-fleetx-static-gpt-serial-302-steps-sigterm-healthy" / "workerlog.0"
+    metrics = parse_file(log, "generic_steps").tables["metrics"].filter(pl.col("record").is_not_null())
+    assert metrics.height == 302 and metrics.get_column("step").to_list() == list(range(302))
+    assert metrics.get_column("value")[0] == 10.948218

@@ -238,6 +238,9 @@ QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
 QUOTED_NUMBER = r"""['"]([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|[Nn]a[Nn]|-?[Ii]nf))['"]"""
 # a scalar printed through its wrapper: `np.float64(0.40)`, `np.int32(2)`, `tensor(2.31, device='cuda:0')`
 WRAPPED = r"(?:np\.|numpy\.)?(?:(?:float|int|uint|bfloat|half)\d*|tensor)\(\s*([-+]?[\w.+-]+)\s*(?:,[^()]*)?\)"
+# a numpy array's repr, alone or in a list (a Paddle static-graph fetch printed as PaddleFleetX does: `loss_print:
+# [array([10.948218], dtype=float32)]`): its first element
+ARRAY_WRAPPED = r"\[?\s*(?:np\.|numpy\.)?array\(\s*\[\s*([-+]?[\w.+-]+)[^\]]*\]\s*(?:,[^()]*)?\)\s*\]?"
 MAX_CONFIDENCE = 0.35
 COUNT_VALUES_MIN = (
     10  # `N: v1 v2` lines that make a file of them (see `_rising_count_values`): a numbered list is shorter
@@ -518,6 +521,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
         .str.replace_all(LOCATION, " ")
         .str.replace_all(OWN_LOSS_DICT, "${1}=")
         # numpy / torch scalars as Python prints them (verl's `actor/grad_norm:np.float64(0.40)`)
+        .str.replace_all(ARRAY_WRAPPED, "$1")
         .str.replace_all(WRAPPED, "$1")
         .str.replace_all(QUOTED_KEY, "${1}:")
         .str.replace_all(QUOTED_NUMBER, "${1}")
