@@ -302,16 +302,7 @@ def _under_lr_decay(run: RunData, finding: Finding, grad: pl.DataFrame, dp) -> F
     if lr.height == 0:
         return _loss_fell(run, finding, int(at_base.item(0, "step")), ev.step, dp)
     lr = lr.filter(pl.col("y").is_not_null() & (pl.col("attempt") == finding.attempt)).sort("pos")
-
-    def lr_near(step: int) -> float | None:
-        """The LR's median over the smoothing window of records around `step`."""
-        half = dp.smooth // 2
-        rows = pl.concat(
-            [lr.filter(pl.col("step") < step).tail(half), lr.filter(pl.col("step") >= step).head(half + 1)]
-        )
-        return float(rows.get_column("y").median()) if rows.height else None
-
-    then, now = lr_near(int(at_base.item(0, "step"))), lr_near(ev.step)
+    then, now = _log_median_near(lr, int(at_base.item(0, "step")), dp), _log_median_near(lr, ev.step, dp)
     if then is None or now is None:
         return finding
     lr_ratio = math.exp(now - then)
@@ -327,6 +318,16 @@ def _under_lr_decay(run: RunData, finding: Finding, grad: pl.DataFrame, dp) -> F
     return finding
 
 
+def _log_median_near(series: pl.DataFrame, step: int, dp) -> float | None:
+    """The median log value of a prepared series (`signals.raw`, sorted) over the smoothing window of records
+    around `step`."""
+    half = dp.smooth // 2
+    rows = pl.concat(
+        [series.filter(pl.col("step") < step).tail(half), series.filter(pl.col("step") >= step).head(half + 1)]
+    )
+    return float(rows.get_column("y").median()) if rows.height else None
+
+
 def _loss_fell(run: RunData, finding: Finding, base_step: int, peak_step: int, dp) -> Finding:
     """`_under_lr_decay` for a log that prints no LR: a grad-norm rise over which the smoothed loss fell by
     `grad_rise_loss_fall` or more (AlgoPerf's OGBG baseline: the norm 0.026 -> 0.21 over 40,000 steps while the loss
@@ -335,15 +336,7 @@ def _loss_fell(run: RunData, finding: Finding, base_step: int, peak_step: int, d
     if loss.height == 0:
         return finding
     loss = loss.filter(pl.col("y").is_not_null() & (pl.col("attempt") == finding.attempt)).sort("pos")
-    half = dp.smooth // 2
-
-    def loss_near(step: int) -> float | None:
-        rows = pl.concat(
-            [loss.filter(pl.col("step") < step).tail(half), loss.filter(pl.col("step") >= step).head(half + 1)]
-        )
-        return float(rows.get_column("y").median()) if rows.height else None
-
-    then, now = loss_near(base_step), loss_near(peak_step)
+    then, now = _log_median_near(loss, base_step, dp), _log_median_near(loss, peak_step, dp)
     if then is None or now is None or now - then > math.log(1.0 - dp.grad_rise_loss_fall):
         return finding
     finding.severity = "info"
