@@ -72,8 +72,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from spikeforensics import schema
 from spikeforensics.ingest._generic_phases import eval_section, rewrite_lines, rewritten_sample, validation_bars
+from spikeforensics.ingest._generic_records import hidden_nans, one_metric_lines
 from spikeforensics.ingest._lines import GLOG_PREFIX
 from spikeforensics.ingest.base import (
     ANSI_RE,
@@ -86,7 +86,6 @@ from spikeforensics.ingest.base import (
     find_pairs,
     lines_from_bytes,
     named_values,
-    nan_detail,
     prepared_lines,
     sniff_share,
     step_int,
@@ -687,13 +686,13 @@ def parse(src: SourceFile) -> ParseResult:
     )
     values = values.join(records.select("line"), on="line", how="semi")
     unparsed = cand.filter(~pl.col("_no_counter")).join(records.select("line"), on="line", how="anti")
-    records, values = _one_metric_lines(records, values)
+    records, values = one_metric_lines(records, values)
     # a meter whose average turned non-finite while its value is finite (`total_loss: 6.7223 (inf)`, DINOv2's
     # MetricLogger under its `Training  [1250/2500000]` header): metriclogger.py's `_nonfinite_averages`
     from spikeforensics.ingest.metriclogger import _nonfinite_averages
 
     shown = cand.select("line", "text").join(records.select("line", "record_kind"), on="line")
-    extra = [e for e in (_hidden_nans(records, values), _nonfinite_averages(shown, records)) if e is not None]
+    extra = [e for e in (hidden_nans(records, values), _nonfinite_averages(shown, records)) if e is not None]
     return text_result(
         src.name,
         lines,
@@ -739,71 +738,3 @@ def _other_phase(lossy_lines: pl.DataFrame, uncounted: bool) -> pl.Expr:
     if not named.any() or int(plain.sum()) > int(named.sum()):
         return pl.lit(False)
     return text.str.contains(UNNAMED_LOSS) & ~text.str.contains(EVAL_WORDS)
-
-
-def _hidden_nans(records: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame | None:
-    """`nan` events for the non-finite loss terms of a line that repeats the step of the line before it
-    (NVIDIA dllogger prints `Training Iteration: 1882 average_loss : nan` again after an fp16 skip): the
-    record keeps the first line's values (CONTRACT), the NaN is not lost."""
-    if records.height < 2:
-        return None
-    rec = records.sort("line").select(
-        "line",
-        "step",
-        "prefix_rank",
-        "time",
-        (
-            (pl.col("step") == pl.col("step").shift(1))
-            & pl.col("prefix_rank").eq_missing(pl.col("prefix_rank").shift(1))
-            & (pl.col("record_kind") == "train")
-        )
-        .fill_null(False)
-        .alias("_again"),
-    )
-    again = rec.filter(pl.col("_again"))
-    if again.height == 0:
-        return None
-    bad = values.join(again.select("line"), on="line", how="semi").filter(
-        pl.col("name").str.contains(schema.LOSS_TERM)
-        & ~pl.col("name").str.starts_with("loss_scale")
-        & ~pl.col("value").is_finite()
-    )
-    if bad.height == 0:
-        return None
-    detail = nan_detail(', "repeated_step": true')
-    return (
-        bad.group_by("line", maintain_order=True)
-        .agg(detail.first().alias("detail"))
-        .join(again.select("line", "step", pl.col("prefix_rank").alias("rank"), "time"), on="line")
-        .select("line", "step", "rank", pl.lit("nan").alias("kind"), "time", "detail")
-    )
-
-
-def _one_metric_lines(records: pl.DataFrame, values: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """A record printed one metric per line (TensorFlowTTS `base_trainer`: `(Step: 95400) train_f0_loss =
-    0.0659.`, then `(Step: 95400) train_mel_loss_after = nan.`): consecutive lines of one stream with the
-    same step that each hold one metric, each a different one, are one record on its first line (the
-    contract's same-step rule would keep the first line's one value and lose the others). Lines that
-    repeat a name (ranks printing the same record) are left to that rule."""
-    if records.height < 2:
-        return records, values
-    per_line = values.group_by("line").agg(pl.len().alias("_n"), pl.col("name").first().alias("_name"))
-    rec = records.join(per_line, on="line", how="left").sort("line")
-    same = (
-        (pl.col("step") == pl.col("step").shift(1))
-        & pl.col("prefix_rank").eq_missing(pl.col("prefix_rank").shift(1))
-        & (pl.col("record_kind") == pl.col("record_kind").shift(1))
-        & (pl.col("_n") == 1)
-        & (pl.col("_n").shift(1) == 1)
-    ).fill_null(False)
-    rec = rec.with_columns((~same).cum_sum().alias("_grp"))
-    rec = rec.with_columns(
-        pl.col("line").first().over("_grp").alias("_first"),
-        (pl.col("_name").n_unique().over("_grp") == pl.len().over("_grp")).alias("_distinct"),
-    )
-    moved = rec.filter(pl.col("_distinct") & (pl.col("line") != pl.col("_first")))
-    if moved.height == 0:
-        return records, values
-    mapping = dict(zip(moved.get_column("line").to_list(), moved.get_column("_first").to_list()))
-    values = values.with_columns(pl.col("line").replace(mapping))
-    return records.join(moved.select("line"), on="line", how="anti"), values

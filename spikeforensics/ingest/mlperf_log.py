@@ -62,9 +62,13 @@ def _metadata_step(text: pl.Expr) -> pl.Expr:
 def parse(src: SourceFile) -> ParseResult:
     lines = prepared_lines(src)
     text = pl.col("text")
-    cand = lines.filter(text.str.contains(LINE)).with_columns(text.str.extract(KEY, 1).alias("_key"))
-    stats = (pl.col("_key") == "tracked_stats") & text.str.extract(VALUE_DICT, 1).str.contains(LOSS_IN_DICT)
-    scalar = pl.col("_key").is_in(SCALAR_LOSS_KEYS) & text.str.extract(VALUE_NUM, 1).is_not_null()
+    cand = lines.filter(text.str.contains(LINE)).with_columns(
+        text.str.extract(KEY, 1).alias("_key"),
+        text.str.extract(VALUE_DICT, 1).alias("_dict"),  # a tracked_stats line's {...}
+        text.str.extract(VALUE_NUM, 1).alias("_num"),  # a scalar key's value
+    )
+    stats = (pl.col("_key") == "tracked_stats") & pl.col("_dict").str.contains(LOSS_IN_DICT)
+    scalar = pl.col("_key").is_in(SCALAR_LOSS_KEYS) & pl.col("_num").is_not_null()
     rec = cand.filter((stats | scalar).fill_null(False)).with_columns(
         _metadata_step(text).alias("step"),
         pl.from_epoch(text.str.extract(r'"time_ms":\s*(\d+)', 1).cast(pl.Int64, strict=False), time_unit="ms")
@@ -74,12 +78,10 @@ def parse(src: SourceFile) -> ParseResult:
     )
     rec = rec.filter(pl.col("step").is_not_null())
     records = rec.select("line", "step", "prefix_rank", "record_kind", "time")
-    in_dict = rec.filter(pl.col("_key") == "tracked_stats").select(
-        "line", text.str.extract(VALUE_DICT, 1).alias("text")
-    )
+    in_dict = rec.filter(pl.col("_key") == "tracked_stats").select("line", pl.col("_dict").alias("text"))
     pairs = find_pairs(in_dict, PAIR).select("line", "k", "v")
     scalars = rec.filter(pl.col("_key") != "tracked_stats").select(
-        "line", pl.lit("loss").alias("k"), text.str.extract(VALUE_NUM, 1).alias("v")
+        "line", pl.lit("loss").alias("k"), pl.col("_num").alias("v")
     )
     values = named_values(pl.concat([pairs, scalars])).select("line", "name", "value")
     return text_result(src.name, lines, records, values, mode="done")
