@@ -110,8 +110,9 @@ class RunData:
         """The attempts that begin a new run from scratch (always 0 first). A second run of the same script
         appended to the same log (a loguru file, MACE's results file) starts again from the beginning: its
         first step is no later than attempt 0's and its epoch goes back to attempt 0's first (in a log that
-        prints one); without an epoch, its loss starts again at the untrained level, at least half of attempt
-        0's first loss and twice the previous attempt's median. A resume goes back only to its checkpoint, and a
+        prints one); without an epoch, it prints attempt 0's first loss at attempt 0's first step (a log appended
+        to itself), or its loss starts again at the untrained level, at least half of attempt 0's first loss and
+        twice the previous attempt's median. A resume goes back only to its checkpoint, and a
         per-epoch counter restarts while the epoch moves on and the loss stays where training had brought it."""
         key = ("fresh_starts",)
         if key not in self._cache:
@@ -126,8 +127,14 @@ class RunData:
                         back = (r["step"] is not None and a0["step"] is not None and r["step"] <= a0["step"]) or (
                             a0["step"] is None and r["epoch"] is not None and a0["epoch"] is not None
                         )
+                        # the same first step and the same first loss as attempt 0: the run started again (a log
+                        # appended to itself, a re-run with the same seed), whatever its loss did before; a resume
+                        # does not print the untrained run's first value at its first step
+                        same_start = r["step"] == a0["step"] and r["first"] == a0["first"] and r["first"] is not None
                         if r["epoch"] is not None and a0["epoch"] is not None:
                             fresh = back and r["epoch"] <= a0["epoch"]
+                        elif same_start:
+                            fresh = True
                         else:
                             fresh = (
                                 back

@@ -163,3 +163,20 @@ def test_a_log_copied_many_times_is_attributed_on_the_copy_judged_and_covered_wh
     assert runs_in_log.judged_run(distinct, Params()) is distinct
     single = RunData.from_frames(metrics=_metrics([(0, steps, same, None)]))
     assert runs_in_log.judged_run(single, Params()) is single
+
+
+def test_a_run_that_blew_up_appended_to_itself_is_one_run_copied():
+    """fuzz seed 23's input 789: a fairseq log whose loss goes 9.57 -> 7.7e12 copied 20,000 times. The copies'
+    first loss is no twice the blown-up run's median, so the loss test alone took each copy for a resume of one
+    run (20,000 attempts, 160,000 findings, diagnose > 300 s): the same first step and first loss as attempt 0 is a
+    start again, and the copies are judged once."""
+    steps = list(range(1000, 8000, 1000))
+    losses = [9.57, 8.61, 7.50, 6.87, 10405.01, 4.77e9, 7.75e12]
+    run = RunData.from_frames(metrics=_metrics([(a, steps, losses, None) for a in range(4)]))
+    assert run.fresh_starts() == [0, 1, 2, 3]
+    incidents, notes = detect_incidents(run, Params())
+    assert [i.kind for i in incidents if i.severity == "critical"] == ["divergence"]
+    assert any(n.facts.get("repeated_runs") == 3 for n in notes)
+    # a resume from a checkpoint that prints another loss at the first step stays one run
+    resumed = RunData.from_frames(metrics=_metrics([(0, steps, losses, None), (1, steps, [9.0] + losses[1:], None)]))
+    assert resumed.fresh_starts() == [0]

@@ -62,6 +62,12 @@ def restarting_mean(frame: pl.DataFrame, hp) -> bool:
     return float(across.median() or 0.0) >= hp.epoch_restart_jump * max(calm, 1e-12)
 
 
+def run_restarts_mean(run: RunData, hp) -> bool:
+    """The run's loss is a running mean restarted each epoch (`restarting_mean` on its records with their epoch)."""
+    frame = _epochs(run)
+    return frame is not None and restarting_mean(frame, hp)
+
+
 def _epoch_table(frame: pl.DataFrame) -> pl.DataFrame:
     """Per epoch: its first and last position, its record count, its mean (the last record) and the epoch before's."""
     return (

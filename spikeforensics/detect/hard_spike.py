@@ -35,6 +35,7 @@ from spikeforensics.detect import (
     epoch_restarts,
     heldout,
     loss_bumps,
+    rebound,
     recurrence,
     robust,
     settling,
@@ -240,6 +241,7 @@ def detect(run: RunData, params) -> list[Finding]:
         layer_base = signals.layer_baseline(run, params)
         for _, group in flags.group_by("group", maintain_order=True):
             findings.append(_finding(group, tracks, layer_base, run, params))
+    findings += rebound.detect(run, params, covered=findings)
     long_run = blips.long_run_of(run, params)
     if long_run:
         findings = [blips.quiet_blip(f, run, params) for f in findings]

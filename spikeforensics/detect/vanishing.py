@@ -43,9 +43,14 @@ def _drops(frame: pl.DataFrame, by: str, vp) -> pl.DataFrame:
     keep = [c for c in (by, "rank", "layer", "step", "y") if c in frame.columns]
     data = signals.rows_where(frame.select(keep), pl.col("y").is_not_null())
     data = data.with_columns(idx.alias("_i"), early.alias("_early"))
+    # the early phase is also the first `early_frac` of the steps: a log that prints every step at the start and
+    # every 500th later (AlgoPerf's runner: steps 0-100, then 500, 1000, ...) has most of its records in the
+    # first 1% of training, where a norm still falls from its initial level
+    first, last = pl.col("step").min().over(by), pl.col("step").max().over(by)
+    past_early_steps = (pl.col("step") - first >= (last - first) * vp.early_frac).fill_null(True)
     data = data.with_columns(
         pl.col("y").rolling_median(vp.smooth, min_samples=1, center=True).over(by).alias("smooth"),
-        pl.when(pl.col("_i") >= pl.col("_early")).then(pl.col("y")).alias("_ry"),
+        pl.when((pl.col("_i") >= pl.col("_early")) & past_early_steps).then(pl.col("y")).alias("_ry"),
     ).with_columns(
         pl.col("_ry")
         .rolling_median(ref_window, min_samples=max(ref_window // 4, 1))

@@ -11,7 +11,8 @@ Most keys are bookkeeping (`submission_*`, `opt_*` hyper-parameters, `init_start
 `eval_accuracy`, `run_stop`): not records. A training record is a `tracked_stats` line whose value
 dict prints a loss, or a scalar loss key (`train_loss`, `training_loss`, `loss`). Its step is the
 metadata's `step_num`, `step`, `iteration` or `samples_count` (the first present; an epoch fraction
-such as HugeCTR's `"step": 0.7499` is no step), as printed, and `time_ms` its time. A stack's own
+such as HugeCTR's `"step": 0.7499` is no step), as printed, or the iteration of an `[epoch, iteration]` pair
+(NVIDIA's MXNet SSD, whose epoch summaries then print `"step": E`: no records), and `time_ms` its time. A stack's own
 per-step lines beside the MLLOG lines (HugeCTR's `Iter: 100 ... Loss: 0.1322 lr:0.004`) are read by
 their grammar in the line mix (`_mixing.py`).
 """
@@ -56,7 +57,12 @@ def _metadata_step(text: pl.Expr) -> pl.Expr:
     meta = text.str.extract(r'"metadata":\s*(\{.*)', 1)
     # an integer, also printed as a float (`"step": 448.0`, NeMo's Llama 3.1 405B); a fraction is an epoch
     found = [meta.str.extract(rf'"{key}":\s*(\d+)(?:\.0*)?\s*[,}}]', 1) for key in STEP_KEYS]
-    return step_int(pl.coalesce(found))
+    return step_int(pl.coalesce(_pair_step(text), *found))
+
+
+def _pair_step(text: pl.Expr) -> pl.Expr:
+    """The iteration of a `"step": [epoch, iteration]` pair (NVIDIA's MXNet SSD: `"step": [50, 12900]`)."""
+    return text.str.extract(r'"metadata":\s*\{.*"step":\s*\[\s*\d+\s*,\s*(\d+)\s*\]', 1)
 
 
 def parse(src: SourceFile) -> ParseResult:
@@ -77,6 +83,9 @@ def parse(src: SourceFile) -> ParseResult:
         pl.lit("train").alias("record_kind"),
     )
     rec = rec.filter(pl.col("step").is_not_null())
+    if rec.select(_pair_step(text).is_not_null().any()).item():
+        # beside [epoch, iteration] steps, a plain `"step": E` is the epoch of an epoch summary (its mean loss)
+        rec = rec.filter(_pair_step(text).is_not_null() | ~text.str.contains(r'"metadata":\s*\{.*"step":\s*\d'))
     records = rec.select("line", "step", "prefix_rank", "record_kind", "time")
     in_dict = rec.filter(pl.col("_key") == "tracked_stats").select("line", pl.col("_dict").alias("text"))
     pairs = find_pairs(in_dict, PAIR).select("line", "k", "v")
