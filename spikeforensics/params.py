@@ -328,6 +328,9 @@ class DivergenceParams:
     critical_ratio: float = 2.0  # why: as hard_spike.loss_ratio_critical (DOMAIN: 2x its recent level)
     min_records: int = 5  # why: at least 5 records out of band to the end of the log (one or two high records at the end are a spike the log cut off)
     min_records_rising: int = 3  # why: 3+ records out of band to the end of the log, each higher than the last (as excerpt_climb_records: 3 rises in order by chance p 0.04), median >= min_ratio: a climb the log ends in; a spike the log cut off comes back or levels
+    uniform_ceiling: float = 1e6  # why: a training perplexity above 1e6 (13.8 nats) is worse than a uniform guess over any real vocabulary (GPT-2 50k, Llama 3 128k, Gemma 256k): a blown-up model (detect/above_uniform.py)
+    uniform_share: float = 0.25  # why: ... on at least a quarter of the records: an untrained start above it falls under it within its first few records (tensorflow/nmt GRU lr 1: 10 of 10; the word-LM example's RNN_TANH at lr 20: 70 of 168, five epochs until its LR was cut)
+    uniform_min_records: int = 5  # why: ... and on 5 records or more: a from-scratch run's first updates may overshoot for a record or three (fairseq's 13B FSDP example: 2^25 at step 3 of 10, back under by step 7)
     min_records_nonfinite: int = 3  # why: a monotone climb of 3+ records that ends in NaN/Inf or a stop is a divergence (DOMAIN: "within a few steps the loss is NaN")
     falling_frac: float = 0.75  # why: a loss that falls on >= 75% of the records after its peak is coming back (a slow recovery, bigscience tr1-13B), not diverging ...
     falling_min: int = 3  # why: ... judged on at least 3 records after the peak

@@ -253,7 +253,20 @@ class RunData:
                     if lossy.height:
                         self._cache[key] = lossy.get_column("name")[0]
                         break
+                else:
+                    # no loss printed, only its perplexity (tensorflow/nmt's `global step 100 lr 1 ... ppl 2.4e9`,
+                    # OpenNMT's `Perplexity`): the loss is its log (`series` takes it), the training one with the
+                    # most records
+                    ppl = train.filter(pl.col("name").str.contains(schema.PERPLEXITY)).sort(
+                        ["len", "name"], descending=[True, False]
+                    )
+                    if ppl.height:
+                        self._cache[key] = ppl.get_column("name")[0]
         return self._cache[key]
+
+    def loss_is_perplexity(self) -> bool:
+        """The run prints no loss, only a training perplexity: `series("loss")` is its log."""
+        return self.resolve("loss") != "loss" and re.search(schema.PERPLEXITY, self.resolve("loss")) is not None
 
     def primary_source(self, name: str) -> str | None:
         """The source that logs `name` for the most step records (the run's main log)."""
@@ -399,6 +412,9 @@ class RunData:
             t = pl.col("record").rank("dense").cast(pl.Int64).sub(1).over("rank")
             if one_group(rows, "rank") and ordered(rows, "record"):
                 t = pl.int_range(pl.len(), dtype=pl.Int64)
+            if name_asked == "loss" and self.loss_is_perplexity():
+                # the per-token loss of a perplexity (<= 0 is no perplexity: null, as a value not read)
+                rows = rows.with_columns(pl.when(pl.col("value") > 0).then(pl.col("value").log()).alias("value"))
             out = (
                 rows.with_columns(t.alias("t"))
                 .with_columns(constant)

@@ -51,6 +51,8 @@ EVENT_KINDS = (
 TIME = pl.Datetime("us")
 # a metric name that is a loss or one of its terms (`loss`, `train_mel_loss_after`, `loss_cls`, `decode_loss_seg`)
 LOSS_TERM = r"(?:^|_)loss(?:_|$)"
+# a perplexity (`ppl`, `train_ppl`, `perplexity`): exp of the per-token cross-entropy
+PERPLEXITY = r"(?i)(?:^|_)(?:ppl|perplexity)$"
 
 
 def is_loss_name(name: str) -> bool:

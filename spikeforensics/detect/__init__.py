@@ -12,6 +12,7 @@ from __future__ import annotations
 import traceback
 
 from spikeforensics.detect import (
+    above_uniform,
     clipping,
     converged,
     divergence,
@@ -50,6 +51,7 @@ DETECTORS = (
     ("vanishing_gradients", vanishing.detect),
     ("loss_oscillation", oscillation.detect),
     ("divergence", divergence.detect),
+    ("divergence_above_uniform", above_uniform.detect),
     ("heldout_mismatch", heldout.detect_mismatch),
     ("events", events.detect),
     ("no_progress", stall.detect),

@@ -21,7 +21,7 @@ from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
 # a perplexity printed by a training or evaluation record (`ppl`, `eval_ppl`, `lm_loss_ppl`, `perplexity`)
-PERPLEXITY = r"(?i)(?:^|_)(?:ppl|perplexity)$"
+PERPLEXITY = schema.PERPLEXITY
 # a running best a trainer prints beside its evaluation (simple-nmt `best_loss=inf best_ppl=inf`), initialised to inf
 BEST = r"(?i)(?:^|_)best(?:_|$)"
 # a held-out measure (`eval_loss`, `eval_ppl`, `val_ppl`): computed on data the update never sees
