@@ -22,6 +22,7 @@ better step key first appearing in a later chunk applies from there on).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -72,6 +73,8 @@ STEP_KEYS = (
 GROUPED_STEP_KEYS = ("total/epochs", "time/iterations", "time/total_timesteps", "total/steps", "total_timesteps")
 # Records after a step back within which a lagging writer's steps pass the ones before it (not a resume)
 RESUME_LOOKAHEAD = 4
+# a JSON key with a string or number value: a stats object, not a Python dict or a config's brace
+JSON_PAIR = r'"[\w/.-]+":\s*(?:"|-?\d)'
 # Bookkeeping keys that are not metrics (progress, wall-clock strings).
 IGNORE_KEYS = {
     "total_steps",
@@ -111,8 +114,9 @@ def step_column(columns: list[str]) -> str | None:
 def sniff(sample: SniffSample) -> float:
     cols = T.sample_columns(sample)
     if cols is None:
-        # fairseq json behind a logger prefix: `... | INFO | train_inner | {"epoch": 1, ...}`
-        hits = sum(1 for ln in sample.lines if '{"' in ln and ln.rstrip().endswith("}") and '": "' in ln)
+        # fairseq json behind a logger prefix: `... | INFO | train_inner | {"epoch": 1, ...}`, or a script's own
+        # `print(json.dumps(stats))` among other output (`{"epoch": 0, "step": 5, "loss": 240.16, "time": 6}`)
+        hits = sum(1 for ln in sample.lines if '{"' in ln and ln.rstrip().endswith("}") and re.search(JSON_PAIR, ln))
         return 0.5 if hits >= 3 else 0.0
     if T.file_kind(sample.path) != "jsonl":
         return 0.0
