@@ -25,7 +25,7 @@ number and removes it, so for such lines the counter is read back from the raw f
 this grammar reads the whole file and has loss lines without a counter word).
 
 A line is a record when it has a step counter (`step`, `iter`, `iteration`,
-`global_step`, `it`) and a key containing `loss` with a number. Keys may be two words
+`global_step`, `it`, `ite`) and a key containing `loss` with a number. Keys may be two words
 (`train loss`, `grad norm`); names go through the alias table (`train loss` -> `loss`,
 `val loss` -> `eval_loss`). A line whose only loss is an eval loss is an eval record.
 Steps are stored as printed (taken as done steps; mode "done").
@@ -95,9 +95,9 @@ from spikeforensics.ingest.base import (
 NAME = "generic_steps"
 # the counter may be rounded with a K/M suffix (LeRobot `step:1K`, `step:12K`): see `_step`
 COUNT = r"(\d+(?:\.\d+)?[KM]?|\d+)"
-STEP = rf"(?i)\b(?:global[_ ]step|steps?|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
+STEP = rf"(?i)\b(?:global[_ ]step|steps?|iteration|iter|ite|it)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 # the same counter with its total captured (`iter 12/47`: group 1 the counter, group 2 the total)
-STEP_TOTAL = r"(?i)\b(?:global[_ ]step|step|iteration|iter|it)\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*(\d+)"
+STEP_TOTAL = r"(?i)\b(?:global[_ ]step|step|iteration|iter|ite|it)\b\]?\s*[:=#]?\s*\[?\s*(\d+)\s*/\s*(\d+)"
 # a `step` counter wins over an `iter` one printed before it (`E5 iter[ 14/ 15] | ... | [step]    89`)
 STEP_FIRST = rf"(?i)\b(?:global[_ ]step|steps?)\b\]?\s*[:=#]?\s*\[?\s*(?-i:{COUNT})\s*(?:/\s*\d+)?"
 KEY = r"[A-Za-z_][\w./-]*"
@@ -122,7 +122,7 @@ LOSSES_TOTAL = r"(?i)(\blosses:[^\]]*?)\btotal\b"
 # fraction is a counter too (only with its total: `Training loss 2.3` is a name)
 TRAIN_FRAC = r"(?i)\btraining\s+(\d+)\s*/\s*\d+"
 LOSSY = r"(?i)loss|\b(?:r?mse)\b"
-COUNTER_KEYS = r"(?i)^(?:global[_ ]step|steps?|iteration|iter|it)$"
+COUNTER_KEYS = r"(?i)^(?:global[_ ]step|steps?|iteration|iter|ite|it)$"
 # a bracketed counter opening the line (`[10] epoch 0, 10/186, g_loss nan ...`); RAW_BRACKET on the
 # raw line, where a paste's `> ` may still stand before it
 BRACKET = r"^\s*\[(\d+)\]\s+[A-Za-z]"

@@ -74,6 +74,11 @@ CHUNK_BYTES = 8 << 20
 DICT_RE = r"\{'[^{}']+':\s*[^{}]*\}"
 # keys that make a dict an HF log record
 HF_KEYS_RE = r"'(?:loss|learning_rate|grad_norm|eval_loss|train_runtime|train_loss|epoch)':"
+# ... also under a W&B-style `train/` section (zett's JAX loop: `{'train/learning_rate': np.float32(...),
+# 'train/loss': ...}`), unless the dict holds a held-out section too: that is an evaluation's summary (AlgoPerf's
+# `{'train/loss': ..., 'validation/loss': ...}`), no training record
+SECTION_KEYS_RE = r"'train/(?:loss|learning_rate|grad_norm)':"
+HELDOUT_SECTION_RE = r"'(?:validation|valid|val|eval|test)/"
 # tqdm counter `1318/36234 [11:37<...`
 TQDM_RE = r"(\d+)/(\d+) \[(?:\d|\?)"
 # a counter right before a loop's own dict (`Epoch 44: {`, `step 200 - {`, `Iter [3/10]: {`): its number
@@ -93,7 +98,18 @@ def _is_hf_dict(line: str) -> bool:
     import re
 
     m = re.search(DICT_RE, line)
-    return bool(m and re.search(HF_KEYS_RE, m.group(0)))
+    if not m:
+        return False
+    found = m.group(0)
+    return bool(
+        re.search(HF_KEYS_RE, found) or (re.search(SECTION_KEYS_RE, found) and not re.search(HELDOUT_SECTION_RE, found))
+    )
+
+
+def _record_keys(found: pl.Expr) -> pl.Expr:
+    """The dict text `found` holds the keys of a log record (`_is_hf_dict`, as an expression)."""
+    section = found.str.contains(SECTION_KEYS_RE) & ~found.str.contains(HELDOUT_SECTION_RE)
+    return found.str.contains(HF_KEYS_RE) | section
 
 
 def to_json(expr: pl.Expr, texts: pl.Series | None = None) -> pl.Expr:
@@ -282,7 +298,7 @@ def _marked(lines: pl.DataFrame) -> pl.DataFrame:
     before = before.str.strip_chars_end()
     nested = before.str.tail(2).is_in(["':", '":']) | before.str.ends_with("{")
     cand = cand.with_columns(
-        (pl.col("_found").is_not_null() & pl.col("_found").str.contains(HF_KEYS_RE) & ~nested).alias("_is_dict")
+        (pl.col("_found").is_not_null() & _record_keys(pl.col("_found")) & ~nested).alias("_is_dict")
     )
     is_dict = pl.col("_is_dict")
     cand = cand.select(
