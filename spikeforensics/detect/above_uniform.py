@@ -93,22 +93,8 @@ def _finding(part: pl.DataFrame, first: dict, peak: dict, attempt: int, share: f
         ),
         attempt=attempt,
         evidence=[
-            Evidence(
-                signal="perplexity",
-                step=int(first["step"]),
-                value=float(first["value"]),
-                baseline=dp.uniform_ceiling,
-                ratio=round(float(first["value"]) / dp.uniform_ceiling, 4),
-                note="first training perplexity above the uniform guess over a 1M-token vocabulary",
-            ),
-            Evidence(
-                signal="perplexity",
-                step=int(peak["step"]),
-                value=float(peak["value"]),
-                baseline=dp.uniform_ceiling,
-                ratio=round(float(peak["value"]) / dp.uniform_ceiling, 4),
-                note=f"peak ({nats:.1f} nats per token); {share:.0%} of the records above the ceiling",
-            ),
+            _evidence(first, dp, "first training perplexity above the uniform guess over a 1M-token vocabulary"),
+            _evidence(peak, dp, f"peak ({nats:.1f} nats per token); {share:.0%} of the records above the ceiling"),
         ],
         facts={
             "onset_step": int(first["step"]),
@@ -118,4 +104,17 @@ def _finding(part: pl.DataFrame, first: dict, peak: dict, attempt: int, share: f
             "above_uniform": True,
             "ends_nonfinite": False,
         },
+    )
+
+
+def _evidence(row: dict, dp, note: str) -> Evidence:
+    """A perplexity record as evidence, against the ceiling."""
+    value = float(row["value"])
+    return Evidence(
+        signal="perplexity",
+        step=int(row["step"]),
+        value=value,
+        baseline=dp.uniform_ceiling,
+        ratio=round(value / dp.uniform_ceiling, 4),
+        note=note,
     )
