@@ -242,7 +242,7 @@ class VanishingParams:
     min_records: int = 200  # why: ... for >= 200 steps (DETECTION-ANCHORS §2.10)
     smooth: int = 25  # why: rolling median over 25 records before comparing
     reference_window: int = 500  # why: the reference is the highest 500-record median level seen since the early phase
-    early_frac: float = 0.1  # why: the first 10% of a run (large initial norms falling) is never a reference
+    early_frac: float = 0.1  # why: the first 10% of a run (large initial norms falling) is never a reference, in records and in steps (AlgoPerf logs every step to 100, then every 500th: 101 of 130 records in the first 0.7% of training)
     early_min: int = 100  # why: and at least the first 100 records
     max_run_frac: float = (
         0.2  # why: on a short run, windows shrink to at most 20% of its records (a 400-step run still gets a test)

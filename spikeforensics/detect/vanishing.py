@@ -4,7 +4,8 @@ The smoothed log norm (rolling median) is compared with a reference: the highest
 level (rolling median over `reference_window` records) seen since the early phase, up to
 `min_records` before the point. Only a run of >= `min_records` consecutive low records
 fires, so a short dip does not; a sudden or a slow fall by >= 10x does.
-The early phase (large initial norms falling during warmup) is never a reference. Run on
+The early phase (large initial norms falling during warmup: the first `early_frac` of the records, at least
+`early_min`, and of the steps) is never a reference. Run on
 the global norm and on every layer; a layer fires alone when the global norm does not
 (shallow layers dying while the rest learn).
 DOMAIN's vanishing is a fall "by orders of magnitude" and learning stalls: a fall of one
