@@ -49,3 +49,21 @@ def test_ite_counter_with_loss_is(tmp_path):
     assert [(i["kind"], i["peak_step"]) for i in warned] == [("hard_spike", 1)]
     noted = {n["peak_step"] for n in d["notes"] if n["kind"] == "hard_spike"}
     assert {899, 1254, 1339, 2392} <= noted
+
+
+BILSTM = (
+    REAL
+    / "fresh52"
+    / "pytorch-rasbt-bilstm-agnews-50-epochs-healthy-900-records"
+    / "rnn_bi_multilayer_lstm_own_csv_agnews_cell39_stdout.txt"
+)
+
+
+def test_a_loop_that_names_its_loss_cost(tmp_path):
+    """rasbt's notebooks print `Epoch: 001/050 | Batch 050/891 | Cost: 1.2299` (fresh52): the cost a line that names
+    no loss prints is its loss, as an RMSE or MSE already was; 900 records, (E - 1) * 891 + batch."""
+    run = _run(BILSTM, tmp_path, "bilstm")
+    loss = run.series("loss")
+    assert loss.height == 900
+    assert loss.get_column("step")[:3].to_list() == [0, 50, 100] and loss.get_column("value")[1] == 1.2299
+    assert api.diagnose(run)["verdict"]["status"] == "healthy"

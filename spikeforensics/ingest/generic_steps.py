@@ -121,7 +121,7 @@ LOSSES_TOTAL = r"(?i)(\blosses:[^\]]*?)\btotal\b"
 # `Training   1/500  Loss  6.347` (Turi Create's `object_detector.create` progress): a `Training N/M`
 # fraction is a counter too (only with its total: `Training loss 2.3` is a name)
 TRAIN_FRAC = r"(?i)\btraining\s+(\d+)\s*/\s*\d+"
-LOSSY = r"(?i)loss|\b(?:r?mse)\b"
+LOSSY = r"(?i)loss|\b(?:r?mse)\b|\bcost\s*[:=]"
 COUNTER_KEYS = r"(?i)^(?:global[_ ]step|steps?|iteration|iter|ite|it)$"
 # a bracketed counter opening the line (`[10] epoch 0, 10/186, g_loss nan ...`); RAW_BRACKET on the
 # raw line, where a paste's `> ` may still stand before it
@@ -213,9 +213,10 @@ LEAD_COUNT = r"^\s*(\d+)\s+[A-Za-z]"
 NORM_BARS = r"\|([A-Za-z_]\w*)\|\s*="
 # `loss_train, 0.833` (a loop that prints `f"{name}, {value}"`): a loss name, a comma, its number
 KEY_COMMA = r"\b((?:[A-Za-z_]\w*)?(?i:loss)\w*),\s+([-+]?(?:\d|(?i:nan|inf)))"
-# a loop whose objective is printed as RMSE / MSE with no `loss` on the line (DeepRecommender's
-# `[0,  1000] RMSE: nan`): that is the loss it trains on
-RMSE_NAMES = ("rmse", "mse")
+# a loop whose objective is printed as RMSE / MSE, or as its cost, with no `loss` on the line (DeepRecommender's
+# `[0,  1000] RMSE: nan`, rasbt's notebooks' `Epoch: 001/050 | Batch 050/891 | Cost: 1.2299`): that is the loss it
+# trains on
+RMSE_NAMES = ("rmse", "mse", "cost")
 # `avg loss so far is 0.1097`, `val mse is 0.0242.`: up to four words before `is`, after a separator
 # a glog prefix (`I0712 12:10:37.058244  3123 solver.cpp:228] `): its `file.cpp:228` is no key/value pair
 GLOG_LINE_PREFIX = "^" + GLOG_PREFIX
@@ -230,7 +231,7 @@ IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed|current) |\s+so far$"
 # a loss value, then a counter word with its number, later on the line (one count per line with
 # the shapes above: a line that has both is counted twice, which only ever confirms a record)
 LOSS_THEN_STEP = rf"(?i:(?:\b|_)loss)[\w/]*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
-LOSS_TAIL = r".*?(?i:loss|\br?mse\b)\w*['\"]?\]?(?:\s*[:=,]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
+LOSS_TAIL = r".*?(?i:loss|\br?mse\b|\bcost\b)\w*['\"]?\]?(?:\s*[:=,]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 # a quoted key (`'loss': nan`, a dict's repr inside a PaddleOCR line) is its bare name
 QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
 # a number printed as a string (PaddleDetection 2.x `'loss': '24.061707'`, a dict of formatted stats) is that number
@@ -547,7 +548,7 @@ def _values(cand: pl.DataFrame, eval_rows: pl.Expr) -> pl.DataFrame:
     pairs = pl.concat([find_pairs(rest, PAIR), said], how="diagonal_relaxed")
     pairs = pairs.filter(~pl.col("k").str.contains(COUNTER_KEYS))
     values = named_values(pairs, eval_rows=eval_rows).select("line", "name", "value")
-    # RMSE / MSE printed as the objective of a line that names no loss is its loss
+    # RMSE / MSE / cost printed as the objective of a line that names no loss is its loss
     lossless = values.group_by("line").agg(pl.col("name").str.contains("loss").any().alias("_l")).filter(~pl.col("_l"))
     is_rmse = pl.col("name").is_in(RMSE_NAMES) & pl.col("line").is_in(lossless.get_column("line").implode())
     return values.with_columns(pl.when(is_rmse).then(pl.lit("loss")).otherwise(pl.col("name")).alias("name"))
