@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 
 from spikeforensics.detect import epoch_restarts, signals
@@ -29,9 +30,10 @@ from spikeforensics.rundata import RunData
 
 
 def rebound_spans(loss: pl.DataFrame, hp, window: int) -> pl.DataFrame:
-    """Rebounds of one loss track (`step`, `y` = log loss, `sigma` = the z-test's robust scale, in record order): one row per rebound with its first and
-    last raised step (`lo`, `hi`), the peak (`peak_step`, `peak_value`), the minimum it rose from (`floor_value`),
-    its rise over that minimum (`ratio`) and the first step at which the loss is back near it (`back_step`)."""
+    """Rebounds of one loss track (`step`, `y` = log loss, `sigma` = the z-test's robust scale, in record order):
+    one row per rebound with its first and last raised step (`lo`, `hi`), the peak (`peak_step`, `peak_value`), the
+    minimum it rose from (`floor_value`), its rise over that minimum (`ratio`) and the first step at which the loss
+    is back near it (`back_step`)."""
     empty = pl.DataFrame(
         schema={
             "lo": pl.Int64,
@@ -71,13 +73,13 @@ def rebound_spans(loss: pl.DataFrame, hp, window: int) -> pl.DataFrame:
     )
     if runs.height == 0:
         return empty
-    ys, steps = frame.get_column("y").to_list(), frame.get_column("step").to_list()
+    ys, steps = frame.get_column("y").to_numpy(), frame.get_column("step").to_numpy()
     rows = []
-    for r in runs.iter_rows(named=True):  # a handful of rebounds per run at most
-        back_at = math.log(hp.loss_ratio_floor) + r["_floor_y"]
-        back = next((steps[i] for i in range(r["_last"] + 1, len(ys)) if ys[i] <= back_at), None)
-        if back is None:
+    for r in runs.iter_rows(named=True):  # few raised stretches; each looks ahead in one vectorised pass
+        later = ys[r["_last"] + 1 :] <= math.log(hp.loss_ratio_floor) + r["_floor_y"]
+        if not later.any():
             continue  # never back near where it rose from: a divergence, not a rebound
+        back = int(steps[r["_last"] + 1 + int(np.argmax(later))])
         rows.append(
             {
                 "lo": r["lo"],
