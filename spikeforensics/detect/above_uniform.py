@@ -21,19 +21,19 @@ import math
 import polars as pl
 
 from spikeforensics import schema
+from spikeforensics.detect import nonfinite
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
 
 def _training_perplexity(run: RunData) -> pl.DataFrame:
     """(attempt, step, value) of the training perplexity with the most records, in record order."""
-    heldout = r"(?i)^(?:eval|val|valid|validation|test|dev)_"
     found = (
         run.metrics.lazy()
         .filter(
             pl.col("record").is_not_null()
             & pl.col("name").str.contains(schema.PERPLEXITY)
-            & ~pl.col("name").str.contains(heldout)
+            & ~pl.col("name").str.contains(nonfinite.HELDOUT)
         )
         .group_by("name")
         .agg(pl.len())

@@ -456,7 +456,7 @@ def _early_rise(run: RunData, params) -> list[Finding]:
     # the rise must stand out of the series' own record-to-record noise too (a single-batch loss
     # swings 20-40% from record to record: robust sigma of the log differences, as for the z-test);
     # a short excerpt has no noise sample to judge by
-    noise = float(loss.get_column("y").diff().drop_nulls().abs().median() or 0.0) / (0.6745 * math.sqrt(2))
+    noise = robust.step_noise(loss.get_column("y"))
     if loss.height < hp.short_series_records:
         noise = 0.0
     if peak["ratio"] < hp.loss_ratio_floor or math.log(peak["ratio"]) < hp.z_threshold * noise:

@@ -24,7 +24,7 @@ import math
 import numpy as np
 import polars as pl
 
-from spikeforensics.detect import epoch_restarts, signals
+from spikeforensics.detect import epoch_restarts, robust, signals
 from spikeforensics.detect.base import Evidence, Finding
 from spikeforensics.rundata import RunData
 
@@ -47,7 +47,7 @@ def rebound_spans(loss: pl.DataFrame, hp, window: int) -> pl.DataFrame:
     )
     if loss.height < hp.short_series_records:
         return empty
-    noise = float(loss.get_column("y").diff().drop_nulls().abs().median() or 0.0) / (0.6745 * math.sqrt(2))
+    noise = robust.step_noise(loss.get_column("y"))
     sigma = float(loss.get_column("sigma").median() or 0.0)
     if sigma < hp.rebound_smooth_ratio * noise:
         return empty  # a loss whose records scatter around its trend: the z-test's sigma is its own noise

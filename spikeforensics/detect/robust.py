@@ -31,6 +31,12 @@ EXACT_SCALE_RECORDS = 20_000
 SCALE_SAMPLES = 50  # why: on a long series every sigma is the median of 50 residuals spread over its window (as many for every record: consistent); the noise scale of a long run moves slowly
 
 
+def step_noise(y: pl.Series) -> float:
+    """The record-to-record noise of a log series: robust sigma of its differences between neighbouring records
+    (median |difference| over 0.6745 sqrt 2), which a trend moves little."""
+    return float(y.diff().drop_nulls().abs().median() or 0.0) / (0.6745 * math.sqrt(2))
+
+
 def step_or_record() -> pl.Expr:
     """`step`, or the record index `t` where the log prints no step number: every detector numbers a step-less
     log's records so (its findings need a step)."""
