@@ -332,6 +332,8 @@ class DivergenceParams:
     uniform_share: float = 0.25  # why: ... on at least a quarter of the records: an untrained start above it falls under it within its first few records (tensorflow/nmt GRU lr 1: 10 of 10; the word-LM example's RNN_TANH at lr 20: 70 of 168, five epochs until its LR was cut)
     uniform_min_records: int = 5  # why: ... and on 5 records or more: a from-scratch run's first updates may overshoot for a record or three (fairseq's 13B FSDP example: 2^25 at step 3 of 10, back under by step 7)
     min_records_nonfinite: int = 3  # why: a monotone climb of 3+ records that ends in NaN/Inf or a stop is a divergence (DOMAIN: "within a few steps the loss is NaN")
+    start_drop: float = 4.0  # why: past_start arm: a loss that fell to a quarter of its start or lower has learned (not a flat or noisy start), so a return above that start is the model ending worse than untrained
+    start_records: int = 5  # why: ... the start is the median of the attempt's first 5 records and its lowest level the lowest median of 5 in a row: levels, not one odd batch of a heavy-tailed per-batch loss (VinVL's 0.002-0.1 scatter)
     falling_frac: float = 0.75  # why: a loss that falls on >= 75% of the records after its peak is coming back (a slow recovery, bigscience tr1-13B), not diverging ...
     falling_min: int = 3  # why: ... judged on at least 3 records after the peak
     heldout_gap: float = 5.0  # why: a held-out loss 5x the training loss at the first evaluation already measures other data than training does (an unshuffled Keras validation_split: 8.3 vs 0.41); ordinary generalisation gaps at the first evaluation are under 2x

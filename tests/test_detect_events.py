@@ -16,6 +16,7 @@ from spikeforensics.params import Params
 from spikeforensics.rundata import RunData
 
 DEV = Path(__file__).resolve().parents[1] / "sample_logs" / "real" / "dev"
+REAL = DEV.parent
 
 
 def ev(kind, step=None, line=1, source="train.log", **detail):
@@ -162,6 +163,36 @@ def test_monotone_climb_to_nan_is_a_divergence():
     c["loss"][705:] = np.nan
     found = divergence.detect(run_from(c), Params())
     assert len(found) == 1 and found[0].facts["ends_nonfinite"]
+
+
+def test_loss_ending_above_its_start_behind_a_noisy_band_is_a_divergence():
+    # the noise grows before the rise (an LR range test): the trailing band is too wide for the band test, but the
+    # loss fell 10x and ends above where it began
+    rng = np.random.default_rng(3)
+    loss = np.concatenate(
+        [
+            np.linspace(0.69, 0.07, 60),
+            0.07 * np.exp(np.abs(rng.normal(0, 1.0, 20))),  # 0.07-0.5, returning each time
+            np.linspace(0.68, 0.95, 20) * np.exp(rng.normal(0, 0.05, 20)),
+        ]
+    )
+    c = {"step": np.arange(1, 101), "loss": loss}
+    found = divergence.detect(run_from(c), Params())
+    assert len(found) == 1 and found[0].severity == "critical" and 78 <= found[0].step_start <= 81
+    # the same fall, ending at twice its lowest level but well under its start: not this arm's
+    c["loss"] = np.concatenate([loss[:80], np.full(20, 0.14) * np.exp(rng.normal(0, 0.05, 20))])
+    assert divergence.detect(run_from(c), Params()) == []
+
+
+def test_real_lr_range_test_climbing_past_its_chance_level_start_is_a_divergence(tmp_path):
+    from spikeforensics import api
+
+    case = (
+        REAL / "fresh52" / "keras-tf-course-lr-range-test-circles-100-epochs-loss-bottoms-epoch60-diverges-from-epoch80"
+    )
+    api.ingest([case / "02_neural_network_classification_in_tensorflow_cell95_stdout.txt"], run_id="r", store=tmp_path)
+    found = divergence.detect(api.load_run("r", tmp_path), Params())
+    assert len(found) == 1 and 79 <= found[0].step_start <= 80 and found[0].step_end == 100
 
 
 def test_real_tr1_13b_spike_with_slow_recovery_is_not_a_divergence(tmp_path):

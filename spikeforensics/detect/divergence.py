@@ -16,7 +16,15 @@ divergence when
   non-finite loss (a NaN/Inf record, a `nan` event, a stop); or
 - it rises on every record for >= `min_records_rising` records to the end of the attempt, its
   median there >= `min_ratio` x the pre-onset level (a fastai LSTM at 0.37-0.41 for 10 epochs, then
-  0.72, 0.81, 1.05 when the user stopped it: a climb the log ends in, not a spike it cut off).
+  0.72, 0.81, 1.05 when the user stopped it: a climb the log ends in, not a spike it cut off); or
+- (`past_start`) in a log that begins at the start of training, it fell to 1/`start_drop` of where it
+  began or lower (a trailing median of `start_records` records: a level, not one lucky batch), then stays above the
+  geometric midpoint of that start and its lowest value for >= `min_records` records to the end, with a
+  median there at or above the start: the model ends worse than it began. A run whose noise grew with
+  its learning rate (a Keras LR range test: 0.055 at epoch 60, 0.09-0.63 for twenty epochs, then 0.67-0.98
+  to the end, over its chance-level start of 0.69) has a trailing noise that hides the rise from the
+  band test; its own start is a level no healthy run returns to. Not on a loss with no ratio scale (a
+  GAN side, a signed loss) nor a reinforcement-learning loss, whose levels move with the policy.
 
 Critical at >= `critical_ratio` or ending non-finite, else a warning. One finding per
 attempt at most; the incident grouping puts the spikes inside it into the same incident.
@@ -66,10 +74,44 @@ def detect(run: RunData, params) -> list[Finding]:
     )
     cand = f.filter(pl.col("out") & (pl.col("suffix_min") >= pl.col("thr")))
     findings = []
+    judged = set()
     for (attempt,), first in cand.group_by("attempt", maintain_order=True):
         onset = first.row(0, named=True)
         tail = f.filter((pl.col("attempt") == attempt) & (pl.col("t") >= onset["t"]))
         found = _judge(run, raw, tail, onset, int(attempt or 0), params)
+        if found is not None:
+            findings.append(found)
+            judged.add(attempt)
+    if not (run.loss_without_ratio() or run.loss_is_reinforcement()):
+        findings += _past_start(run, raw, f.filter(~pl.col("attempt").is_in(list(judged))), params)
+    return findings
+
+
+def _past_start(run: RunData, raw: pl.DataFrame, f: pl.DataFrame, params) -> list[Finding]:
+    """Attempts whose loss fell to 1/`start_drop` of their start or lower and end above that start (the
+    `past_start` arm of the module docstring), in a log that begins at the start of training. `f` holds the baseline
+    rows in order, with `suffix_min`."""
+    dp = params.divergence
+    if f.height == 0 or not run.starts_at_start(params.hard_spike.start_max_step):
+        return []
+    # only attempts that begin where the log begins: a resumed attempt's first records are no untrained start
+    f = f.filter(pl.col("step").min().over("attempt") <= f.get_column("step").min())
+    start = pl.col("y").head(dp.start_records).median().over("attempt")
+    # the lowest level reached, of a short trailing median (one lucky batch of a heavy-tailed loss is no level)
+    low = pl.col("y").rolling_median(dp.start_records).cum_min().over("attempt")
+    g = f.with_columns(start.alias("start"), low.alias("low")).with_columns(
+        ((pl.col("start") + pl.col("low")) / 2).alias("thr")
+    )
+    deep = (pl.col("start") - pl.col("low")) >= math.log(dp.start_drop)
+    cand = g.filter(deep & (pl.col("y") >= pl.col("thr")) & (pl.col("suffix_min") >= pl.col("thr")))
+    findings = []
+    for (attempt,), first in cand.group_by("attempt", maintain_order=True):
+        onset = first.row(0, named=True)
+        tail = g.filter((pl.col("attempt") == attempt) & (pl.col("t") >= onset["t"]))
+        if tail.height < dp.min_records or float(tail.get_column("y").median()) < onset["start"]:
+            continue
+        # the band is the lowest level the attempt reached before it rose
+        found = _judge(run, raw, tail, onset | {"left": onset["low"]}, int(attempt or 0), params)
         if found is not None:
             findings.append(found)
     return findings
