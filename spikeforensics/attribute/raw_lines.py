@@ -177,7 +177,7 @@ def file_unchanged(path: Path, sha: str | None, size: int | None) -> bool:
 def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
     """Physical lines of every (first, last) span (1-based, inclusive) in one pass over the file,
     split as ingest splits them: {line number: text}."""
-    from spikeforensics.ingest.base import CR_DECISION_BYTES, lone_cr_endings, strip_controls
+    from spikeforensics.ingest.base import CR_HEAD_BYTES, lone_cr_endings, strip_controls
 
     merged: list[list[int]] = []
     for first, last in sorted(spans):
@@ -187,7 +187,7 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> dict[int, str]:
             merged.append([first, last])
     raw: dict[int, bytes] = {}
     with open(path, "rb") as fh:
-        head = fh.read(CR_DECISION_BYTES)
+        head = fh.read(CR_HEAD_BYTES)
         fh.seek(0)
         if lone_cr_endings(head):  # split as ingest split it (at every line end), streamed as ingest reads it
             from spikeforensics.ingest.base import SourceFile

@@ -42,7 +42,7 @@ from spikeforensics.ingest import encoded
 from spikeforensics.ingest._mixing import is_line_grammar, mix, record_like_sample, sniff_scores
 from spikeforensics.ingest._windows import parse_windows, windowed
 from spikeforensics.ingest.base import (
-    CR_DECISION_BYTES,
+    CR_HEAD_BYTES,
     MAX_STEP,
     SNIFF_LINES,
     ParseResult,
@@ -167,7 +167,8 @@ def _wide_sample(path: Path) -> SniffSample | None:
     with open(path, "rb") as fh:
         data = fh.read(WIDE_SNIFF_BYTES)
     small = len(data) <= SNIFF_BYTES
-    cut = len(data) if small else data.rfind(b"\n") + 1
+    # (cut at the last line end of either kind: a CR console after a long first line has no LF past that line)
+    cut = len(data) if small else max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
     lines = strip_prefixes(split_segments(lines_from_bytes(data[:cut] if cut > 0 else data)))
     if small and lines.height <= SNIFF_LINES:
         return None  # the head sample already saw all of it (a small file of many lines: its first lines only)
@@ -279,7 +280,7 @@ class _ReadOnce:
         self.newlines = 0
         self.crs = 0
         self.crlfs = 0
-        self.head = b""  # the file's first CR_DECISION_BYTES: whether its CRs end lines (`lone_cr_endings`)
+        self.head = b""  # the file's first CR_HEAD_BYTES: whether its CRs end lines (`lone_cr_endings`)
         self.last = b"\n"
 
     def __call__(self, block: bytes) -> None:
@@ -290,8 +291,8 @@ class _ReadOnce:
     def lines_in(self, block: bytes) -> None:
         if not block:
             return
-        if len(self.head) < CR_DECISION_BYTES:
-            self.head += block[: CR_DECISION_BYTES - len(self.head)]
+        if len(self.head) < CR_HEAD_BYTES:
+            self.head += block[: CR_HEAD_BYTES - len(self.head)]
         self.newlines += block.count(b"\n")
         if b"\r" in block:  # (most files have none: one search instead of two counts)
             self.crs += block.count(b"\r")

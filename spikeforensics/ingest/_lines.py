@@ -60,14 +60,22 @@ LONE_CR_MIN = 2
 # script's `Steps:` bar): each redraw is a record, so each is a line, as a terminal scrolled them. An LF log
 # with a per-epoch bar (a few redraws per line) stays an LF file.
 CR_DOMINANCE = 4
-# the head of a file on which it is decided (the same for a whole read, a chunked read and the report's re-read)
+# the head of a file on which it is decided (the same for a whole read, a chunked read and the report's re-read) ...
 CR_DECISION_BYTES = 1 << 16
+# ... read from the first line end when the file's first line is longer than that (a config or a JSON dump on one
+# line, then a CR console): the callers read this much of the head
+CR_HEAD_BYTES = CR_DECISION_BYTES + (1 << 20)
 
 
 def lone_cr_endings(data: bytes) -> bool:
-    """Whether the file whose head is `data` (its first CR_DECISION_BYTES) breaks its lines at every CR:
-    it has no LF (and at least LONE_CR_MIN CRs), or its lone CRs outnumber its LFs CR_DOMINANCE to 1."""
+    """Whether the file whose head is `data` (its first CR_HEAD_BYTES, or all of it) breaks its lines at every CR:
+    it has no LF (and at least LONE_CR_MIN CRs), or its lone CRs outnumber its LFs CR_DOMINANCE to 1, in its first
+    CR_DECISION_BYTES, or when those hold no line end at all, in the CR_DECISION_BYTES from its first line end."""
     head = data[:CR_DECISION_BYTES]
+    if b"\n" not in head and b"\r" not in head:
+        ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+        if ends:
+            head = data[min(ends) : min(ends) + CR_DECISION_BYTES]
     lf = head.count(b"\n")
     if lf == 0:
         return head.count(b"\r") >= LONE_CR_MIN

@@ -41,6 +41,7 @@ from spikeforensics.ingest._fields import (  # noqa: F401 (re-exported: parsers 
 from spikeforensics.ingest._lines import (  # noqa: F401 (re-exported: parsers import these from base)
     ANSI_RE,
     CR_DECISION_BYTES,
+    CR_HEAD_BYTES,
     PREFIX_RE,
     lines_from_bytes,
     lone_cr_endings,
@@ -171,7 +172,7 @@ class SourceFile:
         held_cr = b""  # a CR file's block ending in CR: its LF may open the next block (one CRLF, one line end)
         skipping = False  # the line being read is past MAX_LINE_BYTES: its rest is dropped up to its end
         with open(self.path, "rb") as fh:
-            cr_file = lone_cr_endings(fh.read(CR_DECISION_BYTES))
+            cr_file = lone_cr_endings(fh.read(CR_HEAD_BYTES))
             fh.seek(0)
             while True:
                 block = fh.read(chunk_bytes)

@@ -692,9 +692,15 @@ def parse(src: SourceFile) -> ParseResult:
     records, values = one_metric_lines(records, values)
     # a meter whose average turned non-finite while its value is finite (`total_loss: 6.7223 (inf)`, DINOv2's
     # MetricLogger under its `Training  [1250/2500000]` header): metriclogger.py's `_nonfinite_averages`
-    from spikeforensics.ingest.metriclogger import _nonfinite_averages
+    from spikeforensics.ingest.metriclogger import AVG_NONFINITE, _nonfinite_averages
 
-    shown = cand.select("line", "text").join(records.select("line", "record_kind"), on="line")
+    # (only the lines that print such an average; one kind per line: the segments of one physical line share its
+    # number, and a line of 9,000 CR-separated records joined to its own records is 81M rows)
+    shown = (
+        cand.select("line", "text")
+        .filter(pl.col("text").str.contains(AVG_NONFINITE))
+        .join(records.select("line", "record_kind").unique("line", keep="first"), on="line")
+    )
     extra = [e for e in (hidden_nans(records, values), _nonfinite_averages(shown, records)) if e is not None]
     return text_result(
         src.name,
