@@ -1,5 +1,5 @@
-"""Rebounds: a smooth loss that turns back up by `loss_ratio_critical` over its own recent minimum, stays up for
-`sustained_records` records, and comes back down.
+"""Rebounds: a smooth loss that turns back up by `loss_ratio_floor` or more over its own recent minimum (and by
+`z_threshold` x its record-to-record noise) and comes back down: critical at `loss_ratio_critical`, else a warning.
 
 The two-sided z-test measures a record against the median of the records around it, in units of the run's robust
 sigma of those residuals. On a loss that falls steeply and is logged densely (AlgoPerf's runner prints every step
@@ -8,11 +8,13 @@ above every record of the fall, so a 2.3x rebound in the middle of it (a Lion ru
 22 steps and back to 0.158) reaches 1.1 sigma and passes as noise. Against the lowest value of the records just
 before it, and in units of the record-to-record noise of the loss (robust sigma of its log differences, as the
 unstable-start check uses), the same rebound stands 2.3x and tens of sigma up: a spike by any practitioner's measure.
+So does a Keras run's per-epoch loss falling 1% an epoch that jumps 37% for two epochs (1.028 -> 1.410, back in
+five): 0.5 sigma on the lagged median, 30 times its record-to-record noise.
 
 Judged only where the z-test's sigma is set by the trend, not by the noise: a loss whose residual sigma is at least
 `rebound_smooth_ratio` times its record-to-record noise (a per-batch loss scatters around its trend, and there both
 are the same noise: the lowest of 50 such records lies far below the rest, and 2x over it is an ordinary batch);
-on one track of the training loss per attempt, from a log long enough to sample its noise (`short_series_records`); a rise that never comes back is the divergence detector's, an RL critic's loss is none
+on one track of the training loss per attempt, from a log long enough to sample its noise (`rebound_min_records`); a rise that never comes back is the divergence detector's, an RL critic's loss is none
 of this (bootstrapped targets move it by design), nor a running mean restarted each epoch (detect/epoch_restarts.py:
 its first records after each reset are the mean of a few batches).
 """
@@ -45,13 +47,13 @@ def rebound_spans(loss: pl.DataFrame, hp, window: int) -> pl.DataFrame:
             "back_step": pl.Int64,
         }
     )
-    if loss.height < hp.short_series_records:
+    if loss.height < hp.rebound_min_records:
         return empty
     noise = robust.step_noise(loss.get_column("y"))
     sigma = float(loss.get_column("sigma").median() or 0.0)
     if sigma < hp.rebound_smooth_ratio * noise:
         return empty  # a loss whose records scatter around its trend: the z-test's sigma is its own noise
-    need = max(math.log(hp.loss_ratio_critical), hp.z_threshold * noise)
+    need = max(math.log(hp.loss_ratio_floor), hp.z_threshold * noise)
     frame = loss.select("step", "y").with_columns(
         pl.col("y").rolling_min(window, min_samples=1).shift(1).alias("_floor")
     )
@@ -69,7 +71,6 @@ def rebound_spans(loss: pl.DataFrame, hp, window: int) -> pl.DataFrame:
             pl.col("_floor").first().alias("_floor_y"),
             pl.len().alias("_n"),
         )
-        .filter(pl.col("_n") >= hp.sustained_records)
     )
     if runs.height == 0:
         return empty
@@ -118,7 +119,7 @@ def _finding(r: dict, attempt: int, params) -> Finding:
         step_start=r["lo"],
         step_end=r["hi"],
         peak_step=r["peak_step"],
-        severity="critical",
+        severity="critical" if r["ratio"] >= params.hard_spike.loss_ratio_critical else "warning",
         score=float(r["ratio"]),
         attempt=attempt,
         evidence=[

@@ -62,17 +62,35 @@ def _per_track(data: pl.DataFrame):
 
 def _with_noise(data: pl.DataFrame, dp) -> pl.DataFrame:
     """`_noise`: `loss_noise_c` sigma of a difference of two rolling medians of `smooth` records (the
-    noise of one such median from the residuals around it; 1.77 = 1.25 x sqrt 2)."""
+    noise of one such median from the residuals around it; 1.77 = 1.25 x sqrt 2). The residuals' scale is the
+    track's, or where larger the local one (their rolling median over `long_span` records): a log loss's noise
+    grows as the loss nears 0 (a 32-sample cross-entropy: residual sigma 0.28 over the run, 0.87 once it is
+    under 0.1), and a wander of the late, noisier records is no drift."""
     o = _per_track(data)
+    resid = (pl.col("y") - pl.col("smooth")).abs()
+    # the local scale from blocks of `smooth` records: the median of their medians over `long_span` records (a
+    # rolling median of 500 over every record of a 10M-step run costs 4 s per signal; this, a fraction)
+    data = data.with_columns(resid.alias("_r"), (pl.col("_i") // dp.smooth).alias("_b"))
+    window = max(1, dp.long_span // dp.smooth)
+    local = pl.col("_r").rolling_median(window, min_samples=1, center=True)
+    if data.get_column("rank").n_unique() == 1:
+        # one track (most logs), its rows in record order: the blocks are consecutive rows, and block b's value is
+        # row b of the blocks (no group-by or join over every record)
+        r = data.get_column("_r")
+        whole = r.len() // dp.smooth * dp.smooth
+        medians = r.head(whole).reshape((whole // dp.smooth, dp.smooth)).arr.median()
+        if whole < r.len():
+            medians = medians.append(pl.Series([r.tail(r.len() - whole).median()], dtype=medians.dtype))
+        blocks = pl.DataFrame({"_r": medians}).select(local)
+        data = data.with_columns(blocks.get_column("_r").gather(data.get_column("_b")).alias("_local"))
+    else:
+        blocks = data.group_by("_k", "_b").agg(pl.col("_r").median()).sort("_k", "_b")
+        blocks = blocks.with_columns(local.over("_k").alias("_local")).drop("_r")
+        data = data.join(blocks, on=["_k", "_b"], how="left", maintain_order="left")
+    scale = pl.max_horizontal(o(pl.col("_r").median()), pl.col("_local"))
     return data.with_columns(
-        (
-            o((pl.col("y") - pl.col("smooth")).abs().median())
-            * robust.MAD_SCALE
-            * dp.loss_noise_c
-            * 1.77
-            / math.sqrt(dp.smooth)
-        ).alias("_noise")
-    )
+        (scale * robust.MAD_SCALE * dp.loss_noise_c * 1.77 / math.sqrt(dp.smooth)).alias("_noise")
+    ).drop("_r", "_b", "_local")
 
 
 def _with_climb(data: pl.DataFrame, dp, span: int) -> pl.DataFrame:
@@ -352,8 +370,10 @@ def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
     """The loss climbing back inside the early phase that the drift test leaves out (`_prep`'s `_early` records):
     on the smoothed log loss of the first attempt, the highest rise over the lowest level reached before it is
     `rebound_rise` or more, takes back `rebound_regain` of the fall from the first smoothed level to that low, stands
-    out of the noise of a smoothed difference (`_with_noise`) and lasts `min_records` records. A warmup that
-    collapses the model (DINO's loss back at ln 65536 after falling to 7) is this; the start's fast fall is not.
+    out of the noise of a smoothed difference (`_with_noise`), lasts `min_records` records, and climbs higher than
+    the smoothed loss ever climbs over its running low in as many records right after the early phase
+    (`_noise_climb`: the extreme of many windows, not one difference). A warmup that collapses the model (DINO's loss
+    back at ln 65536 after falling to 7) is this; the start's fast fall is not.
     Critical at `hard_spike.loss_ratio_critical`."""
     track = signals.one_track(loss)
     if track.height == 0:
@@ -365,7 +385,9 @@ def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
     # the early phase as `_prep` counts it on the whole attempt; only its records (and the smoothing window's reach
     # past them) are smoothed: a 10M-step run's rolling medians are not computed for the first 5%
     early = int(track.select(_early_records(dp)).item())
-    data = _with_noise(_prep(track.head(early + dp.smooth), dp), dp).filter(pl.col("_i") < early)
+    # smoothed as far as the stretch of as many records after the early phase (the reference below)
+    smoothed = _with_noise(_prep(track.head(2 * early + dp.smooth), dp), dp)
+    data = smoothed.filter(pl.col("_i") < early)
     if data.height < 2 * dp.min_records:
         return []
     low_before = pl.col("smooth").cum_min()
@@ -387,6 +409,8 @@ def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
     if flagged.height < dp.min_records:
         return []
     peak = flagged.sort("_up", descending=True).row(0, named=True)
+    if peak["_up"] <= _noise_climb(smoothed.filter((pl.col("_i") >= early) & (pl.col("_i") < 2 * early)), dp):
+        return []
     low_at = data.filter((pl.col("_i") <= peak["_i"]) & (pl.col("smooth") == peak["_low"])).row(-1, named=True)
     ratio = math.exp(peak["_up"])
     return [
@@ -404,6 +428,18 @@ def _early_rebound(loss: pl.DataFrame, dp, params) -> list[Finding]:
             facts={"early_rebound": True, "recovery": "unknown"},
         )
     ]
+
+
+def _noise_climb(stretch: pl.DataFrame, dp) -> float:
+    """The highest climb of the smoothed loss over the lowest level it reached before, in the stretch of as many
+    records right after the early phase: what the loss's own noise makes of that statistic over as many windows. A
+    per-sample diffusion loss (log residual sigma 0.7, Wan2.2 LoRA) whose 25-record median wanders 0.11-0.28 in its
+    first 2,000 records climbs 2.5x over its low by noise alone, past the 3-sigma test of one difference, and as far
+    in the 2,000 after. -inf when the stretch is too short to tell (fewer than `min_records` records)."""
+    if stretch.height < dp.min_records:
+        return -math.inf
+    up = stretch.select((pl.col("smooth") - pl.col("smooth").cum_min()).max()).item()
+    return float(up) if up is not None else -math.inf
 
 
 def _loss_rise(
