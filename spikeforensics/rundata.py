@@ -233,8 +233,9 @@ class RunData:
                     & ~pl.col("name").str.starts_with("loss_scale")
                 )
                 # a total of the loss terms (`total_loss`, `loss_total`, a GAN generator's `total_loss_g`) before its
-                # parts, then a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`)
-                for pattern in (TOTAL_LOSS, r"loss$", schema.LOSS_TERM):
+                # parts, then a name ending in `loss` (`train_nll_loss`), else one holding it (mmseg `decode_loss_seg`),
+                # else one opening with it (a CamelCase `LossTrajs`, normalised as one word: `losstrajs`)
+                for pattern in (TOTAL_LOSS, r"loss$", schema.LOSS_TERM, r"^loss[a-z]"):
                     # an entropy term (verl's `actor/entropy_loss`: the policy's entropy, a bonus, not what it fits)
                     # after every other loss
                     lossy = (

@@ -363,6 +363,7 @@ def _metrics(
         done = pl.col(progress[0]).cast(pl.String).str.extract(r"^\s*(\d+)\s*/", 1).cast(pl.Float64, strict=False)
         frame = frame.with_columns(pl.coalesce(step_int(done), pl.col("step")).alias("step"))
     frame = _epoch_counted(frame, cols)
+    frame = _dict_counted(frame, cols)
     frame, cols = _prefix_counted(frame, cols, None if facts is None else facts.prefix_counted)
     wide = frame.select(
         pl.col("seg").alias("line"), "step", "prefix_rank", *[T.numeric(frame, c).alias(c) for c in cols]
@@ -381,6 +382,23 @@ def _metrics(
     back = frame.select(pl.col("seg").alias("line"), pl.col("line").alias("_phys"))
     metrics = metrics.join(back, on="line", how="left").with_columns(pl.col("_phys").alias("line")).drop("_phys")
     return schema.conform("metrics", metrics)
+
+
+# a counter the dicts carry themselves (TRL's PPO/RLOO trainers: `'episode': 100`; loops that log `'step': N`)
+DICT_COUNTERS = ("global_step", "step", "episode", "iteration", "iter")
+
+
+def _dict_counted(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """The dicts' own counter as the step when every dict prints it as a whole number: a W&B capture of TRL's
+    PPOTrainer kept the first progress bar (`1/500`) of 500 dicts `'episode': 1 .. 500`, and a bar counts its own
+    updates while the dicts count theirs. Decided per dict, not per chunk, so a streamed file reads the same."""
+    names = {normalise_name(c): c for c in cols}
+    counter = next((names[n] for n in DICT_COUNTERS if n in names), None)
+    if counter is None or frame.height == 0:
+        return frame
+    value = T.numeric(frame, counter)
+    whole = value.is_not_null() & (value == value.round(0))
+    return frame.with_columns(pl.when(whole).then(step_int(value)).otherwise(pl.col("step")).alias("step"))
 
 
 def _epoch_counted(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
