@@ -63,9 +63,9 @@ def _per_track(data: pl.DataFrame):
 def _with_noise(data: pl.DataFrame, dp) -> pl.DataFrame:
     """`_noise`: `loss_noise_c` sigma of a difference of two rolling medians of `smooth` records (the
     noise of one such median from the residuals around it; 1.77 = 1.25 x sqrt 2). The residuals' scale is the
-    track's, or where larger the local one (their rolling median over `long_span` records): a log loss's noise
-    grows as the loss nears 0 (a 32-sample cross-entropy: residual sigma 0.28 over the run, 0.87 once it is
-    under 0.1), and a wander of the late, noisier records is no drift."""
+    track's, or where larger the local one (the median of their medians over blocks of `smooth` records, across
+    `long_span` records): a log loss's noise grows as the loss nears 0 (a 32-sample cross-entropy: residual sigma
+    0.28 over the run, 0.87 once it is under 0.1), and a wander of the late, noisier records is no drift."""
     o = _per_track(data)
     resid = (pl.col("y") - pl.col("smooth")).abs()
     # the local scale from blocks of `smooth` records: the median of their medians over `long_span` records (a

@@ -389,7 +389,7 @@ DICT_COUNTERS = ("global_step", "step", "episode", "iteration", "iter")
 
 
 def _dict_counted(frame: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
-    """The dicts' own counter as the step when every dict prints it as a whole number: a W&B capture of TRL's
+    """The dicts' own counter as the step of each dict that prints it as a whole number: a W&B capture of TRL's
     PPOTrainer kept the first progress bar (`1/500`) of 500 dicts `'episode': 1 .. 500`, and a bar counts its own
     updates while the dicts count theirs. Decided per dict, not per chunk, so a streamed file reads the same."""
     names = {normalise_name(c): c for c in cols}
