@@ -33,3 +33,27 @@ def test_trl_ppo_dicts_counted_by_their_own_episode_key(tmp_path):
     steps = run.series("loss").get_column("step")
     assert steps.len() == 500 and steps.min() == 1 and steps.max() == 500
     assert d["verdict"]["status"] != "inconclusive"
+
+
+def test_epoch_batch_counter_without_total_and_lettered_loss_names(tmp_path):
+    """`Epoch E, Batch B, Loss X: a, Loss Y: b` (fresh58's hybrid ODE loop): the letter after `Loss` is the loop's
+    own label, and the batch counter that restarts as the epoch moves up composes with it: (E - e0) * n + B, n the
+    batches an epoch prints (a restart that the epoch does not explain stays a new attempt)."""
+    lines = [
+        f"Epoch {e}, Batch {b}, Loss X: {1 + 0.01 * b:.4f}, Loss Y: {0.9 + 0.01 * b:.4f}"
+        for e in range(3)
+        for b in range(20)
+    ]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    api.ingest([str(log)], run_id="eb", store=tmp_path / "s")
+    run = api.load_run("eb", tmp_path / "s")
+    assert run.resolve("loss") == "loss_x"
+    loss = run.series("loss")
+    assert loss.get_column("step").to_list() == list(range(60)) and loss.get_column("attempt").n_unique() == 1
+    # the counter going back inside an epoch is a restart of the run, not a new epoch
+    redo = lines[:30] + [f"Epoch 1, Batch {b}, Loss X: 1.0, Loss Y: 0.9" for b in range(10)]
+    log.write_text("\n".join(redo) + "\n")
+    api.ingest([str(log)], run_id="redo", store=tmp_path / "s2")
+    steps = api.load_run("redo", tmp_path / "s2").series("loss").get_column("step").to_list()
+    assert steps[:30] == list(range(20)) + list(range(10)) and steps[30:] == list(range(10))

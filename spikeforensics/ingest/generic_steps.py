@@ -231,9 +231,7 @@ IS_FILLER = r"(?i)^(?:avg|average|mean|running|smoothed|current) |\s+so far$"
 # a loss value, then a counter word with its number, later on the line (one count per line with
 # the shapes above: a line that has both is counted twice, which only ever confirms a record)
 LOSS_THEN_STEP = rf"(?i:(?:\b|_)loss)[\w/]*\]?\s*[:=]\s*\[?\s*[-+]?[\d.nN][^\n]*?{STEP}"
-LOSS_TAIL = (
-    r".*?(?i:loss|\br?mse\b|\bcost\b)\w*['\"]?\]?(?:\s*[:=,]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
-)
+LOSS_TAIL = r".*?(?i:loss|\br?mse\b|\bcost\b)\w*(?:\s[A-Za-z]{1,2}\d?\s*:)?['\"]?\]?(?:\s*[:=,]?\s*\[?\s*['\"]?|[\w ]{0,20}?\s(?i:is)\s+)[-+]?[\d.nN]"
 # a quoted key (`'loss': nan`, a dict's repr inside a PaddleOCR line) is its bare name
 QUOTED_KEY = r"""['"]([A-Za-z_][\w./-]*)['"]\s*:"""
 # a number printed as a string (PaddleDetection 2.x `'loss': '24.061707'`, a dict of formatted stats) is that number
@@ -261,8 +259,10 @@ UNCOUNTED_SHARE = (
 # sentence, `The train loss = 0.91 at the start`, it is prose)
 # (`loss = x` opening a line only as the first of `name = value` pairs: chemprop's `Loss = 1.1e+00, PNorm = 34.6,
 # GNorm = 3.7, lr_0 = 1.3e-04`; a bare `loss = 0.5` is as likely a line of a printed script or config)
+# (a loss named by a letter or two after it, the loop's own label: a hybrid ODE's `Loss X: 0.91, Loss Y: 0.87`, a
+# GAN's `Loss D: 0.69`)
 UNCOUNTED_LOSS = (
-    r"(?i)(?:(?:loss\w*\s*:|^\W*[a-z]+\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
+    r"(?i)(?:(?:loss\w*(?:\s[a-z]{1,2}\d?)?\s*:|^\W*[a-z]+\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
     r"|^\W*loss\w*\s*=\s*[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*,\s*\w+\s*=\s*[-+]?(?:\d|nan|inf))"
 )
 # a loss named as the training's (`train loss = x`, `Training loss: x`): in a file of step-less loss lines that
@@ -273,7 +273,7 @@ TRAIN_NAMED_LOSS = r"(?i)\btrain(?:ing)?[ _]loss\b"
 # `train loss: 2.0` is another training term, not the other phase)
 UNNAMED_LOSS = r"(?i)^\W*loss\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # a loss line under a counter line (see `_head_counters`): `=` as well as `:`
-UNCOUNTED_LOSS_ANY = r"(?i)loss\w*\s*[:=]\s*\[?\s*[-+]?(?:\d|nan|inf)"
+UNCOUNTED_LOSS_ANY = r"(?i)loss\w*(?:\s[a-z]{1,2}\d?\s*:|\s*[:=])\s*\[?\s*[-+]?(?:\d|nan|inf)"
 # the catch-all grammar: in a mixed log it is never offered a line the event catalogue read
 CATCH_ALL = True
 
@@ -493,6 +493,35 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _epoch_batch_counter(frame: pl.DataFrame) -> pl.DataFrame:
+    """A `Batch i` counter printed without its total beside an epoch, restarting every epoch (a hybrid ODE loop's
+    `Epoch 3, Batch 17, Loss X: 0.91`): step = (E - e0) * n + i with n the number of batches the epochs print (the
+    largest counter, + 1 for a 0-based one), as `_per_epoch_counter` composes a counter with its total. Decided per
+    file: only when every time the counter goes back the epoch moves up (else each restart is a new attempt)."""
+    text = pl.col("text")
+    g = frame.with_columns(
+        text.str.extract(BATCH, 1).cast(pl.Float64, strict=False).alias("_i"),
+        text.str.extract(BATCH, 2).alias("_n"),
+        text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False).alias("_e"),
+    )
+    own = pl.col("_i").is_not_null() & pl.col("_n").is_null() & pl.col("_e").is_not_null()
+    counted = g.filter(own & (pl.col("step") == pl.col("_i")))
+    if counted.height < 2:
+        return frame
+    seq = counted.sort("line").with_columns(pl.col("_i").diff().alias("_di"), pl.col("_e").diff().alias("_de"))
+    back = seq.filter(pl.col("_di") < 0)
+    if back.height == 0 or back.filter(pl.col("_de") > 0).height != back.height:
+        return frame
+    e0 = 0.0 if seq.select((pl.col("_e") == 0).any()).item() else 1.0
+    first = seq.get_column("_i").min()
+    n = seq.get_column("_i").max() + (1.0 if first == 0 else 0.0)
+    value = _epoch_composed(pl.col("_e"), pl.lit(n), pl.col("_i"), e0)
+    composed = own & (pl.col("step") == pl.col("_i"))
+    return g.with_columns(pl.when(composed).then(step_int(value)).otherwise(pl.col("step")).alias("step")).drop(
+        "_i", "_n", "_e"
+    )
+
+
 def _frozen_counter(frame: pl.DataFrame) -> pl.DataFrame:
     """A counter that never moves while the epoch on its lines does (a loop printing when `i % N == 0` in epochs
     shorter than N batches: COMPOSE's `Epoch 1, Iter 0: Loss:nan S-loss:nan` once per epoch): the epoch is the
@@ -628,7 +657,7 @@ def parse(src: SourceFile) -> ParseResult:
         # batch counter, an `Epoch 1/400 ... loss` line is an epoch's summary: PaddleClas's `[Avg]` lines)
         lossy_lines = lossy_lines.with_columns(_step(text.str.extract(EPOCH_FRAC, 1))[0].alias("step"))
         lossy_lines = _lead_counter(_epoch_counter(lossy_lines))
-    lossy_lines = _frozen_counter(_per_epoch_counter(lossy_lines))
+    lossy_lines = _frozen_counter(_epoch_batch_counter(_per_epoch_counter(lossy_lines)))
     # a line that says it is an evaluation before its first loss (`Evaluation result for step 435000:
     # loss = 148890.7 ; perplexity = inf`, `Validation at step 200: loss 2.1`) is an eval record; so is
     # one without a counter (`valid_evaluation: loss=1.83, acc=0.76`), with the step before it
