@@ -73,18 +73,22 @@ def detect(run: RunData, params) -> list[Finding]:
         pl.col("y").reverse().cum_min().reverse().over("attempt").alias("suffix_min"),
     )
     cand = f.filter(pl.col("out") & (pl.col("suffix_min") >= pl.col("thr")))
-    findings = []
-    judged = set()
+    findings = [
+        found
+        for attempt, onset, tail in _onsets(cand, f)
+        if (found := _judge(run, raw, tail, onset, attempt, params)) is not None
+    ]
+    if not (run.loss_without_ratio() or run.loss_is_reinforcement()):
+        judged = [f.attempt for f in findings]
+        findings += _past_start(run, raw, f.filter(~pl.col("attempt").fill_null(0).is_in(judged)), params)
+    return findings
+
+
+def _onsets(cand: pl.DataFrame, frame: pl.DataFrame):
+    """(attempt, onset row, rows of that attempt from the onset on) for the first candidate of each attempt."""
     for (attempt,), first in cand.group_by("attempt", maintain_order=True):
         onset = first.row(0, named=True)
-        tail = f.filter((pl.col("attempt") == attempt) & (pl.col("t") >= onset["t"]))
-        found = _judge(run, raw, tail, onset, int(attempt or 0), params)
-        if found is not None:
-            findings.append(found)
-            judged.add(attempt)
-    if not (run.loss_without_ratio() or run.loss_is_reinforcement()):
-        findings += _past_start(run, raw, f.filter(~pl.col("attempt").is_in(list(judged))), params)
-    return findings
+        yield int(attempt or 0), onset, frame.filter((pl.col("attempt") == attempt) & (pl.col("t") >= onset["t"]))
 
 
 def _past_start(run: RunData, raw: pl.DataFrame, f: pl.DataFrame, params) -> list[Finding]:
@@ -105,13 +109,11 @@ def _past_start(run: RunData, raw: pl.DataFrame, f: pl.DataFrame, params) -> lis
     deep = (pl.col("start") - pl.col("low")) >= math.log(dp.start_drop)
     cand = g.filter(deep & (pl.col("y") >= pl.col("thr")) & (pl.col("suffix_min") >= pl.col("thr")))
     findings = []
-    for (attempt,), first in cand.group_by("attempt", maintain_order=True):
-        onset = first.row(0, named=True)
-        tail = g.filter((pl.col("attempt") == attempt) & (pl.col("t") >= onset["t"]))
+    for attempt, onset, tail in _onsets(cand, g):
         if tail.height < dp.min_records or float(tail.get_column("y").median()) < onset["start"]:
             continue
         # the band is the lowest level the attempt reached before it rose
-        found = _judge(run, raw, tail, onset | {"left": onset["low"]}, int(attempt or 0), params)
+        found = _judge(run, raw, tail, onset | {"left": onset["low"]}, attempt, params)
         if found is not None:
             findings.append(found)
     return findings

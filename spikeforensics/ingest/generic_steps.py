@@ -474,23 +474,14 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
         text.str.extract(STEP_TOTAL, 2).cast(pl.Float64, strict=False).alias("_n"),
         text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False).alias("_e"),
     )
-    counted = g.filter(pl.col("step").is_not_null() & pl.col("_n").is_not_null() & pl.col("_e").is_not_null())
-    if counted.height < 2:
-        return frame
-    seq = counted.sort("line")
-    restarts = seq.filter((pl.col("step").diff() < 0) & (pl.col("_e").diff() > 0)).height
+    composed = pl.col("_n").is_not_null() & pl.col("_e").is_not_null() & pl.col("step").is_not_null()
+    seq = g.filter(composed).sort("line")
     inside = seq.filter(pl.col("step") > pl.col("_n")).height == 0  # a 1-based counter reaches its total
-    if not restarts or not inside or seq.filter(pl.col("step").diff() < 0).height != restarts:
+    if seq.height < 2 or not inside or not _restarts_with_epoch(seq, "step"):
         return frame
-    e0 = 0.0 if seq.select((pl.col("_e") == 0).any()).item() else 1.0
     # the largest printed total: a total that varies by one inside the epochs (GluonCV's `iteration 0187/0188`
     # beside `0001/0187`) must not number two records alike
-    n = seq.get_column("_n").max()
-    value = _epoch_composed(pl.col("_e"), pl.lit(n), pl.col("step").cast(pl.Float64), e0)
-    composed = pl.col("_n").is_not_null() & pl.col("_e").is_not_null() & pl.col("step").is_not_null()
-    return g.with_columns(pl.when(composed).then(step_int(value)).otherwise(pl.col("step")).alias("step")).drop(
-        "_n", "_e"
-    )
+    return _compose_epochs(g, seq, seq.get_column("_n").max(), "step", composed).drop("_n", "_e")
 
 
 def _epoch_batch_counter(frame: pl.DataFrame) -> pl.DataFrame:
@@ -504,22 +495,30 @@ def _epoch_batch_counter(frame: pl.DataFrame) -> pl.DataFrame:
         text.str.extract(BATCH, 2).alias("_n"),
         text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False).alias("_e"),
     )
-    own = pl.col("_i").is_not_null() & pl.col("_n").is_null() & pl.col("_e").is_not_null()
-    counted = g.filter(own & (pl.col("step") == pl.col("_i")))
-    if counted.height < 2:
+    # (the rows whose step is that batch counter: no step or iteration counter of their own)
+    composed = pl.col("_i").is_not_null() & pl.col("_n").is_null() & pl.col("_e").is_not_null()
+    composed = composed & (pl.col("step") == pl.col("_i"))
+    seq = g.filter(composed).sort("line")
+    if seq.height < 2 or not _restarts_with_epoch(seq, "_i"):
         return frame
-    seq = counted.sort("line").with_columns(pl.col("_i").diff().alias("_di"), pl.col("_e").diff().alias("_de"))
-    back = seq.filter(pl.col("_di") < 0)
-    if back.height == 0 or back.filter(pl.col("_de") > 0).height != back.height:
-        return frame
+    n = seq.get_column("_i").max() + (1.0 if seq.get_column("_i").min() == 0 else 0.0)
+    return _compose_epochs(g, seq, n, "_i", composed).drop("_i", "_n", "_e")
+
+
+def _restarts_with_epoch(seq: pl.DataFrame, counter: str) -> bool:
+    """Whether the in-epoch `counter` of `seq` (rows in file order, the epoch in `_e`) goes back at least once, and
+    only where the epoch moves up."""
+    back = pl.col(counter).diff() < 0
+    restarts = seq.filter(back & (pl.col("_e").diff() > 0)).height
+    return restarts > 0 and seq.filter(back).height == restarts
+
+
+def _compose_epochs(g: pl.DataFrame, seq: pl.DataFrame, n: float, counter: str, composed: pl.Expr) -> pl.DataFrame:
+    """`g` with the step of its `composed` rows as (E - e0) * n + `counter` (E in `_e`; e0 = 0 when `seq` prints an
+    epoch 0, else 1)."""
     e0 = 0.0 if seq.select((pl.col("_e") == 0).any()).item() else 1.0
-    first = seq.get_column("_i").min()
-    n = seq.get_column("_i").max() + (1.0 if first == 0 else 0.0)
-    value = _epoch_composed(pl.col("_e"), pl.lit(n), pl.col("_i"), e0)
-    composed = own & (pl.col("step") == pl.col("_i"))
-    return g.with_columns(pl.when(composed).then(step_int(value)).otherwise(pl.col("step")).alias("step")).drop(
-        "_i", "_n", "_e"
-    )
+    value = _epoch_composed(pl.col("_e"), pl.lit(n), pl.col(counter).cast(pl.Float64), e0)
+    return g.with_columns(pl.when(composed).then(step_int(value)).otherwise(pl.col("step")).alias("step"))
 
 
 def _frozen_counter(frame: pl.DataFrame) -> pl.DataFrame:
