@@ -52,6 +52,8 @@ EAGER_METRIC_ROWS = 2_000_000
 # a policy's objective by its name (a PPO/GRPO actor's, a policy-gradient or preference loss): its level says nothing
 # of the run's health
 POLICY_LOSS = r"(?:^|_)(?:actor|policy|pg|ppo|grpo|dpo|reward)(?:_|$)"
+# an actor's objective, named so (`actor_loss`, `policy_loss`, `pg_loss`, `policy_gradient_loss`)
+ACTOR_LOSS = r"(?:^|_)(?:actor|policy|pg)(?:_|$)"
 
 
 @dataclass
@@ -245,10 +247,13 @@ class RunData:
                             # an auxiliary term beside the task's loss (a distillation student's `kd_loss` next to its
                             # `task_loss`, a MoE router's `aux_loss`) after the others of as many records
                             pl.col("name").str.contains(AUXILIARY_LOSS).alias("auxiliary"),
+                            # an actor's / policy-gradient objective after the critic's loss printed beside it, also
+                            # when both are non-negative (ML-Agents' `Losses/Policy Loss` is its absolute value)
+                            pl.col("name").str.contains(ACTOR_LOSS).alias("actor"),
                         )
                         .sort(
-                            ["off", "entropy", "signed", "len", "auxiliary", "name"],
-                            descending=[False, False, False, True, False, False],
+                            ["off", "entropy", "signed", "actor", "len", "auxiliary", "name"],
+                            descending=[False, False, False, False, True, False, False],
                         )
                     )
                     if lossy.height:

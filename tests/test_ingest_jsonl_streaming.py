@@ -220,7 +220,7 @@ def test_csv_logger_rows_merged_across_chunk_cuts(tmp_path):
     loss = whole.tables["metrics"].filter(pl.col("name") == "loss")
     assert loss.height == 61 and loss.get_column("attempt").max() == 1
     assert whole.unparsed == 1 and whole.unparsed_examples[0][0] == 26
-    lr = whole.tables["metrics"].filter(pl.col("name") == "lr_adam")
+    lr = whole.tables["metrics"].filter(pl.col("name") == "lr")  # Lightning's LearningRateMonitor column
     assert lr.select("line").to_series().to_list() == loss.select("line").to_series().to_list()  # one record each
     for size in (31, 200):  # cuts inside lines and between the two rows of a step
         part = _parse_csv(path, size)

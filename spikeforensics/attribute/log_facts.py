@@ -29,6 +29,11 @@ FACTS: dict[str, tuple[str, str]] = {
     "precision_known": (B, "the precision is known (declared, or fp16 inferred from loss scaling)"),
     "fp16": (B, "the run trains in fp16 (declared or inferred)"),
     "gpu_no_bf16": (B, "the log names a GPU without bf16 support (pre-Ampere: V100, T4, P100, RTX 20xx ...)"),
+    "lr_range_test": (
+        B,
+        "the log is an LR range test's (an `lr_finder` event: ktrain / fastai / Lightning / torch-lr-finder): the LR "
+        "grows every step until the loss diverges, by design",
+    ),
     "loss_scale_floor": (
         B,
         "the logged loss scale sits at its floor (attribution.loss_scale_floor), or an event puts it at a floor "
@@ -364,6 +369,7 @@ def log_facts(run: RunData, params) -> dict:
         "precision_known": bool(precision),
         "fp16": precision == "fp16",
         "gpu_no_bf16": _gpu_no_bf16(events),
+        "lr_range_test": bool(events.filter(pl.col("kind") == "lr_finder").height),
         "loss_scale_floor": _floor_reached(run, ap.loss_scale_floor, params.events),
         "overflow_share": overflows / records if records else (1.0 if overflows else 0.0),
         "nan_at_start": bool(nan_at_start),

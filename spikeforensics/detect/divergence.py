@@ -26,6 +26,10 @@ divergence when
   band test; its own start is a level no healthy run returns to. Not on a loss with no ratio scale (a
   GAN side, a signed loss) nor a reinforcement-learning loss, whose levels move with the policy.
 
+On an RL critic's loss (`RunData.loss_is_critic`) a divergence that does not end non-finite, peaks under
+`hard_spike.critic_blip_max_ratio` x its band and never rises `hard_spike.loss_ratio_critical` x over the median
+of the records before is a note (`critic_climb`): its targets grow with the returns.
+
 Critical at >= `critical_ratio` or ending non-finite, else a warning. One finding per
 attempt at most; the incident grouping puts the spikes inside it into the same incident.
 """
@@ -37,7 +41,7 @@ import math
 import polars as pl
 
 from spikeforensics.detect import robust, signals
-from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.detect.base import Evidence, Finding, as_notes
 from spikeforensics.rundata import RunData
 
 
@@ -81,6 +85,21 @@ def detect(run: RunData, params) -> list[Finding]:
     if not (run.loss_without_ratio() or run.loss_is_reinforcement()):
         judged = [f.attempt for f in findings]
         findings += _past_start(run, raw, f.filter(~pl.col("attempt").fill_null(0).is_in(judged)), params)
+    if run.loss_is_critic():
+        # an RL critic's loss climbs with its bootstrapped targets as the returns grow (AWR's value MSE 0.001 ->
+        # 0.057 over a run whose return goes 1,000 -> 5,500), by design, as `soft_drift` and `critic_blips` read
+        # it; a rise that ends non-finite, passes `hard_spike.critic_blip_max_ratio` x its band or jumps
+        # `hard_spike.loss_ratio_critical` x over the records before on its way (a DDPG critic's Q-loss blow-ups)
+        # is no climb
+        hp = params.hard_spike
+        climbs = [
+            d
+            for d in findings
+            if not d.facts["ends_nonfinite"]
+            and d.score < hp.critic_blip_max_ratio
+            and d.facts["max_step_ratio"] < hp.loss_ratio_critical
+        ]
+        as_notes(climbs, "critic_climb", "an RL critic's loss rising with its bootstrapped targets as the returns grow")
     return findings
 
 
@@ -193,6 +212,11 @@ def _judge(run: RunData, raw: pl.DataFrame, tail: pl.DataFrame, onset: dict, att
             "ends_nonfinite": ends_nonfinite,
             "divergence_ratio": round(ratio, 4),
             "first_nonfinite_step": end_bad,
+            # the largest rise of a record over the median of the (up to) 10 before it after the onset: a climb has
+            # none of a spike's size
+            "max_step_ratio": round(
+                math.exp(float((y - y.rolling_median(10, min_samples=1).shift(1)).max() or 0.0)), 4
+            ),
         },
     )
 

@@ -10,6 +10,7 @@ its trend falls: a noisy phase of training never does twice as badly as the untr
 again (CS336 at LR 1: spikes of 10-60x every few records, 50x the initial loss, while its calm level
 improves). A run noisy from the start (only the absolute level flags it) must relapse that way too: a
 per-sample loss (micro batch 1: RWKV's reward model, 0 to 1.3 from record to record) swings as much.
+On an RL critic's loss (`RunData.loss_is_critic`), which does not fall by design, a stretch is a note.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 import polars as pl
 
 from spikeforensics.detect import robust, signals
-from spikeforensics.detect.base import Evidence, Finding
+from spikeforensics.detect.base import Evidence, Finding, as_notes
 from spikeforensics.rundata import RunData
 
 
@@ -106,6 +107,7 @@ def detect(run: RunData, params) -> list[Finding]:
                 note="robust scale of detrended log-loss (about the relative swing per step)",
             )
         ]
+        critic = run.loss_is_critic()
         findings.append(
             Finding(
                 kind="loss_oscillation",
@@ -125,4 +127,10 @@ def detect(run: RunData, params) -> list[Finding]:
                 facts={"onset_step": lo},
             )
         )
+        if critic:
+            # an RL critic's loss does not fall by design (its targets grow with the returns; AWR's value MSE
+            # swings most while it is near 0, 0.0009 -> 0.0028 -> 0.0072 in its first records)
+            as_notes(
+                findings[-1:], "critic_swing", "an RL critic's loss, whose level moves with its bootstrapped targets"
+            )
     return findings

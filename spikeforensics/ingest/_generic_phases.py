@@ -28,8 +28,9 @@ MULTIBOX_TERMS = r"\b(L|Loc):\s*([-+]?(?:\d|[Nn]a[Nn]|[Ii]nf)\S*)\s+(C|Cla):\s*"
 PROGRESS_FRAC = r"(?i)\bprogress\s*[:=]?\s*(\d+\s*/\s*\d+)"
 # the total of a tqdm bar's count (`| 125/125 [01:33<00:00, ...]`)
 TQDM_TOTAL = r"\|\s*\d+/(\d+)\s*\["
-# a line that is only an evaluation section's title (`Evaluation:`, `Validation`, `Testing...`)
-EVAL_SECTION = r"(?i)^\W*(?:evaluation|evaluating|validation|validating|valid|eval|test|testing)\W*$"
+# a line that is only an evaluation section's title (`Evaluation:`, `Validation`, `Testing...`, PaddlePaddle hapi's
+# `Eval begin...` before its `step 10/88 - loss: 0.15 - ...` eval lines)
+EVAL_SECTION = r"(?i)^\W*(?:evaluation|evaluating|validation|validating|valid|eval|test|testing)(?:\s+(?:begins?|start(?:s|ed)?))?\W*$"
 
 
 def eval_section(lines: pl.DataFrame) -> pl.DataFrame:

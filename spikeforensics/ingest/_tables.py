@@ -580,7 +580,12 @@ def is_eval_name(col: str) -> bool:
 # what only a training step prints (a loss, the LR, a grad norm) and what an evaluation prints (a quality
 # metric): see `classify_rows`
 TRAIN_SIGNAL = r"loss|^lr$|learning_rate|grad_norm"
-QUALITY_METRIC = r"(?:^|[_/])(?:acc\w*|accuracy\w*|top\d\w*|m?ap\w*|bleu\w*|f1\w*|precision|recall|wer|cer|psnr|ssim|auc\w*|miou\w*|pck\w*)(?:$|[_/])"
+# (and an RL agent's environment statistics, written when episodes end, not with the updates: ML-Agents'
+# `Environment/Cumulative Reward`, `Environment/Episode Length`, `Self-play/ELO`, SB3's `rollout/ep_rew_mean`)
+QUALITY_METRIC = (
+    r"(?:^|[_/])(?:acc\w*|accuracy\w*|top\d\w*|m?ap\w*|bleu\w*|f1\w*|precision|recall|wer|cer|psnr|ssim|auc\w*|miou\w*"
+    r"|pck\w*|\w*reward\w*|episode_length|ep_len\w*|ep_rew\w*|elo)(?:$|[_/])"
+)
 
 
 def _column_roles(metric_cols: list[str], neutral: tuple[str, ...]) -> dict[str, list[str]]:

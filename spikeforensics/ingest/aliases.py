@@ -94,6 +94,8 @@ METRIC_ALIASES: dict[str, str] = {
     "learningrate": "lr",
     "lrate": "lr",  # NVIDIA DLLogger prints (MLPerf RNN-T `| lrate 9.42e-05`)
     "lr_0": "lr",  # chemprop's `lr_0 = 1.3e-04` (the first parameter group's)
+    # PyTorch Lightning's LearningRateMonitor: `lr-<Optimizer>`, `lr-<Optimizer>/pg1` for the first of several
+    # parameter groups (see LIGHTNING_LR_OPTIMIZERS below)
     # loss scale
     "loss_scale": "loss_scale",
     "loss_scale_loss_scale": "loss_scale",
@@ -137,6 +139,16 @@ METRIC_ALIASES: dict[str, str] = {
     "num_zeros": "num_zeros",
     "num_zeros_in_grad": "num_zeros",
 }
+# PyTorch Lightning's LearningRateMonitor logs `lr-<Optimizer class>` (`lr-Adam`, `lr-AdamW`), and
+# `lr-<Optimizer>/pg1`, `/pg2`, ... for several parameter groups: the first group's is the run's LR
+LIGHTNING_LR_OPTIMIZERS = (
+    "adam", "adamw", "sgd", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "radam", "lion", "adafactor", "lamb",
+    "lars", "sophia", "muon", "sparseadam", "lbfgs", "asgd", "rprop", "adabelief", "ranger", "novograd", "fusedadam",
+    "fusedlamb", "deepspeedcpuadam", "adamw8bit", "adam8bit", "pagedadamw", "pagedadamw8bit", "schedulefreeadamw",
+)  # fmt: skip
+for _opt in LIGHTNING_LR_OPTIMIZERS:
+    METRIC_ALIASES.setdefault(f"lr_{_opt}", "lr")
+    METRIC_ALIASES.setdefault(f"lr_{_opt}_pg1", "lr")
 
 # Columns of per-layer gradient dumps.
 LAYER_COLUMN_ALIASES: dict[str, str] = {

@@ -150,7 +150,9 @@ EVAL_NAMED = r"(?i)(?:^|[^a-z])(?:evaluation|evaluating|validation|validating|ev
 # `train_batch_loss[ 6510 ]:  1.57`: a loss name indexed by the step, then a colon
 LOSS_INDEX = r"(?:^|\s)([A-Za-z_]\w*(?i:loss)\w*)\[\s*(\d+)\s*\]\s*:"
 # the lowest counter word: `Batch 100/15582`, `batch: 10` (its total, when printed, in group 2)
-BATCH = r"(?i)\bbatch\b\]?\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?"
+# (MXNet's Speedometer with auto_reset=False prints the batch range its running means cover, `Batch [0-160]`:
+# the counter is its end)
+BATCH = r"(?i)\bbatch\b\]?\s*[:=#]?\s*\[?\s*(?:\d+-)?(\d+)(?:\s*/\s*(\d+))?"
 EPOCH = r"(?i)\bepoch\b\]?\s*[:=#]?\s*\[?\s*(\d+)"
 # a line that is only an epoch header (attention-is-all-you-need-pytorch's `[ Epoch 0 ]` above its `  - (Training)
 # loss: 5.12, accuracy: 3.7 %` and `  - (Validation) loss: ...` lines): the counter of the loss line under it (see
@@ -261,9 +263,12 @@ UNCOUNTED_SHARE = (
 # GNorm = 3.7, lr_0 = 1.3e-04`; a bare `loss = 0.5` is as likely a line of a printed script or config)
 # (a loss named by a letter or two after it, the loop's own label: a hybrid ODE's `Loss X: 0.91, Loss Y: 0.87`, a
 # GAN's `Loss D: 0.69`)
+# (`loss is x, name is y, ...` opening a line: MERL-style CLIP pretraining's `loss is 15.14, acc1 is 0.98,
+# cma_loss is 11.48, uma_loss is 3.67`, one per optimizer step; a sentence `the loss is 0.9` is prose)
 UNCOUNTED_LOSS = (
     r"(?i)(?:(?:loss\w*(?:\s[a-z]{1,2}\d?)?\s*:|^\W*[a-z]+\s+loss\s*=)\s*\[?\s*[-+]?(?:\d|nan|inf)"
-    r"|^\W*loss\w*\s*=\s*[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*,\s*\w+\s*=\s*[-+]?(?:\d|nan|inf))"
+    r"|^\W*loss\w*\s*=\s*[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*,\s*\w+\s*=\s*[-+]?(?:\d|nan|inf)"
+    r"|^\W*loss\w*\s+is\s+[-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf)\s*,\s*\w+\s+is\s+[-+]?(?:\d|nan|inf))"
 )
 # a loss named as the training's (`train loss = x`, `Training loss: x`): in a file of step-less loss lines that
 # names its training loss so, a loss line naming no phase is the other phase's (MOERec prints `loss: 1.4166,
@@ -470,11 +475,16 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     stays within its total (NVIDIA's MLPerf RNN-T `epoch 42 | iter 136/136 | loss 27.3`: 1-based, it reaches it); a
     global counter printed with the run's total (`Epoch 3 Step 1200/50000`) is kept."""
     text = pl.col("text")
+    # the epoch on the line, else the `Epoch 3/10` header line above it (PaddlePaddle hapi's `Model.fit`: `Epoch
+    # 1/10`, then `step  10/614 - loss: 0.16 - ...`); not an evaluation section's lines, whose own counter restarts
+    # inside the epoch (hapi's `Eval begin...`, then `step 10/88 - loss: ...`)
+    head = pl.col("_epoch_head") if "_epoch_head" in frame.columns else pl.lit(None, dtype=pl.Float64)
     g = frame.with_columns(
         text.str.extract(STEP_TOTAL, 2).cast(pl.Float64, strict=False).alias("_n"),
-        text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False).alias("_e"),
+        pl.coalesce(text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False), head).alias("_e"),
     )
     composed = pl.col("_n").is_not_null() & pl.col("_e").is_not_null() & pl.col("step").is_not_null()
+    composed = composed & ~pl.col("_in_eval") if "_in_eval" in frame.columns else composed
     seq = g.filter(composed).sort("line")
     inside = seq.filter(pl.col("step") > pl.col("_n")).height == 0  # a 1-based counter reaches its total
     if seq.height < 2 or not inside or not _restarts_with_epoch(seq, "step"):
@@ -592,6 +602,10 @@ def parse(src: SourceFile) -> ParseResult:
             text.str.replace_all("：", ":", literal=True).str.replace_all("，", ",", literal=True)
         )
     lines = eval_section(_count_prefixes(lines).with_columns(rewrite_lines(text).alias("text")))
+    # the epoch of the last `Epoch E` / `Epoch E/N` header line above each line (see `_per_epoch_counter`)
+    lines = lines.with_columns(
+        text.str.extract(EPOCH_HEADER, 1).cast(pl.Float64, strict=False).forward_fill().alias("_epoch_head")
+    )
     if lines.select(text.str.contains(EPOCH_FRAC_BATCH).any()).item():
         lines = lines.with_columns(text.str.replace(EPOCH_FRAC_BATCH, "${1} ${2}/${3} batch ${4}/${5}"))
     token = pl.coalesce(

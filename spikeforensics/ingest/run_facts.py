@@ -36,6 +36,14 @@ RUN_FACT_LITERALS = [
     " amp",
     "(amp",
     "AMP not enabled",
+    # an LR range test (see LR_FINDER)
+    "learning rates",
+    "LR Finder",
+    "LR finder",
+    "Learning rate search",
+    "lr_find",
+    "LRFinder",
+    "LR range test",
 ]
 
 # --- run facts (one event per distinct fact per file) ------------------------------------
@@ -83,8 +91,21 @@ HAS_BF16 = (
 )
 
 
+# kind `lr_finder`: the run is an LR range test (the LR grows every step until the loss diverges, by design; the
+# blow-up at its end is the LR too high, which the test is there to find): ktrain's `lr_find` (`simulating training
+# for different learning rates... this may take a few moments...`), fastai's (`LR Finder is complete, type
+# learn.recorder.plot() to see the graph.`), Lightning's tuner (`LR finder stopped early after 87 steps due to
+# diverging loss.`), torch-lr-finder (`Learning rate search finished. See the graph with {finder_name}.plot()`,
+# `Stopping early, the loss has diverged`), and a call or class by that name printed in the log (`lr_find(`,
+# `LRFinder(`), or the test's own name (`LR range test`)
+LR_FINDER = (
+    r"simulating training for different learning rates|LR [Ff]inder (?:is complete|stopped early)|"
+    r"Learning rate search finished|lr_find\(|LRFinder\(|(?i:LR range test)"
+)
+
+
 def run_fact_events(extra: pl.DataFrame) -> list[pl.DataFrame]:
-    """`precision` and `device` events: the first line of each distinct fact in the file."""
+    """`precision`, `device` and `lr_finder` events: the first line of each distinct fact in the file."""
     text = pl.col("text")
     lit = text.str.extract_groups(PREC_LIGHTNING)
     dtype = text.str.extract(PREC_DTYPE, 1)
@@ -128,4 +149,9 @@ def run_fact_events(extra: pl.DataFrame) -> list[pl.DataFrame]:
             lambda: detail_expr(strings={"mode": pl.col("_mode"), "text": text.str.strip_chars().str.slice(0, 300)}),
         ),
         _ret(dev, "device", lambda: detail_expr(strings={"name": n}, bools={"bf16_supported": bf16})),
+        _ret(
+            extra.filter(text.str.contains(LR_FINDER)).head(1),
+            "lr_finder",
+            lambda: detail_expr(strings={"text": text.str.strip_chars().str.slice(0, 300)}),
+        ),
     ]
