@@ -1,6 +1,6 @@
 """Real-log benchmark: what spikeforensics reads and concludes on real public training logs.
 
-    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|...|fresh60|all] [--corpus sample_logs/real]
+    python benchmarks/real_logs.py [--set dev|sealed|fresh|fresh2|...|fresh61|all] [--corpus sample_logs/real]
                                    [--json OUT] [--write-readme] [--case ID ...] [-v]
 
 Every case folder of the corpus (`sample_logs/real/<set>/<case>/`, see its README) holds the
@@ -83,7 +83,7 @@ class CaseScore:
 
 
 # dev, the sealed third (scored once in session 4), and the first-look sets of later sessions
-# (`fresh`: session 6, `fresh2`: session 7, ..., `fresh9`, `fresh10`, `fresh11`: session 14, `fresh12` to `fresh16`: session 15, `fresh17`, `fresh18`, `fresh19`: session 16, `fresh20`, `fresh21`, `fresh22`: session 17, `fresh23`, `fresh24`: session 18, `fresh25`, `fresh26`, `fresh27`: session 19, `fresh28`, `fresh29`: session 20, `fresh30`, `fresh31`: session 21, `fresh32`: session 22, `fresh33`, `fresh34`: session 23, `fresh35`, `fresh36`: session 24, `fresh37` to `fresh41`: session 25, `fresh42` to `fresh47`: session 26, `fresh48` to `fresh52`: session 27, `fresh53` to `fresh58`: session 28, `fresh59`, `fresh60`: session 29), each a development set after its one scoring
+# (`fresh`: session 6, `fresh2`: session 7, ..., `fresh9`, `fresh10`, `fresh11`: session 14, `fresh12` to `fresh16`: session 15, `fresh17`, `fresh18`, `fresh19`: session 16, `fresh20`, `fresh21`, `fresh22`: session 17, `fresh23`, `fresh24`: session 18, `fresh25`, `fresh26`, `fresh27`: session 19, `fresh28`, `fresh29`: session 20, `fresh30`, `fresh31`: session 21, `fresh32`: session 22, `fresh33`, `fresh34`: session 23, `fresh35`, `fresh36`: session 24, `fresh37` to `fresh41`: session 25, `fresh42` to `fresh47`: session 26, `fresh48` to `fresh52`: session 27, `fresh53` to `fresh58`: session 28, `fresh59` to `fresh61`: session 29), each a development set after its one scoring
 SPLITS = (
     "dev",
     "sealed",
@@ -147,6 +147,7 @@ SPLITS = (
     "fresh58",
     "fresh59",
     "fresh60",
+    "fresh61",
 )
 ALL = SPLITS  # every set, each after its first look (a new set is scored once with --set before it joins)
 
