@@ -31,7 +31,7 @@ from spikeforensics.rundata import RunData
 HELDOUT_NAMES = ("eval_loss", "val_loss", "valid_loss", "validation_loss", "test_loss")
 
 
-def _heldout(run: RunData) -> pl.DataFrame | None:
+def heldout_series(run: RunData) -> pl.DataFrame | None:
     """(step, value) of the run's held-out loss, any record kind, finite values, by step."""
     names = [n for n in HELDOUT_NAMES if run.has_metric(n)]
     if not names:
@@ -59,7 +59,7 @@ def quiet_heldout_bumps(findings: list[Finding], run: RunData, params) -> list[F
     ]
     if not bumps:
         return findings
-    held = _heldout(run)
+    held = heldout_series(run)
     if held is None or held.height < 3:
         return findings
     loss = run.series("loss").select("step", "attempt")
@@ -85,7 +85,7 @@ def quiet_heldout_bumps(findings: list[Finding], run: RunData, params) -> list[F
 def detect_mismatch(run: RunData, params) -> list[Finding]:
     """See the module's doc: a held-out loss far above the training loss from the start, climbing while it falls."""
     dp = params.divergence
-    held = _heldout(run)
+    held = heldout_series(run)
     loss = run.series("loss").filter(pl.col("value").is_finite() & (pl.col("value") > 0) & pl.col("step").is_not_null())
     if held is None or held.height < dp.heldout_min_records or loss.height < dp.heldout_min_records:
         return []

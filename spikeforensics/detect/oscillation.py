@@ -80,6 +80,7 @@ def detect(run: RunData, params) -> list[Finding]:
     )
     settled_t = first["t"] + int(loss.height * params.hard_spike.early_frac)  # (the first records may hover at it)
     findings = []
+    critic = run.loss_is_critic()
     for _, g in runs.group_by("group", maintain_order=True):
         lo, hi = int(g.get_column("step").min()), int(g.get_column("step").max())
         inside = data.filter((pl.col("_k") == g.get_column("_k")[0]) & pl.col("step").is_between(lo, hi))
@@ -107,7 +108,6 @@ def detect(run: RunData, params) -> list[Finding]:
                 note="robust scale of detrended log-loss (about the relative swing per step)",
             )
         ]
-        critic = run.loss_is_critic()
         findings.append(
             Finding(
                 kind="loss_oscillation",

@@ -20,7 +20,9 @@ norm that stays non-finite under AMP, a guard that rejects every batch): `no_pro
 A loss printed as exactly 0 on every record of the log (`_loss_all_zero`): `no_progress`, `cause` =
 `loss_zero` (a masked non-finite loss, or every label masked out). The same nonzero loss on every record from the
 first (`_loss_constant`): `cause` = `loss_constant` (no gradient reaches the weights); the same nonzero loss on the
-last records after it had moved (`_loss_frozen`): `cause` = `loss_frozen` (the printed loss is no longer updated).
+last records after it had moved (`_loss_frozen`): `cause` = `loss_frozen` (the printed loss is no longer updated). The
+same nonzero held-out loss at every evaluation while the training loss moves (`_heldout_constant`): `cause` =
+`heldout_constant` (no update reached the weights).
 
 A loss that collapses (`_loss_collapse`): within the first `stall.collapse_within` records it falls to
 `stall.collapse_ratio` of its first record or less and stays there to the end of the log (OLMo#692: 12.18,
@@ -47,6 +49,7 @@ import polars as pl
 
 from spikeforensics.detect import signals
 from spikeforensics.detect.base import Evidence, Finding, row_step
+from spikeforensics.detect.heldout import heldout_series
 from spikeforensics.rundata import RunData
 
 
@@ -101,7 +104,11 @@ def detect(run: RunData, params) -> list[Finding]:
             or _loss_collapse(run, params)
             or _loss_at_chance(run, params)
             # (an LR at 0 already says why the loss never moves)
-            or ([] if lr_zero else _loss_constant(run, params) or _loss_frozen(run, params))
+            or (
+                []
+                if lr_zero
+                else _loss_constant(run, params) or _heldout_constant(run, params) or _loss_frozen(run, params)
+            )
         )
         + _back_to_chance(run, params)
     )
@@ -159,6 +166,34 @@ def _loss_constant(run: RunData, params) -> list[Finding]:
     )
     ev = Evidence(signal="loss", step=lo, value=float(values[0]), note=f"the same loss on {loss.height} records")
     return [_stall(lo, hi, loss.height, summary, ev, {"cause": "loss_constant", "scope": "run"})]
+
+
+def _heldout_constant(run: RunData, params) -> list[Finding]:
+    """The held-out loss printed as the same nonzero value at every evaluation (`stall.constant_records` or more, at
+    distinct steps) while the training loss moves from record to record: an evaluation on a fixed set gives the same
+    number only when the weights are the same, so no update ever reached the model (an optimizer built over other
+    tensors than the model's parameters, every parameter frozen). The training loss moves with its batches, which is
+    why it alone does not show it (cadence-gemma's projector: 1,000 records, the eval loss -0.000723 at all 1,000).
+    `no_progress`, `cause` = `heldout_constant`."""
+    sp = params.stall
+    held = heldout_series(run)
+    if held is None or held.height < sp.constant_records:
+        return []
+    values = held.get_column("value")
+    train = run.series("loss").filter(pl.col("value").is_finite()).get_column("value")
+    if values.n_unique() != 1 or values[0] == 0 or train.len() < sp.constant_records or train.n_unique() < 2:
+        return []
+    steps = held.get_column("step")
+    lo, hi = int(steps.min()), int(steps.max())
+    summary = (
+        f"the held-out loss is {values[0]:.6g} at all {held.height} evaluations (steps {lo}-{hi}) while the training "
+        "loss moves: the weights never changed (the optimizer does not update the model's parameters, or all of "
+        "them are frozen)"
+    )
+    ev = Evidence(
+        signal="eval_loss", step=lo, value=float(values[0]), note=f"the same held-out loss at {held.height} evaluations"
+    )
+    return [_stall(lo, hi, held.height, summary, ev, {"cause": "heldout_constant", "scope": "run"})]
 
 
 def _loss_frozen(run: RunData, params) -> list[Finding]:

@@ -20,7 +20,12 @@ def to_float(expr: pl.Expr) -> pl.Expr:
     """
     s = expr.str.strip_chars().str.strip_chars("'\"").str.replace_all(",", "")
     # Lightning's progress bar pads every float it shows to five characters: `nan.0`, `inf.0`, `-inf.`
-    lower = s.str.to_lowercase().str.replace(r"^([-+]?(?:nan|inf|infinity))\.0*$", "$1")
+    # and Python's zero-padded formats pad them with zeros: `f"{x:05.2f}"` of NaN is `00nan`, of -inf `-000inf`
+    lower = (
+        s.str.to_lowercase()
+        .str.replace(r"^([-+]?(?:nan|inf|infinity))\.0*$", "$1")
+        .str.replace(r"^([-+]?)0+((?:nan|inf|infinity))$", "$1$2")
+    )
     special = (
         pl.when(lower.is_in(["nan", "-nan", "+nan"]))
         .then(float("nan"))
@@ -70,11 +75,12 @@ def normalise_name_expr(expr: pl.Expr) -> pl.Expr:
 # Key/value fields of text step records (Megatron `name: value |`, nanotron, mmengine,
 # llm.c, generic loops): shared by the text parsers.
 
-# A number token as logs print it: 1,234.5  6.4E+00  634K  16.68%  nan  -inf  Infinity  nan.0 (Lightning;
+# A number token as logs print it: 1,234.5  6.4E+00  634K  16.68%  nan  -inf  Infinity  00nan (Python's
+# zero-padded `{:05.2f}`)  nan.0 (Lightning;
 # its `-inf.` reads as `-inf` and a dot: a sentence's `Loss is NaN. Current ...` keeps its full stop)
 NUM_TOKEN = (
     r"(?:[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[KMGTB]\b|%)?"
-    r"|[-+]?(?:[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)\b(?:\.0+)?)"
+    r"|[-+]?0*(?:[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)\b(?:\.0+)?)"
 )
 
 
