@@ -60,24 +60,20 @@ QUOTE_SCAN_BYTES = 16 << 20  # block size of the scan for a quote character
 APPENDED_RUN_REPEATS = 0.5
 
 
-NVSMI_UNIT = r"\s\[(?:%|[A-Za-z]{1,4})\]\s*$"
-
-
 def sniff(sample: SniffSample) -> float:
     if T.file_kind(sample.path) != "csv":
         return 0.0
     cols = T.sample_columns(sample)
     if not cols or len(cols) < 2:
         return 0.0
-    from spikeforensics.ingest import batches, layers
+    from spikeforensics.ingest import batches, layers, telemetry
 
     if layers.looks_like_layers(cols) or layers.looks_like_global_grads(cols) or batches.looks_like_batches(cols):
         return 0.0
-    # nvidia-smi query output: units in brackets ending a column (`memory.used [MiB]`, `utilization.gpu [%]`; a
-    # bracket inside a name is no unit: a flow-matching loss per time bin, `train/se3_vf_loss t=[0.00,0.25)`)
-    if any(re.search(NVSMI_UNIT, c) for c in cols) or any(
-        normalise_name(c) in ("index", "pci_bus_id", "uuid") for c in cols
-    ):
+    # nvidia-smi query output: a query field with its unit (`memory.used [MiB]`, `utilization.gpu [%]`; a bracket
+    # inside another name is no unit: a flow-matching loss per time bin, `train/se3_vf_loss t=[0.00,0.25)`)
+    smi_field = [c for c in cols if "[" in c and re.fullmatch(telemetry.SMI_HEADER_FIELD, c)]
+    if smi_field or any(normalise_name(c) in ("index", "pci_bus_id", "uuid") for c in cols):
         return 0.0
     if counter_columns(cols) is None and not row_counted(cols):
         return 0.0

@@ -478,13 +478,12 @@ def _per_epoch_counter(frame: pl.DataFrame) -> pl.DataFrame:
     # the epoch on the line, else the `Epoch 3/10` header line above it (PaddlePaddle hapi's `Model.fit`: `Epoch
     # 1/10`, then `step  10/614 - loss: 0.16 - ...`); not an evaluation section's lines, whose own counter restarts
     # inside the epoch (hapi's `Eval begin...`, then `step 10/88 - loss: ...`)
-    head = pl.col("_epoch_head") if "_epoch_head" in frame.columns else pl.lit(None, dtype=pl.Float64)
     g = frame.with_columns(
         text.str.extract(STEP_TOTAL, 2).cast(pl.Float64, strict=False).alias("_n"),
-        pl.coalesce(text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False), head).alias("_e"),
+        pl.coalesce(text.str.extract(EPOCH, 1).cast(pl.Float64, strict=False), pl.col("_epoch_head")).alias("_e"),
     )
     composed = pl.col("_n").is_not_null() & pl.col("_e").is_not_null() & pl.col("step").is_not_null()
-    composed = composed & ~pl.col("_in_eval") if "_in_eval" in frame.columns else composed
+    composed = composed & ~pl.col("_in_eval")
     seq = g.filter(composed).sort("line")
     inside = seq.filter(pl.col("step") > pl.col("_n")).height == 0  # a 1-based counter reaches its total
     if seq.height < 2 or not inside or not _restarts_with_epoch(seq, "step"):
